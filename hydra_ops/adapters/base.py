@@ -1,0 +1,284 @@
+"""The adapter protocol: what the rest of the library needs to know about a supported model.
+
+An adapter wraps one model instance and answers, in family-neutral terms:
+
+* its shape: ``num_layers``, ``hidden_size``, ``head_dim``, ``heads_per_layer()``;
+* where the attention projections live (``out_proj(layer)`` is the ``nn.Linear`` that receives the
+  concatenated head contexts, which is where per-head gates act), and how to read and replace one
+  layer's attention weights (:class:`AttentionWeights`), which is all head surgery needs;
+* canonical copies of every other weight the merge needs (:class:`BlockWeights`,
+  :class:`ClassifierWeights`) and an :class:`EmbeddingStage` that maps raw inputs to the first
+  hidden states;
+* how to run the model on a batch (``logits(batch)``).
+
+Families differ in naming and in fused projections (timm packs q/k/v into one ``qkv``); nothing
+outside ``hydra_ops/adapters`` knows about those differences.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor, nn
+
+Modality = Literal["text", "image"]
+
+#: Activations the merged model can reproduce exactly, by canonical name.
+ACTIVATIONS: dict[str, Any] = {
+    "gelu": lambda x: torch.nn.functional.gelu(x),
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "relu": torch.relu,
+    "silu": torch.nn.functional.silu,
+    "tanh": torch.tanh,
+}
+
+
+@dataclass
+class AttentionWeights:
+    """One layer's self-attention of one model, heads concatenated in head order.
+
+    Shapes (``h`` heads of size ``dh``, hidden size ``D``): ``q_weight``, ``k_weight``,
+    ``v_weight`` are ``[h * dh, D]`` with biases ``[h * dh]`` (or None); ``o_weight`` is
+    ``[D, h * dh]`` with bias ``[D]`` (or None). Rows ``i * dh : (i + 1) * dh`` of q/k/v and the same
+    columns of ``o_weight`` belong to head ``i``.
+    """
+
+    q_weight: Tensor
+    q_bias: Tensor | None
+    k_weight: Tensor
+    k_bias: Tensor | None
+    v_weight: Tensor
+    v_bias: Tensor | None
+    o_weight: Tensor
+    o_bias: Tensor | None
+    num_heads: int
+    head_dim: int
+
+    def select_heads(self, heads: list[int] | tuple[int, ...]) -> AttentionWeights:
+        """The weights of ``heads`` only (in the given order), as new tensors."""
+        if not heads:
+            raise ValueError("select_heads: heads is empty; a layer must keep at least one head")
+        if min(heads) < 0 or max(heads) >= self.num_heads:
+            raise ValueError(
+                f"select_heads: head indices must be in 0..{self.num_heads - 1}, got {list(heads)}"
+            )
+        dh = self.head_dim
+        rows = torch.cat([torch.arange(h * dh, (h + 1) * dh) for h in heads])
+
+        def rows_of(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.detach().index_select(0, rows.to(t.device)).clone()
+
+        return AttentionWeights(
+            q_weight=rows_of(self.q_weight),
+            q_bias=rows_of(self.q_bias),
+            k_weight=rows_of(self.k_weight),
+            k_bias=rows_of(self.k_bias),
+            v_weight=rows_of(self.v_weight),
+            v_bias=rows_of(self.v_bias),
+            o_weight=self.o_weight.detach().index_select(1, rows.to(self.o_weight.device)).clone(),
+            o_bias=None if self.o_bias is None else self.o_bias.detach().clone(),
+            num_heads=len(heads),
+            head_dim=dh,
+        )
+
+
+@dataclass
+class LayerNormWeights:
+    """A LayerNorm over the last dimension: ``weight``/``bias`` ``[D]`` (bias may be None)."""
+
+    weight: Tensor
+    bias: Tensor | None
+    eps: float
+
+
+@dataclass
+class MLPWeights:
+    """``fc2(act(fc1(x)))``: ``fc1_weight [F, D]``, ``fc1_bias [F]``, ``fc2_weight [D, F]``, ``fc2_bias [D]``."""
+
+    fc1_weight: Tensor
+    fc1_bias: Tensor | None
+    fc2_weight: Tensor
+    fc2_bias: Tensor | None
+    activation: str
+
+
+@dataclass
+class BlockWeights:
+    """Everything of one transformer block except its attention.
+
+    ``norm_first`` selects the residual layout:
+
+    * pre-norm (ViT): ``x = x + attn(attn_norm(x)); x = x + mlp(mlp_norm(x))``
+    * post-norm (BERT): ``x = attn_norm(x + attn(x)); x = mlp_norm(x + mlp(x))``
+    """
+
+    norm_first: bool
+    attn_norm: LayerNormWeights
+    mlp_norm: LayerNormWeights
+    mlp: MLPWeights
+
+
+@dataclass
+class ClassifierWeights:
+    """The classification head applied to the last hidden states ``[B, T, D]``.
+
+    Order: ``final_norm`` on every token (None to skip); pool (``"cls"`` = token 0, ``"mean"`` =
+    mean over tokens ``num_prefix_tokens:``); ``pre_classifier`` dense + ``pre_activation`` (the BERT
+    pooler; None to skip); ``fc_norm`` (timm; None to skip); ``classifier`` dense ``[C, D]``.
+    """
+
+    final_norm: LayerNormWeights | None
+    pool: Literal["cls", "mean"]
+    num_prefix_tokens: int
+    pre_classifier_weight: Tensor | None
+    pre_classifier_bias: Tensor | None
+    pre_activation: str | None
+    fc_norm: LayerNormWeights | None
+    classifier_weight: Tensor
+    classifier_bias: Tensor | None
+
+
+class EmbeddingStage(nn.Module, abc.ABC):
+    """Maps raw inputs to the first hidden states ``[B, T, D]``.
+
+    ``forward(inputs, attention_mask=None, token_type_ids=None)``: ``inputs`` is ``input_ids
+    [B, T]`` for text and ``pixel_values [B, C, H, W]`` for images. ``config()`` returns a
+    JSON-serialisable dict from which ``from_config`` rebuilds the same (untrained) module.
+    """
+
+    family: ClassVar[str]
+
+    @abc.abstractmethod
+    def forward(
+        self,
+        inputs: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor: ...
+
+    @abc.abstractmethod
+    def config(self) -> dict[str, Any]: ...
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, config: Mapping[str, Any]) -> EmbeddingStage: ...
+
+
+class UnsupportedModelError(ValueError):
+    """The model is not one of the supported families (or uses an unsupported variant)."""
+
+
+class ModelAdapter(abc.ABC):
+    """Family-specific knowledge about one model instance (see the module docstring)."""
+
+    family: ClassVar[str]
+    modality: ClassVar[Modality]
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    @classmethod
+    @abc.abstractmethod
+    def matches(cls, model: nn.Module) -> bool:
+        """True if this adapter handles ``model``'s class."""
+
+    # ----- shape -----------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def num_layers(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def hidden_size(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def head_dim(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def num_classes(self) -> int: ...
+
+    @abc.abstractmethod
+    def num_heads(self, layer: int) -> int:
+        """Current (possibly pruned) number of heads of ``layer``."""
+
+    def heads_per_layer(self) -> list[int]:
+        return [self.num_heads(layer) for layer in range(self.num_layers)]
+
+    # ----- attention -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def out_proj(self, layer: int) -> nn.Linear:
+        """The output projection of ``layer``; its input is the head contexts ``[..., h * dh]``."""
+
+    @abc.abstractmethod
+    def attention_weights(self, layer: int) -> AttentionWeights:
+        """Detached views of ``layer``'s attention weights (clone before editing)."""
+
+    @abc.abstractmethod
+    def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
+        """Replace ``layer``'s projections by ``weights`` (any head count) and update head counts."""
+
+    def merge_attention_weights(self, layer: int) -> AttentionWeights:
+        """The attention weights as the merge must use them (any output scaling folded in)."""
+        return self.attention_weights(layer)
+
+    # ----- the rest of the network -----------------------------------------------------------
+    @abc.abstractmethod
+    def block_weights(self, layer: int) -> BlockWeights: ...
+
+    @abc.abstractmethod
+    def classifier_weights(self) -> ClassifierWeights: ...
+
+    @abc.abstractmethod
+    def embedding_stage(self) -> EmbeddingStage:
+        """A new :class:`EmbeddingStage` holding copies of the model's embedding weights."""
+
+    def architecture_config(self) -> dict[str, Any]:
+        """JSON-serialisable description of the base architecture (for provenance)."""
+        return {}
+
+    # ----- running -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
+        """Run the model on a contract batch (see docs/architecture.md); returns ``[B, classes]``."""
+
+
+def linear_from(weight: Tensor, bias: Tensor | None, like: nn.Linear) -> nn.Linear:
+    """A new ``nn.Linear`` holding copies of ``weight [out, in]`` / ``bias`` on ``like``'s device/dtype."""
+    out_features, in_features = weight.shape
+    layer = nn.Linear(
+        in_features,
+        out_features,
+        bias=bias is not None,
+        device=like.weight.device,
+        dtype=like.weight.dtype,
+    )
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        if bias is not None:
+            layer.bias.copy_(bias)
+    layer.train(like.training)
+    return layer
+
+
+def layer_norm_weights(norm: nn.Module) -> LayerNormWeights:
+    """Canonical weights of an ``nn.LayerNorm`` (raises for other norms)."""
+    if not isinstance(norm, nn.LayerNorm):
+        raise UnsupportedModelError(
+            f"only nn.LayerNorm normalisation is supported, found {type(norm).__name__}"
+        )
+    if not norm.elementwise_affine:
+        dim = norm.normalized_shape[-1]
+        return LayerNormWeights(torch.ones(dim), torch.zeros(dim), float(norm.eps))
+    bias = None if norm.bias is None else norm.bias.detach()
+    return LayerNormWeights(norm.weight.detach(), bias, float(norm.eps))
+
+
+def detached(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.detach()
+

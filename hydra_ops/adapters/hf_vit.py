@@ -1,0 +1,160 @@
+"""Adapter for Hugging Face ``ViTForImageClassification`` (transformers 5 layout).
+
+Layout: ``model.vit.embeddings`` (patches + [CLS] + positions); layer ``l`` is
+``model.vit.layers[l]`` (pre-norm): ``layernorm_before``, ``attention.{q,k,v,o}_proj``,
+``layernorm_after``, ``mlp.{fc1,fc2}``; then ``model.vit.layernorm`` and ``model.classifier``
+on token 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+from transformers import ViTConfig, ViTForImageClassification
+from transformers.models.vit.modeling_vit import ViTEmbeddings
+
+from .base import (
+    AttentionWeights,
+    BlockWeights,
+    ClassifierWeights,
+    EmbeddingStage,
+    MLPWeights,
+    ModelAdapter,
+    UnsupportedModelError,
+    detached,
+    layer_norm_weights,
+    linear_from,
+)
+from .bert import hf_activation
+
+
+class HFViTEmbeddingStage(EmbeddingStage):
+    """``ViTEmbeddings`` without a mask token; inputs are ``pixel_values [B, C, H, W]``."""
+
+    family = "hf_vit"
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self._config = config
+        self.embeddings = ViTEmbeddings(config, use_mask_token=False)
+
+    def forward(
+        self,
+        inputs: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor:
+        weight = self.embeddings.patch_embeddings.projection.weight
+        return self.embeddings(inputs.to(weight.dtype))
+
+    def config(self) -> dict[str, Any]:
+        return self._config.to_dict()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> HFViTEmbeddingStage:
+        return cls(ViTConfig.from_dict(dict(config)))
+
+
+class HFViTAdapter(ModelAdapter):
+    family: ClassVar[str] = "hf_vit"
+    modality = "image"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        if getattr(model.vit.embeddings, "mask_token", None) is not None:
+            raise UnsupportedModelError("ViT with a mask token (masked image modelling) is not supported")
+        hf_activation(model.config.hidden_act)
+
+    @classmethod
+    def matches(cls, model: nn.Module) -> bool:
+        return isinstance(model, ViTForImageClassification)
+
+    def _layer(self, layer: int) -> nn.Module:
+        return self.model.vit.layers[layer]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.model.vit.layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def head_dim(self) -> int:
+        return int(self._layer(0).attention.head_dim)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model.classifier.out_features)
+
+    def num_heads(self, layer: int) -> int:
+        return int(self._layer(layer).attention.num_attention_heads)
+
+    def out_proj(self, layer: int) -> nn.Linear:
+        return self._layer(layer).attention.o_proj
+
+    def attention_weights(self, layer: int) -> AttentionWeights:
+        a = self._layer(layer).attention
+        return AttentionWeights(
+            q_weight=a.q_proj.weight.detach(),
+            q_bias=detached(a.q_proj.bias),
+            k_weight=a.k_proj.weight.detach(),
+            k_bias=detached(a.k_proj.bias),
+            v_weight=a.v_proj.weight.detach(),
+            v_bias=detached(a.v_proj.bias),
+            o_weight=a.o_proj.weight.detach(),
+            o_bias=detached(a.o_proj.bias),
+            num_heads=self.num_heads(layer),
+            head_dim=self.head_dim,
+        )
+
+    def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
+        a = self._layer(layer).attention
+        a.q_proj = linear_from(weights.q_weight, weights.q_bias, a.q_proj)
+        a.k_proj = linear_from(weights.k_weight, weights.k_bias, a.k_proj)
+        a.v_proj = linear_from(weights.v_weight, weights.v_bias, a.v_proj)
+        a.o_proj = linear_from(weights.o_weight, weights.o_bias, a.o_proj)
+        a.num_attention_heads = weights.num_heads
+
+    def block_weights(self, layer: int) -> BlockWeights:
+        block = self._layer(layer)
+        return BlockWeights(
+            norm_first=True,
+            attn_norm=layer_norm_weights(block.layernorm_before),
+            mlp_norm=layer_norm_weights(block.layernorm_after),
+            mlp=MLPWeights(
+                fc1_weight=block.mlp.fc1.weight.detach(),
+                fc1_bias=detached(block.mlp.fc1.bias),
+                fc2_weight=block.mlp.fc2.weight.detach(),
+                fc2_bias=detached(block.mlp.fc2.bias),
+                activation=hf_activation(self.model.config.hidden_act),
+            ),
+        )
+
+    def classifier_weights(self) -> ClassifierWeights:
+        classifier = self.model.classifier
+        return ClassifierWeights(
+            final_norm=layer_norm_weights(self.model.vit.layernorm),
+            pool="cls",
+            num_prefix_tokens=1,
+            pre_classifier_weight=None,
+            pre_classifier_bias=None,
+            pre_activation=None,
+            fc_norm=None,
+            classifier_weight=classifier.weight.detach(),
+            classifier_bias=detached(classifier.bias),
+        )
+
+    def embedding_stage(self) -> EmbeddingStage:
+        stage = HFViTEmbeddingStage(self.model.config)
+        stage.embeddings.load_state_dict(self.model.vit.embeddings.state_dict())
+        return stage.to(self.model.classifier.weight.device).eval()
+
+    def architecture_config(self) -> dict[str, Any]:
+        return self.model.config.to_dict()
+
+    def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
+        return self.model(pixel_values=batch["pixel_values"]).logits

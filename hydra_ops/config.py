@@ -1,0 +1,444 @@
+"""The pipeline's parameters (``params.yaml``) as validated pydantic models, plus named profiles.
+
+``params.yaml`` is the single, fully resolved configuration the DVC DAG runs on: every stage reads
+it through :func:`load_params`, which validates it before anything runs. Profiles (``default``,
+``quick``) are override dicts applied on top of the defaults by :func:`resolve_params`; the CLI
+writes the resolved result to ``params.yaml`` so DVC tracks exactly the values a stage used.
+
+Every validation problem becomes one line ``params.yaml: <dotted.key>: <what is wrong>`` in a
+:class:`ConfigError` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from hydra_ops.data.config import DataSourceConfig, OODSourceConfig
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+IMAGE_SOURCES = ("mnist5k", "digits")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+#: Metrics a gate may name. Classification metrics apply to ``id_test`` and ``shift``; OOD metrics
+#: (OOD = positive class) to ``near_ood`` and ``far_ood``; the rest are model-level (split ``model``).
+CLASSIFICATION_METRICS = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc")
+OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
+MODEL_METRICS = ("parameters", "latency_ms", "compile_max_abs_diff", "compile_argmax_agreement")
+METRICS = CLASSIFICATION_METRICS + OOD_METRICS + MODEL_METRICS
+SPLITS = ("id_test", "shift", "near_ood", "far_ood", "model")
+BASELINES = ("single", "naive_pruned", "deep_ensemble", "control", "prod")
+GREATER_IS_BETTER = {
+    "accuracy": True,
+    "nll": False,
+    "brier": False,
+    "ece": False,
+    "adaptive_ece": False,
+    "aurc": False,
+    "auroc": True,
+    "aupr_in": True,
+    "aupr_out": True,
+    "fpr95": False,
+    "parameters": False,
+    "latency_ms": False,
+    "compile_max_abs_diff": False,
+    "compile_argmax_agreement": True,
+}
+
+#: Heads per layer / layers of the built-in text model (MiniLM-L6).
+MINILM_LAYERS, MINILM_HEADS = 6, 12
+
+
+def data_modality(data: DataSourceConfig) -> str:
+    """``"image"`` for mnist5k/digits and folders of images, else ``"text"``."""
+    if data.name in IMAGE_SOURCES:
+        return "image"
+    if data.name == "folder" and data.path and Path(data.path).is_dir():
+        for f in Path(data.path).rglob("*"):
+            if f.is_file():
+                return "image" if f.suffix.lower() in IMAGE_SUFFIXES else "text"
+    return "text"
+
+
+class ConfigError(ValueError):
+    """A ``params.yaml`` problem; ``str(err)`` is one line per problem, each naming the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class VitConfig(_Strict):
+    image_size: int = Field(default=16, ge=4)
+    patch_size: int = Field(default=4, ge=1)
+    embed_dim: int = Field(default=96, ge=8)
+    depth: int = Field(default=4, ge=1)
+    num_heads: int = Field(default=6, ge=1)
+    mlp_ratio: float = Field(default=2.0, gt=0)
+
+
+class ModelConfig(_Strict):
+    family: Literal["auto", "bert", "timm_vit"] = "auto"
+    path: str | None = None
+    max_length: int = Field(default=64, ge=8, le=512)
+    vit: VitConfig = VitConfig()
+
+
+class FinetuneConfig(_Strict):
+    epochs: int = Field(default=3, ge=1)
+    batch_size: int = Field(default=16, ge=1)
+    lr: float = Field(default=5e-5, gt=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
+    seed: int = 0
+
+
+class BaselinesConfig(_Strict):
+    deep_ensemble_size: int | None = Field(default=None, ge=1)
+    """Members of the Deep Ensemble baseline (the base is member 0); ``None`` = ``members.num_members``."""
+
+
+class ScoringConfig(_Strict):
+    method: Literal["circuit", "taylor", "magnitude", "random"] = "circuit"
+    objective: Literal["nll", "ood", "avg"] = "ood"
+    max_batches: int | None = Field(default=None, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    seed: int = 0
+
+
+class MemberFinetuneConfig(_Strict):
+    enabled: bool | Literal["auto"] = "auto"
+    """``auto``: fine-tune members for the ``taylor`` variant only (the circuit variant skips)."""
+    epochs: int = Field(default=1, ge=1)
+    lr: float = Field(default=3e-5, gt=0)
+    seed_offset: int = 100
+    max_parallel: int = Field(default=1, ge=1)
+
+
+class MembersConfig(_Strict):
+    num_members: int = Field(default=3, ge=1)
+    heads_per_layer: int | None = Field(default=None, ge=1)
+    """Heads each member keeps per layer; ``None`` = ``max(1, heads // num_members)``."""
+    strategy: Literal["topk", "gumbel_topk", "overlap_penalty", "circuits"] | None = None
+    """``None`` = ``circuits`` for the circuit scorer, ``overlap_penalty`` otherwise."""
+    temperature: float = Field(default=1.0, gt=0)
+    overlap_penalty: float = Field(default=1.0, ge=0)
+    seed: int = 0
+    finetune: MemberFinetuneConfig = MemberFinetuneConfig()
+
+
+class MergeConfig(_Strict):
+    mode: Literal["stack", "average"] = "stack"
+    attention: Literal["padded_bmm", "block_diagonal"] = "padded_bmm"
+    shared_layers: int = Field(default=0, ge=0)
+
+
+class CompileConfig(_Strict):
+    backend: Literal["eager", "auto", "inductor", "export", "onnxruntime", "tensorrt"] = "eager"
+    tolerance: float = Field(default=1e-4, gt=0)
+    check_examples: int = Field(default=64, ge=1)
+
+
+class EvaluateConfig(_Strict):
+    ood_score: Literal["msp", "entropy", "mutual_information", "energy"] = "msp"
+    bootstrap_samples: int = Field(default=1000, ge=10)
+    bootstrap_seed: int = 0
+    batch_size: int = Field(default=64, ge=1)
+    latency_batch: int = Field(default=32, ge=1)
+    latency_repeats: int = Field(default=5, ge=1)
+
+
+class GateCheck(_Strict):
+    """One check, modelled on MLflow's ``MetricThreshold``.
+
+    The candidate is the Hydra model. ``threshold``: an absolute bound (candidate >= threshold when
+    greater is better, else <=). ``baseline``: compare with a baseline's value; the candidate may be
+    worse by at most ``tolerance`` or must be better by at least ``min_absolute_change`` (MLflow's
+    meaning). ``use_bootstrap_bound``: compare the conservative end of the paired bootstrap interval
+    of (candidate - baseline) instead of the point difference.
+    """
+
+    name: str | None = None
+    metric: str
+    split: Literal[SPLITS] = "id_test"  # type: ignore[valid-type]
+    threshold: float | None = None
+    baseline: Literal[BASELINES] | None = None  # type: ignore[valid-type]
+    tolerance: float | None = Field(default=None, ge=0)
+    min_absolute_change: float | None = None
+    greater_is_better: bool | None = None
+    calibrated: bool = True
+    use_bootstrap_bound: bool = False
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        if value not in METRICS:
+            raise ValueError(f"unknown metric {value!r}; allowed: {', '.join(METRICS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> GateCheck:
+        if (self.threshold is None) == (self.baseline is None):
+            raise ValueError("give exactly one of 'threshold' or 'baseline'")
+        if self.baseline is None and (
+            self.tolerance is not None or self.min_absolute_change is not None
+        ):
+            raise ValueError("'tolerance'/'min_absolute_change' need a 'baseline'")
+        if self.tolerance is not None and self.min_absolute_change is not None:
+            raise ValueError("give at most one of 'tolerance' or 'min_absolute_change'")
+        if self.use_bootstrap_bound and self.baseline in (None, "prod"):
+            raise ValueError("'use_bootstrap_bound' needs a baseline other than 'prod'")
+        if self.metric in MODEL_METRICS and self.split != "model":
+            object.__setattr__(self, "split", "model")
+        if self.metric in OOD_METRICS and self.split not in ("near_ood", "far_ood"):
+            raise ValueError(f"OOD metric {self.metric!r} needs split near_ood or far_ood")
+        if self.metric in CLASSIFICATION_METRICS and self.split not in ("id_test", "shift"):
+            raise ValueError(f"metric {self.metric!r} needs split id_test or shift")
+        if self.greater_is_better is None:
+            object.__setattr__(self, "greater_is_better", GREATER_IS_BETTER[self.metric])
+        if self.name is None:
+            against = self.baseline if self.baseline else f"{self.threshold:g}"
+            object.__setattr__(self, "name", f"{self.split}.{self.metric} vs {against}")
+        return self
+
+
+def default_gates() -> list[dict[str, Any]]:
+    """The issue's default gates (one seed's near-OOD AUROC varies by about 3 points)."""
+    return [
+        {"metric": "accuracy", "split": "id_test", "baseline": "single", "tolerance": 0.01},
+        {"metric": "nll", "split": "id_test", "baseline": "single", "tolerance": 0.02},
+        {"metric": "ece", "split": "id_test", "baseline": "single", "tolerance": 0.015},
+        {"metric": "auroc", "split": "near_ood", "baseline": "deep_ensemble", "tolerance": 0.015},
+        {"metric": "auroc", "split": "far_ood", "threshold": 0.98},
+        {"metric": "accuracy", "split": "shift", "baseline": "single", "tolerance": 0.02},
+        {"metric": "compile_argmax_agreement", "threshold": 1.0},
+    ]
+
+
+class PromoteConfig(_Strict):
+    model_name: str = Field(default="hydra", pattern=r"^[a-z][a-z0-9-]*$")
+    stage: str = Field(default="prod", pattern=r"^[a-z][a-z0-9-]*$")
+
+
+class PipelineConfig(_Strict):
+    """Root of ``params.yaml``."""
+
+    profile: str = "default"
+    seed: int = 0
+    data: DataSourceConfig = DataSourceConfig()
+    model: ModelConfig = ModelConfig()
+    finetune: FinetuneConfig = FinetuneConfig()
+    baselines: BaselinesConfig = BaselinesConfig()
+    scoring: ScoringConfig = ScoringConfig()
+    members: MembersConfig = MembersConfig()
+    merge: MergeConfig = MergeConfig()
+    compile: CompileConfig = CompileConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    gates: list[GateCheck] = Field(default_factory=lambda: [GateCheck(**g) for g in default_gates()])
+    promote: PromoteConfig = PromoteConfig()
+
+    # ---- derived values every stage agrees on ----
+    @property
+    def modality(self) -> str:
+        return data_modality(self.data)
+
+    @property
+    def family(self) -> str:
+        if self.model.family != "auto":
+            return self.model.family
+        return "timm_vit" if self.modality == "image" else "bert"
+
+    @property
+    def model_heads(self) -> int:
+        return self.model.vit.num_heads if self.family == "timm_vit" else MINILM_HEADS
+
+    @property
+    def heads_per_member(self) -> int:
+        if self.members.heads_per_layer is not None:
+            return self.members.heads_per_layer
+        return max(1, self.model_heads // self.members.num_members)
+
+    @property
+    def strategy(self) -> str:
+        if self.members.strategy is not None:
+            return self.members.strategy
+        return "circuits" if self.scoring.method == "circuit" else "overlap_penalty"
+
+    @property
+    def finetune_members(self) -> bool:
+        enabled = self.members.finetune.enabled
+        return self.scoring.method == "taylor" if enabled == "auto" else bool(enabled)
+
+    @property
+    def deep_ensemble_size(self) -> int:
+        return self.baselines.deep_ensemble_size or self.members.num_members
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> PipelineConfig:
+        problems: list[tuple[str, str]] = []
+        modality = self.modality
+        if self.model.family == "bert" and modality == "image":
+            problems.append(("model.family", "'bert' needs a text data.source"))
+        if self.model.family == "timm_vit" and modality == "text":
+            problems.append(("model.family", "'timm_vit' needs an image data.source"))
+        if self.data.path and not Path(self.data.path).exists():
+            problems.append(("data.path", f"{self.data.path!r} does not exist"))
+        for key in ("near_ood", "far_ood", "ood_val"):
+            value = getattr(self.data, key)
+            if isinstance(value, OODSourceConfig) and not Path(value.path).exists():
+                problems.append((f"data.{key}.path", f"{value.path!r} does not exist"))
+        if self.model.path and not Path(self.model.path).exists():
+            problems.append(("model.path", f"{self.model.path!r} does not exist"))
+        vit = self.model.vit
+        if self.family == "timm_vit":
+            if vit.image_size % vit.patch_size:
+                problems.append(("model.vit.patch_size", "must divide model.vit.image_size"))
+            if vit.embed_dim % vit.num_heads:
+                problems.append(("model.vit.num_heads", "must divide model.vit.embed_dim"))
+        if self.heads_per_member > self.model_heads:
+            problems.append(
+                (
+                    "members.heads_per_layer",
+                    f"{self.heads_per_member} > the model's {self.model_heads} heads per layer",
+                )
+            )
+        layers = vit.depth if self.family == "timm_vit" else MINILM_LAYERS
+        if self.merge.shared_layers >= layers:
+            problems.append(("merge.shared_layers", f"must be < the model's {layers} layers"))
+        if problems:
+            raise ValueError("; ".join(f"@{k}: {m}" for k, m in problems))
+        return self
+
+
+#: Profiles: overrides applied on top of the defaults. ``quick`` is for tests and smoke runs.
+PROFILES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "quick": {
+        "data": {"max_per_split": 240, "far_ood_size": 120},
+        "model": {"max_length": 32},
+        "finetune": {"epochs": 1, "batch_size": 16, "lr": 1e-4},
+        "scoring": {"max_batches": 2},
+        "members": {"finetune": {"epochs": 1}},
+        "evaluate": {"bootstrap_samples": 200, "latency_repeats": 2, "latency_batch": 8},
+    },
+}
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; lists and scalars in ``override`` replace those in ``base``."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """``set_dotted(d, "a.b", 1)`` sets ``d["a"]["b"] = 1``, creating dicts on the way."""
+    keys = dotted.split(".")
+    node = raw
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"params: {dotted}: {key!r} is not a section")
+    node[keys[-1]] = value
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] != "value_error" and "input" in e and not isinstance(e["input"], dict | list):
+            msg = f"{msg} (got {e['input']!r})"
+        if "@" in msg and ": " in msg:  # cross-checks name their own keys
+            for part in msg.split("; "):
+                key, _, text = part.partition(": ")
+                lines.append(f"{source}: {key.lstrip('@')}: {text}")
+            continue
+        named = re.search(r"needs '(\w+)'", msg)  # "data source 'csv' needs 'path'" -> data.path
+        if named and e["type"] == "value_error":
+            loc = f"{loc}.{named.group(1)}" if loc else named.group(1)
+        lines.append(f"{source}: {loc or '<root>'}: {msg}")
+    return "\n".join(lines)
+
+
+def validate_params(raw: Mapping[str, Any] | None, source: str = "params.yaml") -> PipelineConfig:
+    """Validate a raw params mapping; raise :class:`ConfigError` with one line per problem."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: <root>: must be a mapping, got {type(raw).__name__}")
+    try:
+        return PipelineConfig.model_validate(dict(raw))
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, source)) from None
+
+
+def resolve_params(
+    profile: str = "default",
+    overrides: Mapping[str, Any] | None = None,
+    sets: Mapping[str, Any] | None = None,
+) -> PipelineConfig:
+    """Defaults, then ``PROFILES[profile]``, then ``overrides`` (a params file), then dotted ``sets``."""
+    if profile not in PROFILES:
+        raise ConfigError(f"profile: unknown profile {profile!r}; allowed: {', '.join(PROFILES)}")
+    raw = deep_merge({"profile": profile}, PROFILES[profile])
+    if overrides:
+        raw = deep_merge(raw, overrides)
+    for dotted, value in (sets or {}).items():
+        set_dotted(raw, dotted, value)
+    return validate_params(raw, source="params")
+
+
+def read_yaml(path: str | os.PathLike[str]) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+
+
+def load_params(path: str | os.PathLike[str] = "params.yaml") -> PipelineConfig:
+    """Read and validate a params file."""
+    return validate_params(read_yaml(path), source=Path(path).name)
+
+
+def to_raw(cfg: PipelineConfig) -> dict[str, Any]:
+    """Fully resolved plain-dict form (what ``params.yaml`` holds)."""
+    return cfg.model_dump(mode="json")
+
+
+def write_params(cfg: PipelineConfig, path: str | os.PathLike[str] = "params.yaml") -> Path:
+    """Write the resolved config atomically, in a stable key order."""
+    path = Path(path)
+    text = (
+        "# Resolved pipeline parameters (validated by hydra_ops.config). Regenerate with\n"
+        "# `hydra-ens run --profile NAME [--params FILE] [--set key=value]` or edit by hand.\n"
+        + yaml.safe_dump(to_raw(cfg), sort_keys=False, default_flow_style=None, width=100)
+    )
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,267 @@
+"""From a :class:`DataSourceConfig` to in-memory splits (ID train/val/test, shift, near-OOD,
+far-OOD and the scorer's OOD-validation set)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hydra_ops.data import sources, transforms
+from hydra_ops.data.config import (
+    IMAGE_OOD_VAL,
+    TEXT_OOD_VAL,
+    DataSourceConfig,
+    OODSourceConfig,
+)
+from hydra_ops.data.splits import random_cap, stratified_cap, stratified_split
+
+ID_SPLITS = ("train", "val", "test", "shift")
+OOD_SPLITS = ("near_ood", "far_ood", "ood_val")
+SPLIT_NAMES = ID_SPLITS + OOD_SPLITS
+
+DEFAULT_ID_CLASSES = {
+    "bbc-news": ["business", "entertainment", "politics", "sports"],
+    "mnist5k": [str(i) for i in range(8)],
+    "digits": [str(i) for i in range(8)],
+}
+
+# Separate RNG streams per use, so changing e.g. the shift severity leaves the splits unchanged.
+_STREAM = {"split": 0, "cap": 1, "shift": 2, "far_ood": 3, "ood_val": 4, "near_ood": 5}
+
+
+def _rng(seed: int, stream: str) -> np.random.Generator:
+    return np.random.default_rng([int(seed), _STREAM[stream]])
+
+
+@dataclass
+class SplitData:
+    """One split in memory. ``labels`` are ID class indices, or -1 for OOD splits."""
+
+    name: str
+    labels: np.ndarray
+    texts: list[str] | None = None
+    images: np.ndarray | None = None
+    description: str = ""
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclass
+class BuiltData:
+    modality: str
+    classes: list[str]
+    splits: dict[str, SplitData]
+    source_description: str
+    duplicates_removed: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _load_raw(cfg: DataSourceConfig) -> sources.RawData:
+    if cfg.name == "bbc-news":
+        return sources.load_bbc_news()
+    if cfg.name == "mnist5k":
+        return sources.load_mnist5k()
+    if cfg.name == "digits":
+        return sources.load_digits_source()
+    assert cfg.path is not None
+    if cfg.name in ("csv", "jsonl"):
+        return sources.load_table(cfg.path, cfg.name, cfg.text_column, cfg.label_column, cfg.classes)
+    if sources.folder_is_images(cfg.path):
+        raw = sources.load_image_folder(cfg.path, cfg.channels, cfg.image_size)
+    else:
+        raw = sources.load_text_folder(cfg.path)
+    if cfg.classes is not None:
+        unknown = sorted(set(raw.names) - set(cfg.classes))
+        if unknown:
+            raise ValueError(
+                f"folder source {cfg.path!r}: class folder(s) {unknown} not in classes {cfg.classes}"
+            )
+    return raw
+
+
+def _subset(raw: sources.RawData, idx: np.ndarray) -> tuple[list[str] | None, np.ndarray | None]:
+    texts = [raw.texts[i] for i in idx] if raw.texts is not None else None
+    images = raw.images[idx] if raw.images is not None else None
+    return texts, images
+
+
+def _class_ids(raw: sources.RawData, wanted: list[str], key: str) -> list[int]:
+    missing = [c for c in wanted if c not in raw.names]
+    if missing:
+        raise ValueError(f"{key}: class(es) {missing} not in the source's classes {raw.names}")
+    return [raw.names.index(c) for c in wanted]
+
+
+def build_splits(cfg: DataSourceConfig) -> BuiltData:
+    """All splits of ``cfg`` in memory, deterministic under ``cfg.seed``."""
+    raw = _load_raw(cfg)
+    if raw.modality == "text" and cfg.dedupe:
+        raw = sources.dedupe_texts(raw)
+    id_names = cfg.id_classes or DEFAULT_ID_CLASSES.get(cfg.name) or list(raw.names)
+    id_ids = _class_ids(raw, id_names, "id_classes")
+    if cfg.near_ood_classes is not None:
+        near_names = list(cfg.near_ood_classes)
+    else:
+        near_names = [n for n in raw.names if n not in id_names]
+    near_ids = _class_ids(raw, near_names, "near_ood_classes")
+
+    remap = np.full(len(raw.names), -1, dtype=np.int64)
+    remap[id_ids] = np.arange(len(id_ids))
+    id_idx = np.flatnonzero(np.isin(raw.labels, id_ids))
+    id_labels = remap[raw.labels[id_idx]]
+    parts = stratified_split(
+        id_labels, (cfg.train_frac, cfg.val_frac, cfg.test_frac), cfg.seed, names=id_names
+    )
+    splits: dict[str, SplitData] = {}
+    cap_rng_seed = int(_rng(cfg.seed, "cap").integers(2**31))
+    for name, part in zip(("train", "val", "test"), parts, strict=True):
+        part = part[stratified_cap(id_labels[part], cfg.max_per_split, cap_rng_seed)]
+        texts, images = _subset(raw, id_idx[part])
+        splits[name] = SplitData(
+            name,
+            id_labels[part],
+            texts,
+            images,
+            f"ID {name} split ({cfg.train_frac}/{cfg.val_frac}/{cfg.test_frac}, stratified, "
+            f"seed {cfg.seed})",
+        )
+
+    test, val = splits["test"], splits["val"]
+    rng = _rng(cfg.seed, "shift")
+    if raw.modality == "text":
+        assert test.texts is not None
+        noisy = [transforms.char_noise(t, cfg.shift_severity, rng)[0] for t in test.texts]
+        splits["shift"] = SplitData(
+            "shift",
+            test.labels.copy(),
+            texts=noisy,
+            description=f"ID test with character noise (substitute/delete/insert/swap), "
+            f"severity {cfg.shift_severity}",
+        )
+    else:
+        assert test.images is not None
+        splits["shift"] = SplitData(
+            "shift",
+            test.labels.copy(),
+            images=transforms.image_shift(test.images, cfg.shift_severity, cfg.shift_kind, rng),
+            description=f"ID test with {cfg.shift_kind}, severity {cfg.shift_severity}",
+        )
+
+    near = _near_ood(cfg, raw, near_ids, near_names)
+    if near is not None:
+        splits["near_ood"] = near
+    splits["far_ood"] = _far_ood(cfg, raw)
+    splits["ood_val"] = _ood_val(cfg, raw, val)
+    return BuiltData(
+        modality=raw.modality,
+        classes=list(id_names),
+        splits=splits,
+        source_description=raw.description,
+        duplicates_removed=raw.duplicates_removed,
+        extra={"near_ood_classes": near_names if cfg.near_ood is None else None},
+    )
+
+
+def _ood_from_user(cfg: DataSourceConfig, ood: OODSourceConfig, raw, key: str, seed_stream: str):
+    image_size = raw.images.shape[1:3] if raw.images is not None else None
+    texts, images = sources.load_ood_source(
+        ood.kind, ood.path, ood.text_column, raw.modality, cfg.channels, image_size, key
+    )
+    n = len(texts) if texts is not None else len(images)
+    keep = random_cap(n, cfg.max_per_split, int(_rng(cfg.seed, seed_stream).integers(2**31)))
+    if texts is not None:
+        texts = [texts[i] for i in keep]
+    else:
+        images = images[keep]
+    return SplitData(
+        key,
+        np.full(len(keep), -1, dtype=np.int64),
+        texts,
+        images,
+        f"user {ood.kind} OOD set {ood.path!r}",
+    )
+
+
+def _near_ood(cfg, raw, near_ids, near_names) -> SplitData | None:
+    if cfg.near_ood is not None:
+        return _ood_from_user(cfg, cfg.near_ood, raw, "near_ood", "near_ood")
+    if not near_ids:
+        return None
+    idx = np.flatnonzero(np.isin(raw.labels, near_ids))
+    keep = random_cap(len(idx), cfg.max_per_split, int(_rng(cfg.seed, "near_ood").integers(2**31)))
+    texts, images = _subset(raw, idx[keep])
+    return SplitData(
+        "near_ood",
+        np.full(len(keep), -1, dtype=np.int64),
+        texts,
+        images,
+        f"held-out class(es) {near_names} of the same source",
+    )
+
+
+def _far_ood(cfg: DataSourceConfig, raw: sources.RawData) -> SplitData:
+    if isinstance(cfg.far_ood, OODSourceConfig):
+        return _ood_from_user(cfg, cfg.far_ood, raw, "far_ood", "far_ood")
+    n = cfg.far_ood_size if cfg.max_per_split is None else min(cfg.far_ood_size, cfg.max_per_split)
+    seed = int(_rng(cfg.seed, "far_ood").integers(2**31))
+    kind = cfg.far_ood or ("kaomoji" if raw.modality == "text" else "sample_images")
+    if raw.modality == "text":
+        if kind != "kaomoji":
+            raise ValueError(f"far_ood {kind!r} is for images; text sources allow 'kaomoji'")
+        return SplitData(
+            "far_ood",
+            np.full(n, -1, dtype=np.int64),
+            texts=sources.kaomoji_texts(n, seed),
+            description="kaomoji (kaomoji-dataset, tier 'core'), one per text",
+        )
+    if kind == "kaomoji":
+        raise ValueError("far_ood 'kaomoji' is for text; image sources allow sample_images, noise")
+    assert raw.images is not None
+    h, w = raw.images.shape[1:3]
+    channels = 1 if raw.images.ndim == 3 else 3
+    if kind == "sample_images":
+        images = sources.sample_image_crops(n, h, w, channels, seed)
+        desc = "random crops of scikit-learn's sample images (china, flower), resized"
+    else:
+        images = sources.uniform_noise_images(n, raw.images.shape[1:], seed)
+        desc = "uniform noise images"
+    return SplitData("far_ood", np.full(n, -1, dtype=np.int64), images=images, description=desc)
+
+
+def _ood_val(cfg: DataSourceConfig, raw: sources.RawData, val: SplitData) -> SplitData:
+    if isinstance(cfg.ood_val, OODSourceConfig):
+        split = _ood_from_user(cfg, cfg.ood_val, raw, "ood_val", "ood_val")
+        split.description = f"user OOD-validation set {cfg.ood_val.path!r} (not an OOD test set)"
+        return split
+    rng = _rng(cfg.seed, "ood_val")
+    kind = cfg.ood_val or ("word_shuffle" if raw.modality == "text" else "patch_shuffle")
+    if raw.modality == "text":
+        if kind not in TEXT_OOD_VAL:
+            raise ValueError(f"ood_val {kind!r} is for images; text sources allow {TEXT_OOD_VAL}")
+        assert val.texts is not None
+        return SplitData(
+            "ood_val",
+            np.full(len(val), -1, dtype=np.int64),
+            texts=[transforms.word_shuffle(t, rng) for t in val.texts],
+            description="word-shuffled ID validation texts (derived from split 'val'; "
+            "never an OOD test set)",
+        )
+    if kind not in IMAGE_OOD_VAL:
+        raise ValueError(f"ood_val {kind!r} is for text; image sources allow {IMAGE_OOD_VAL}")
+    assert val.images is not None
+    h = val.images.shape[1]
+    if kind == "patch_shuffle":
+        grid = 4 if h % 4 == 0 else 2
+        images = transforms.patch_shuffle(val.images, rng, grid=grid)
+        desc = f"patch-shuffled ({grid}x{grid} grid) ID validation images"
+    else:
+        images = transforms.pixel_shuffle(val.images, rng)
+        desc = "pixel-shuffled ID validation images"
+    return SplitData(
+        "ood_val",
+        np.full(len(val), -1, dtype=np.int64),
+        images=images,
+        description=desc + " (derived from split 'val'; never an OOD test set)",
+    )

@@ -1,0 +1,347 @@
+"""Grouped (block-diagonal) layers over M member streams.
+
+Every tensor of streams is laid out ``[B, M, T, D]``: batch, member, token, feature. Member ``m``'s
+stream only ever meets member ``m``'s weights; nothing here mixes members.
+
+Attention implementations (``ATTENTION_IMPLEMENTATIONS``, selected by name), all exact:
+
+* ``padded_bmm``: every member's heads are zero-padded to ``H = max_m h_m`` heads; q/k/v of all
+  members is ONE batched matmul ``[M, B*T, D] x [M, D, 3*H*dh]``, attention runs on
+  ``[B, M*H, T, dh]`` and the output projection is one more batched matmul. A padded head has zero
+  q/k/v weights and bias, so its context is exactly 0, and its output-projection columns are 0:
+  padding changes nothing but wastes ``(M*H - sum h_m)`` heads of work when counts differ.
+* ``block_diagonal``: the streams are concatenated along features (``[B, T, M*D]``) and the heads
+  of all members are packed without padding (``sum h_m`` heads); q/k/v is ONE dense matmul with a
+  block-diagonal ``[3*sum(h_m)*dh, M*D]`` weight and the output projection one with a
+  block-diagonal ``[M*D, sum(h_m)*dh]`` weight. No padding, but the zero blocks are multiplied.
+
+Both read and write the same per-member :class:`~hydra_ops.adapters.AttentionWeights`, so a model
+can switch implementation (``to_implementation``) without changing what it computes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .adapters.base import ACTIVATIONS, AttentionWeights
+
+
+def _zeros_like_bias(weight: Tensor) -> Tensor:
+    return torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
+
+
+def _bias_or_zeros(bias: Tensor | None, weight: Tensor) -> Tensor:
+    return _zeros_like_bias(weight) if bias is None else bias
+
+
+class GroupedAttention(nn.Module, abc.ABC):
+    """Self-attention of M members over ``[B, M, T, D]`` streams, one grouped op per projection.
+
+    ``forward(x [B, M, T, D], key_padding_mask [B, T] bool or None) -> [B, M, T, D]`` (True in the
+    mask = a real token). The output includes the output projection's bias.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, head_counts: Sequence[int], head_dim: int, hidden_size: int) -> None:
+        super().__init__()
+        if not head_counts or min(head_counts) < 1:
+            raise ValueError(f"head_counts must be >= 1 for every member, got {list(head_counts)}")
+        self.head_counts = [int(h) for h in head_counts]
+        self.head_dim = int(head_dim)
+        self.hidden_size = int(hidden_size)
+
+    @property
+    def num_members(self) -> int:
+        return len(self.head_counts)
+
+    @classmethod
+    def from_members(cls, members: Sequence[AttentionWeights]) -> GroupedAttention:
+        first = members[0]
+        hidden = first.q_weight.shape[1]
+        for m, w in enumerate(members):
+            if w.head_dim != first.head_dim or w.q_weight.shape[1] != hidden:
+                raise ValueError(
+                    f"member {m} attention has head_dim={w.head_dim}, hidden={w.q_weight.shape[1]}; "
+                    f"member 0 has head_dim={first.head_dim}, hidden={hidden}"
+                )
+        module = cls([w.num_heads for w in members], first.head_dim, hidden)
+        module.to(dtype=first.q_weight.dtype, device=first.q_weight.device)
+        module.load_members(members)
+        return module
+
+    @abc.abstractmethod
+    def load_members(self, members: Sequence[AttentionWeights]) -> None:
+        """Copy per-member weights in (head counts must match ``head_counts``)."""
+
+    @abc.abstractmethod
+    def member_weights(self) -> list[AttentionWeights]:
+        """Per-member weights (copies), inverse of :meth:`load_members`."""
+
+    def to_implementation(self, name: str) -> GroupedAttention:
+        """The same attention in implementation ``name`` (self if already so)."""
+        impl = attention_implementation(name)
+        if isinstance(self, impl):
+            return self
+        return impl.from_members(self.member_weights())
+
+    @staticmethod
+    def _attend(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """q, k, v ``[B, heads, T, dh]`` -> context ``[B, heads, T, dh]``."""
+        mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class PaddedBmmAttention(GroupedAttention):
+    """Heads zero-padded to ``H = max(head_counts)``; q/k/v and output are batched matmuls."""
+
+    name = "padded_bmm"
+
+    def __init__(self, head_counts: Sequence[int], head_dim: int, hidden_size: int) -> None:
+        super().__init__(head_counts, head_dim, hidden_size)
+        m, h, dh, d = self.num_members, max(self.head_counts), self.head_dim, self.hidden_size
+        self.max_heads = h
+        # qkv_weight[m] rows: [q heads 0..H-1 | k heads | v heads], each head dh rows.
+        self.qkv_weight = nn.Parameter(torch.zeros(m, 3 * h * dh, d))
+        self.qkv_bias = nn.Parameter(torch.zeros(m, 3 * h * dh))
+        self.out_weight = nn.Parameter(torch.zeros(m, d, h * dh))
+        self.out_bias = nn.Parameter(torch.zeros(m, d))
+
+    def load_members(self, members: Sequence[AttentionWeights]) -> None:
+        h, dh = self.max_heads, self.head_dim
+        with torch.no_grad():
+            self.qkv_weight.zero_()
+            self.qkv_bias.zero_()
+            self.out_weight.zero_()
+            for m, w in enumerate(members):
+                n = w.num_heads * dh
+                if w.num_heads != self.head_counts[m]:
+                    raise ValueError(f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}")
+                for part, (weight, bias) in enumerate(
+                    ((w.q_weight, w.q_bias), (w.k_weight, w.k_bias), (w.v_weight, w.v_bias))
+                ):
+                    start = part * h * dh
+                    self.qkv_weight[m, start : start + n] = weight
+                    self.qkv_bias[m, start : start + n] = _bias_or_zeros(bias, weight)
+                self.out_weight[m, :, :n] = w.o_weight
+                self.out_bias[m] = _bias_or_zeros(w.o_bias, w.o_weight)
+
+    def member_weights(self) -> list[AttentionWeights]:
+        h, dh = self.max_heads, self.head_dim
+        result = []
+        for m, count in enumerate(self.head_counts):
+            n = count * dh
+            parts = [
+                (
+                    self.qkv_weight[m, p * h * dh : p * h * dh + n].detach().clone(),
+                    self.qkv_bias[m, p * h * dh : p * h * dh + n].detach().clone(),
+                )
+                for p in range(3)
+            ]
+            result.append(
+                AttentionWeights(
+                    q_weight=parts[0][0],
+                    q_bias=parts[0][1],
+                    k_weight=parts[1][0],
+                    k_bias=parts[1][1],
+                    v_weight=parts[2][0],
+                    v_bias=parts[2][1],
+                    o_weight=self.out_weight[m, :, :n].detach().clone(),
+                    o_bias=self.out_bias[m].detach().clone(),
+                    num_heads=count,
+                    head_dim=dh,
+                )
+            )
+        return result
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        b, m, t, d = x.shape
+        h, dh = self.max_heads, self.head_dim
+        streams = x.transpose(0, 1).reshape(m, b * t, d)
+        qkv = torch.baddbmm(self.qkv_bias.unsqueeze(1), streams, self.qkv_weight.transpose(1, 2))
+        # [M, B*T, 3*H*dh] -> [3, B, M*H, T, dh]
+        qkv = qkv.view(m, b, t, 3, h, dh).permute(3, 1, 0, 4, 2, 5).reshape(3, b, m * h, t, dh)
+        context = self._attend(qkv[0], qkv[1], qkv[2], key_padding_mask)
+        context = context.view(b, m, h, t, dh).permute(1, 0, 3, 2, 4).reshape(m, b * t, h * dh)
+        out = torch.baddbmm(self.out_bias.unsqueeze(1), context, self.out_weight.transpose(1, 2))
+        return out.view(m, b, t, d).transpose(0, 1)
+
+
+class BlockDiagonalAttention(GroupedAttention):
+    """Packed heads (no padding); q/k/v and output are dense matmuls with block-diagonal weights."""
+
+    name = "block_diagonal"
+
+    def __init__(self, head_counts: Sequence[int], head_dim: int, hidden_size: int) -> None:
+        super().__init__(head_counts, head_dim, hidden_size)
+        m, dh, d = self.num_members, self.head_dim, self.hidden_size
+        self.total_heads = sum(self.head_counts)
+        n = self.total_heads * dh
+        # qkv_weight rows: [q of all packed heads | k | v]; head offsets follow member order.
+        self.qkv_weight = nn.Parameter(torch.zeros(3 * n, m * d))
+        self.qkv_bias = nn.Parameter(torch.zeros(3 * n))
+        self.out_weight = nn.Parameter(torch.zeros(m * d, n))
+        self.out_bias = nn.Parameter(torch.zeros(m * d))
+
+    def _offsets(self) -> list[int]:
+        offsets = [0]
+        for count in self.head_counts:
+            offsets.append(offsets[-1] + count * self.head_dim)
+        return offsets
+
+    def load_members(self, members: Sequence[AttentionWeights]) -> None:
+        d, n = self.hidden_size, self.total_heads * self.head_dim
+        offsets = self._offsets()
+        with torch.no_grad():
+            self.qkv_weight.zero_()
+            self.qkv_bias.zero_()
+            self.out_weight.zero_()
+            for m, w in enumerate(members):
+                if w.num_heads != self.head_counts[m]:
+                    raise ValueError(f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}")
+                lo, hi = offsets[m], offsets[m + 1]
+                cols = slice(m * d, (m + 1) * d)
+                for part, (weight, bias) in enumerate(
+                    ((w.q_weight, w.q_bias), (w.k_weight, w.k_bias), (w.v_weight, w.v_bias))
+                ):
+                    self.qkv_weight[part * n + lo : part * n + hi, cols] = weight
+                    self.qkv_bias[part * n + lo : part * n + hi] = _bias_or_zeros(bias, weight)
+                self.out_weight[cols, lo:hi] = w.o_weight
+                self.out_bias[cols] = _bias_or_zeros(w.o_bias, w.o_weight)
+
+    def member_weights(self) -> list[AttentionWeights]:
+        d, n, dh = self.hidden_size, self.total_heads * self.head_dim, self.head_dim
+        offsets = self._offsets()
+        result = []
+        for m, count in enumerate(self.head_counts):
+            lo, hi = offsets[m], offsets[m + 1]
+            cols = slice(m * d, (m + 1) * d)
+            parts = [
+                (
+                    self.qkv_weight[p * n + lo : p * n + hi, cols].detach().clone(),
+                    self.qkv_bias[p * n + lo : p * n + hi].detach().clone(),
+                )
+                for p in range(3)
+            ]
+            result.append(
+                AttentionWeights(
+                    q_weight=parts[0][0],
+                    q_bias=parts[0][1],
+                    k_weight=parts[1][0],
+                    k_bias=parts[1][1],
+                    v_weight=parts[2][0],
+                    v_bias=parts[2][1],
+                    o_weight=self.out_weight[cols, lo:hi].detach().clone(),
+                    o_bias=self.out_bias[cols].detach().clone(),
+                    num_heads=count,
+                    head_dim=dh,
+                )
+            )
+        return result
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        b, m, t, d = x.shape
+        heads, dh = self.total_heads, self.head_dim
+        streams = x.transpose(1, 2).reshape(b, t, m * d)
+        qkv = F.linear(streams, self.qkv_weight, self.qkv_bias)
+        q, k, v = qkv.view(b, t, 3, heads, dh).permute(2, 0, 3, 1, 4).unbind(0)
+        context = self._attend(q, k, v, key_padding_mask)
+        context = context.transpose(1, 2).reshape(b, t, heads * dh)
+        out = F.linear(context, self.out_weight, self.out_bias)
+        return out.view(b, t, m, d).transpose(1, 2)
+
+
+ATTENTION_IMPLEMENTATIONS: dict[str, type[GroupedAttention]] = {
+    PaddedBmmAttention.name: PaddedBmmAttention,
+    BlockDiagonalAttention.name: BlockDiagonalAttention,
+}
+
+
+def attention_implementation(name: str) -> type[GroupedAttention]:
+    if name not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attention must be one of {sorted(ATTENTION_IMPLEMENTATIONS)}, got {name!r}"
+        )
+    return ATTENTION_IMPLEMENTATIONS[name]
+
+
+class GroupedLinear(nn.Module):
+    """A dense layer that is either shared by all members or one per member.
+
+    Shared: ``weight [out, in]``, ``bias [out]``. Per member: ``weight [M, out, in]``,
+    ``bias [M, out]``. ``forward(x [B, M, ..., in]) -> [B, M, ..., out]``.
+    """
+
+    def __init__(
+        self, in_features: int, out_features: int, num_members: int | None, bias: bool = True
+    ) -> None:
+        super().__init__()
+        self.per_member = num_members is not None
+        shape = (num_members, out_features, in_features) if self.per_member else (out_features, in_features)
+        self.weight = nn.Parameter(torch.zeros(shape))
+        self.bias = nn.Parameter(torch.zeros(shape[:-1])) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.per_member:
+            return F.linear(x, self.weight, self.bias)
+        b, m = x.shape[:2]
+        inner = x.shape[2:-1]
+        streams = x.transpose(0, 1).reshape(m, -1, x.shape[-1])
+        if self.bias is None:
+            out = torch.bmm(streams, self.weight.transpose(1, 2))
+        else:
+            out = torch.baddbmm(self.bias.unsqueeze(1), streams, self.weight.transpose(1, 2))
+        return out.view(m, b, *inner, -1).transpose(0, 1)
+
+
+class GroupedLayerNorm(nn.Module):
+    """LayerNorm over the last dim, shared (``weight [D]``) or per member (``weight [M, D]``).
+
+    ``forward(x [B, M, ..., D])``; per-member affine parameters broadcast over batch and tokens.
+    """
+
+    def __init__(self, dim: int, eps: float, num_members: int | None, bias: bool = True) -> None:
+        super().__init__()
+        self.per_member = num_members is not None
+        self.eps = float(eps)
+        self.dim = int(dim)
+        shape = (num_members, dim) if self.per_member else (dim,)
+        self.weight = nn.Parameter(torch.ones(shape))
+        self.bias = nn.Parameter(torch.zeros(shape)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.per_member:
+            return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
+        normed = F.layer_norm(x, (self.dim,), None, None, self.eps)
+        view = (1, self.weight.shape[0]) + (1,) * (x.dim() - 3) + (self.dim,)
+        out = normed * self.weight.view(view)
+        return out if self.bias is None else out + self.bias.view(view)
+
+
+class GroupedMLP(nn.Module):
+    """``fc2(act(fc1(x)))``; each dense layer shared (``None``) or per member (``M``)."""
+
+    def __init__(
+        self,
+        dim: int,
+        hidden: int,
+        activation: str,
+        fc1_members: int | None,
+        fc2_members: int | None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        self.fc1 = GroupedLinear(dim, hidden, fc1_members, bias)
+        self.fc2 = GroupedLinear(hidden, dim, fc2_members, bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(ACTIVATIONS[self.activation](self.fc1(x)))

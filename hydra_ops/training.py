@@ -1,0 +1,271 @@
+"""Fine-tuning loop (AdamW + linear warmup/decay) with a progress bar, and batched evaluation.
+
+Works for any model whose logits :func:`model_logits` can get from a contract batch: Hugging Face
+BERT / ViT classifiers (``model(**inputs).logits``) and timm ViTs (``model(pixel_values)``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Batch = dict[str, torch.Tensor]
+TEXT_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _local_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Logits [B, C] for the families this module knows without :mod:`hydra_ops.adapters`."""
+    if "pixel_values" in batch:
+        pixels = batch["pixel_values"]
+        if hasattr(model, "config"):  # Hugging Face image classifier
+            out = model(pixel_values=pixels)
+        else:  # timm and plain nn.Modules take the tensor positionally
+            out = model(pixels)
+    else:
+        inputs = {k: batch[k] for k in TEXT_INPUT_KEYS if k in batch}
+        if "input_ids" not in inputs:
+            raise ValueError(
+                f"batch must hold 'input_ids' or 'pixel_values', got keys {sorted(batch)}"
+            )
+        out = model(**inputs)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def model_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The one place that turns a contract batch into logits [B, C] (``labels`` ignored).
+
+    Uses ``hydra_ops.adapters.get_adapter(model).logits(batch)`` when that module exists and knows
+    the model's family; otherwise (the module is absent, or the model is e.g. a toy ``nn.Module``)
+    a local fallback: ``model(**text_inputs).logits``, ``model(pixel_values=...).logits`` for HF
+    image models, ``model(pixel_values)`` for timm / plain modules.
+    """
+    try:
+        from hydra_ops.adapters import get_adapter
+    except ImportError:
+        return _local_logits(model, batch)
+    try:
+        adapter = get_adapter(model)
+    except ValueError:
+        return _local_logits(model, batch)
+    return adapter.logits(batch)
+
+
+@dataclass
+class TrainReport:
+    """What :func:`fine_tune` did. ``epoch_losses[e]`` is the mean training loss of epoch ``e``."""
+
+    epochs: int
+    steps: int
+    epoch_losses: list[float] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
+    total_seconds: float = 0.0
+    lr: float = 0.0
+    seed: int = 0
+    trainable_parameters: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _layers(model: nn.Module) -> tuple[nn.Module | None, Sequence[nn.Module]]:
+    """(embeddings, list of transformer blocks) for BERT / HF ViT / timm ViT."""
+    for attr in ("bert", "vit"):
+        inner = getattr(model, attr, None)
+        if inner is not None:
+            return inner.embeddings, list(inner.encoder.layer)
+    if hasattr(model, "blocks"):  # timm VisionTransformer
+        embeds = nn.ModuleList(
+            [m for m in (getattr(model, "patch_embed", None),) if m is not None]
+        )
+        return embeds, list(model.blocks)
+    raise ValueError(
+        f"frozen_layers: cannot find transformer layers on {type(model).__name__}; "
+        "supported: BertForSequenceClassification, ViTForImageClassification, timm VisionTransformer"
+    )
+
+
+def freeze_layers(model: nn.Module, frozen_layers: int | Sequence[int]) -> None:
+    """Freeze parameters in place.
+
+    ``frozen_layers``: an int ``k`` freezes the embeddings and the first ``k`` layers; a sequence
+    freezes exactly those layer indices (embeddings stay trainable).
+    """
+    embeddings, layers = _layers(model)
+    if isinstance(frozen_layers, int):
+        if not 0 <= frozen_layers <= len(layers):
+            raise ValueError(f"frozen_layers must be in 0..{len(layers)}, got {frozen_layers}")
+        chosen = list(range(frozen_layers))
+        if embeddings is not None and frozen_layers > 0:
+            embeddings.requires_grad_(False)
+            if hasattr(model, "cls_token") and model.cls_token is not None:
+                model.cls_token.requires_grad_(False)
+            if hasattr(model, "pos_embed") and model.pos_embed is not None:
+                model.pos_embed.requires_grad_(False)
+    else:
+        chosen = [int(i) for i in frozen_layers]
+        bad = [i for i in chosen if not 0 <= i < len(layers)]
+        if bad:
+            raise ValueError(f"frozen_layers: indices {bad} not in 0..{len(layers) - 1}")
+    for i in chosen:
+        layers[i].requires_grad_(False)
+
+
+def _linear_schedule(total_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if warmup_steps > 0 and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        remaining = max(1, total_steps - warmup_steps)
+        return max(0.0, (total_steps - step) / remaining)
+
+    return factor
+
+
+def fine_tune(
+    model: nn.Module,
+    train_batches_fn: Callable[[int], Iterable[Batch]],
+    *,
+    epochs: int = 3,
+    lr: float = 5e-5,
+    weight_decay: float = 0.01,
+    warmup_ratio: float = 0.1,
+    seed: int = 0,
+    progress: bool = True,
+    frozen_layers: int | Sequence[int] | None = None,
+    log_fn: Callable[[str], None] | None = print,
+    max_grad_norm: float | None = 1.0,
+) -> TrainReport:
+    """Train ``model`` in place with cross-entropy on ``batch["labels"]``.
+
+    Args:
+        train_batches_fn: ``epoch -> iterable of batches`` (each with ``labels`` [B]); every epoch
+            must yield the same number of batches (it is called once per epoch, so a shuffling
+            loader can reseed per epoch, e.g. ``seed + epoch``).
+        epochs, lr, weight_decay, warmup_ratio: AdamW with linear warmup over
+            ``ceil(warmup_ratio * total_steps)`` steps, then linear decay to 0. Biases and norm
+            weights get no weight decay.
+        seed: seeds torch's RNG (dropout) inside a forked RNG state, so the same seed, model and
+            batches give the same weights, and the caller's RNG is untouched.
+        progress: show a tqdm bar per epoch. ``log_fn`` gets one line per epoch (None: silent).
+        frozen_layers: see :func:`freeze_layers`.
+
+    Returns:
+        :class:`TrainReport` with per-epoch mean loss and wall time. The model is left in eval mode.
+    """
+    from tqdm.auto import tqdm
+
+    if int(epochs) < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if not 0.0 <= warmup_ratio < 1.0:
+        raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio}")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    if frozen_layers is not None:
+        freeze_layers(model, frozen_layers)
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_no_decay = p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias")
+        (no_decay if is_no_decay else decay).append(p)
+    if not decay and not no_decay:
+        raise ValueError("fine_tune: the model has no trainable parameters")
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=lr,
+    )
+
+    report = TrainReport(
+        epochs=int(epochs),
+        steps=0,
+        lr=float(lr),
+        seed=int(seed),
+        trainable_parameters=sum(p.numel() for p in decay + no_decay),
+    )
+    start_all = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        scheduler = None
+        for epoch in range(int(epochs)):
+            batches = list(train_batches_fn(epoch))
+            if not batches:
+                raise ValueError(f"train_batches_fn({epoch}) yielded no batches")
+            if scheduler is None:
+                total = len(batches) * int(epochs)
+                warmup = math.ceil(warmup_ratio * total)
+                scheduler = torch.optim.lr_scheduler.LambdaLR(
+                    optimizer, _linear_schedule(total, warmup)
+                )
+            model.train()
+            t0 = time.perf_counter()
+            loss_sum, count = 0.0, 0
+            bar = tqdm(
+                batches, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress, leave=False
+            )
+            for batch in bar:
+                if "labels" not in batch:
+                    raise ValueError("fine_tune: every training batch needs 'labels'")
+                labels = batch["labels"]
+                logits = model_logits(model, batch)
+                loss = F.cross_entropy(logits, labels)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(decay + no_decay, max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                report.steps += 1
+                loss_sum += float(loss.detach()) * labels.shape[0]
+                count += labels.shape[0]
+                bar.set_postfix(loss=f"{loss_sum / count:.4f}")
+            bar.close()
+            report.epoch_losses.append(loss_sum / count)
+            report.epoch_seconds.append(time.perf_counter() - t0)
+            if log_fn is not None:
+                log_fn(
+                    f"epoch {epoch + 1}/{epochs}: loss {report.epoch_losses[-1]:.4f}, "
+                    f"{report.epoch_seconds[-1]:.1f}s, {len(batches)} steps"
+                )
+    report.total_seconds = time.perf_counter() - start_all
+    model.eval()
+    return report
+
+
+@torch.no_grad()
+def evaluate_logits(
+    model: nn.Module, batches: Iterable[Batch]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run ``model`` in eval mode without grad over ``batches``.
+
+    Returns:
+        ``(logits [N, C] float32, labels [N] long)``; labels is None when the batches carry none.
+        The model's train/eval mode is restored afterwards.
+    """
+    was_training = model.training
+    model.eval()
+    all_logits, all_labels = [], []
+    try:
+        for batch in batches:
+            all_logits.append(model_logits(model, batch).float())
+            if "labels" in batch:
+                all_labels.append(batch["labels"].long())
+    finally:
+        model.train(was_training)
+    if not all_logits:
+        raise ValueError("evaluate_logits: no batches")
+    logits = torch.cat(all_logits)
+    if all_labels and len(all_labels) != len(all_logits):
+        raise ValueError("evaluate_logits: some batches have 'labels' and some do not")
+    return logits, (torch.cat(all_labels) if all_labels else None)

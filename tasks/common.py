@@ -1,0 +1,197 @@
+"""Shared plumbing for the stage modules: paths, params, atomic writes, hashing, stage entry points.
+
+Every stage module ``tasks/<stage>.py`` has one plain function ``run(cfg, root) -> dict`` holding the
+stage's logic and a ``main()`` for ``python -m tasks.<stage>`` (the DVC stage command). The Prefect
+tasks in :mod:`flows.pipeline` never call ``run`` directly: they invoke DVC, which calls ``main``,
+so every stage's logic is written exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.config import ConfigError, PipelineConfig, load_params
+
+log = logging.getLogger("hydra_ens")
+
+# ---- the DAG's artifact layout (dvc.yaml declares the same paths) ----
+DATA = Path("data/prepared")
+BASE = Path("models/base")
+BASELINES = Path("models/baselines")
+SCORES = Path("artifacts/scores")
+PLANS = Path("artifacts/plans")
+MEMBERS = Path("models/members")
+MERGED = Path("models/merged")
+COMPILED = Path("models/compiled")
+HYDRA = Path("models/hydra")
+METRICS = Path("metrics")
+REPORTS = Path("reports")
+PLOTS = Path("plots")
+REGISTRY = Path("registry")
+
+#: Stage order; dvc.yaml declares the same stages (a test checks the two agree).
+STAGES = (
+    "prepare_data",
+    "finetune_base",
+    "finetune_baselines",
+    "score_heads",
+    "select_members",
+    "finetune_members",
+    "merge",
+    "compile",
+    "calibrate",
+    "evaluate",
+    "gate",
+    "promote",
+)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
+
+
+def set_threads() -> None:
+    """Use the cores this process may run on (``HYDRA_ENS_THREADS`` overrides)."""
+    import torch
+
+    n = int(os.environ.get("HYDRA_ENS_THREADS", "0")) or len(os.sched_getaffinity(0))
+    torch.set_num_threads(max(1, n))
+
+
+# ---- atomic writes ----
+def write_json(path: Path, obj: Any) -> Path:
+    """Write JSON atomically (temp file in the same folder + ``os.replace``)."""
+    return write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def write_text(path: Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def read_json(path: Path, what: str | None = None) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{what or path}: {path} is missing; run the upstream stage first")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{what or path}: {path} is corrupted (not valid JSON: {err})") from None
+
+
+@contextmanager
+def publish_dir(target: Path) -> Iterator[Path]:
+    """Yield a fresh temp folder next to ``target``; on success it atomically replaces ``target``.
+
+    A crash inside the block leaves ``target`` as it was (a stale ``.tmp-*`` folder is ignored and
+    cleaned up by the next call).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        yield tmp
+        if target.exists():
+            old = target.parent / f".{target.name}.tmp-old-{os.getpid()}"
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def clear_dir(path: Path) -> Path:
+    """Empty ``path`` (create it if missing)."""
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+# ---- hashing ----
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dir_sha256(path: Path, exclude: tuple[str, ...] = ()) -> str:
+    """Hash of every file's relative path and content under ``path`` (sorted, stable)."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = f.relative_to(root).as_posix()
+        if rel in exclude:
+            continue
+        h.update(rel.encode() + b"\0" + file_sha256(f).encode() + b"\0")
+    return h.hexdigest()
+
+
+def fingerprint(obj: Any) -> str:
+    """sha256 of a JSON-serialisable description (what a cached unit of work was computed from)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
+
+
+# ---- params ----
+def load_config(root: Path | None = None) -> PipelineConfig:
+    return load_params(Path(root or Path.cwd()) / "params.yaml")
+
+
+def stage_main(name: str, fn: Callable[[PipelineConfig, Path], dict[str, Any] | None]) -> None:
+    """Entry point of ``python -m tasks.<name>``: validate params, run, turn errors into one line."""
+    setup_logging()
+    root = Path.cwd()
+    t0 = time.perf_counter()
+    try:
+        cfg = load_config(root)
+        set_threads()
+        log.info("stage %s: start (profile %s)", name, cfg.profile)
+        fn(cfg, root)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except ValueError as err:
+        print(f"error: stage {name}: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    log.info("stage %s: done in %.1fs", name, time.perf_counter() - t0)
