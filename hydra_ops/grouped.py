@@ -84,6 +84,12 @@ class GroupedAttention(nn.Module, abc.ABC):
     def member_weights(self) -> list[AttentionWeights]:
         """Per-member weights (copies), inverse of :meth:`load_members`."""
 
+    def num_effective_parameters(self) -> int:
+        """Parameters the members really hold (padding and zero blocks not counted)."""
+        d, dh = self.hidden_size, self.head_dim
+        per_head = 3 * dh * (d + 1) + dh * d
+        return sum(h * per_head for h in self.head_counts) + self.num_members * d
+
     def to_implementation(self, name: str) -> GroupedAttention:
         """The same attention in implementation ``name`` (self if already so)."""
         impl = attention_implementation(name)

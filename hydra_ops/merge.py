@@ -166,6 +166,19 @@ class HydraEnsemble(nn.Module):
     def class_names(self) -> list[str] | None:
         return self.architecture.get("class_names")
 
+    def num_parameters(self, effective: bool = True) -> int:
+        """Parameter count; ``effective`` skips the zeros that attention padding or
+        block-diagonal storage adds (what the members really hold)."""
+        if not effective:
+            return sum(p.numel() for p in self.parameters())
+        total = 0
+        for module in self.modules():
+            if isinstance(module, GroupedAttention):
+                total += module.num_effective_parameters()
+            else:
+                total += sum(p.numel() for p in module.parameters(recurse=False))
+        return total
+
     def set_temperature(self, temperature: float) -> None:
         """Set the calibration temperature used by :meth:`predict_proba` (must be > 0)."""
         value = float(temperature)

@@ -148,10 +148,13 @@ def build_timm_vit(
         image_size, in_chans, num_classes, depth, embed_dim, num_heads, patch_size, mlp_ratio
     )
     if seed is None:
-        return VisionTransformer(**kwargs)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
-        return VisionTransformer(**kwargs)
+        model = VisionTransformer(**kwargs)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            model = VisionTransformer(**kwargs)
+    model.hydra_init_kwargs = kwargs  # what hydra_ops.checkpoints stores to rebuild it
+    return model
 
 
 def _batch_order(n: int, shuffle: bool, seed: int) -> np.ndarray:

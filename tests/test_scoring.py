@@ -1,0 +1,279 @@
+"""Head scoring on a tiny random BERT: taylor, circuit, magnitude, random, HeadScores IO."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from transformers import BertConfig, BertForSequenceClassification
+
+from hydra_ops.adapters import get_adapter
+from hydra_ops.gating import head_gates
+from hydra_ops.plans import HeadPlan, plan_overlap
+from hydra_ops.scoring import METHODS, HeadScores, score_heads
+
+L, H, C = 2, 4, 3
+
+
+def _model() -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    cfg = BertConfig(
+        hidden_size=32,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        intermediate_size=64,
+        vocab_size=100,
+        num_labels=C,
+    )
+    return BertForSequenceClassification(cfg).eval()
+
+
+def _batch(n: int, seed: int, labels: bool = True, length: int = 10) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(n, length, dtype=torch.long)
+    mask[: n // 2, length - 3 :] = 0  # some padded rows
+    batch = {"input_ids": torch.randint(100, (n, length), generator=g), "attention_mask": mask}
+    if labels:
+        batch["labels"] = torch.randint(C, (n,), generator=g)
+    return batch
+
+
+@pytest.fixture(scope="module")
+def model() -> BertForSequenceClassification:
+    return _model()
+
+
+@pytest.fixture(scope="module")
+def val() -> list[dict[str, torch.Tensor]]:
+    return [_batch(24, 100)]
+
+
+@pytest.fixture(scope="module")
+def ood() -> list[dict[str, torch.Tensor]]:
+    return [_batch(24, 200, labels=False)]
+
+
+@pytest.fixture(scope="module")
+def circuit_run(model, val, ood):
+    events: list[dict] = []
+    hs = score_heads(
+        model,
+        "circuit",
+        val_batches=val,
+        ood_val_batches=ood,
+        num_circuits=3,
+        heads_per_layer=2,
+        progress=False,
+        callback=events.append,
+    )
+    return hs, events
+
+
+# ----- taylor ---------------------------------------------------------------------------------
+def test_taylor_shape_sign_and_normalisation(model) -> None:
+    batches = [_batch(8, i) for i in range(2)]
+    hs = score_heads(model, "taylor", train_batches=batches, progress=False)
+    assert hs.method == "taylor"
+    assert hs.scores.shape == (L, H)
+    assert torch.isfinite(hs.scores).all()
+    assert (hs.scores >= 0).all()
+    assert torch.allclose(hs.scores.norm(dim=1), torch.ones(L), atol=1e-5)
+    assert all(p.grad is None for p in model.parameters())
+    raw = score_heads(model, "taylor", train_batches=batches, normalize=False, progress=False)
+    assert not torch.allclose(raw.scores.norm(dim=1), torch.ones(L), atol=1e-3)
+    assert torch.allclose(raw.scores / raw.scores.norm(dim=1, keepdim=True), hs.scores, atol=1e-5)
+
+
+def test_taylor_matches_finite_differences() -> None:
+    model = _model().double()
+    batch = _batch(6, 7)
+    hs = score_heads(model, "taylor", train_batches=[batch], normalize=False, progress=False)
+    adapter = get_adapter(model)
+
+    def loss_at(gate_value: float, layer: int, head: int) -> float:
+        gates = torch.ones(L, H, dtype=torch.float64)
+        gates[layer, head] = gate_value
+        with torch.no_grad(), head_gates(model, gates):
+            return float(F.cross_entropy(adapter.logits(batch), batch["labels"]))
+
+    eps = 1e-5
+    for layer, head in [(0, 1), (1, 3)]:
+        fd = (loss_at(1 + eps, layer, head) - loss_at(1 - eps, layer, head)) / (2 * eps)
+        assert hs.scores[layer, head].item() == pytest.approx(abs(fd), rel=1e-4, abs=1e-7)
+
+
+def test_taylor_needs_labelled_train_batches(model) -> None:
+    with pytest.raises(ValueError, match="train_batches"):
+        score_heads(model, "taylor")
+    with pytest.raises(ValueError, match="train_batches.*labels"):
+        score_heads(model, "taylor", train_batches=[_batch(4, 0, labels=False)])
+
+
+# ----- circuit --------------------------------------------------------------------------------
+def test_circuit_keeps_k_heads_and_circuits_differ(circuit_run) -> None:
+    hs, _ = circuit_run
+    assert hs.method == "circuit"
+    assert hs.scores.shape == (L, H)
+    assert torch.isfinite(hs.scores).all()
+    assert hs.circuits is not None and len(hs.circuits) == 3
+    for plan in hs.circuits:
+        assert plan.num_kept() == [2] * L
+    overlap = plan_overlap(hs.circuits)
+    assert overlap.overall < 1.0
+    assert hs.meta["jaccard_mean"] == pytest.approx(overlap.overall)
+    assert [c["objective"] for c in hs.meta["circuits"]] == ["nll", "ood", "avg"]
+    per = torch.tensor(hs.meta["per_circuit_importance"])
+    assert torch.allclose(per.mean(0).float(), hs.scores, atol=1e-6)
+
+
+def test_circuit_progress_callback_called_per_evaluation(circuit_run) -> None:
+    _, events = circuit_run
+    assert len(events) == L * H * 3
+    assert [e["done"] for e in events] == list(range(1, L * H * 3 + 1))
+    assert {(e["circuit"], e["layer"], e["head"]) for e in events} == {
+        (c, layer, h) for c in range(3) for layer in range(L) for h in range(H)
+    }
+
+
+def test_circuit_is_deterministic_per_seed(model, val, ood, circuit_run) -> None:
+    hs, _ = circuit_run
+    again = score_heads(
+        model,
+        "circuit",
+        val_batches=val,
+        ood_val_batches=ood,
+        num_circuits=3,
+        heads_per_layer=2,
+        progress=False,
+    )
+    assert again.circuits == hs.circuits
+    assert torch.equal(again.scores, hs.scores)
+
+
+def test_circuit_matches_a_hand_computed_first_layer(model, val) -> None:
+    hs = score_heads(
+        model,
+        "circuit",
+        val_batches=val,
+        num_circuits=1,
+        heads_per_layer=1,
+        objective="nll",
+        bootstrap=False,
+        progress=False,
+    )
+    adapter = get_adapter(model)
+    batch = val[0]
+
+    def nll(gates: torch.Tensor) -> float:
+        with torch.no_grad(), head_gates(model, gates):
+            return float(F.cross_entropy(adapter.logits(batch), batch["labels"]))
+
+    full = nll(torch.ones(L, H))
+    expected = []
+    for h in range(H):
+        gates = torch.ones(L, H)
+        gates[0, h] = 0
+        expected.append((nll(gates) - full) / full)
+    expected_t = torch.tensor(expected)
+    assert torch.allclose(hs.scores[0], expected_t, atol=1e-5)
+    assert hs.circuits[0].heads(0) == (int(expected_t.argmax()),)
+
+
+def test_circuit_without_diversity_mechanisms_repeats_itself(model, val) -> None:
+    hs = score_heads(
+        model,
+        "circuit",
+        val_batches=val,
+        num_circuits=2,
+        heads_per_layer=2,
+        objective="nll",
+        bootstrap=False,
+        overlap_penalty=0.0,
+        progress=False,
+    )
+    assert hs.circuits[0] == hs.circuits[1]
+    assert plan_overlap(hs.circuits).overall == 1.0
+
+
+def test_circuit_bad_input(model, val) -> None:
+    with pytest.raises(ValueError, match="val_batches"):
+        score_heads(model, "circuit", heads_per_layer=2)
+    for k in (0, H + 1):
+        with pytest.raises(ValueError, match=rf"heads_per_layer.*1\.\.{H}"):
+            score_heads(model, "circuit", val_batches=val, heads_per_layer=k)
+    with pytest.raises(ValueError, match="ood_val_batches"):
+        score_heads(model, "circuit", val_batches=val, objective="ood")
+    with pytest.raises(ValueError, match="objective.*nll, ood, avg"):
+        score_heads(model, "circuit", val_batches=val, objective="acc")
+    with pytest.raises(ValueError, match="num_circuits"):
+        score_heads(model, "circuit", val_batches=val, num_circuits=0)
+    with pytest.raises(ValueError, match="overlap_penalty"):
+        score_heads(model, "circuit", val_batches=val, overlap_penalty=-1.0)
+
+
+# ----- baselines, dispatch --------------------------------------------------------------------
+def test_magnitude_reacts_to_zeroed_head() -> None:
+    model = _model()
+    before = score_heads(model, "magnitude").scores
+    assert before.shape == (L, H) and (before > 0).all()
+    dh = 32 // H
+    attn = model.bert.encoder.layer[1].attention
+    rows = slice(2 * dh, 3 * dh)
+    with torch.no_grad():
+        for lin in (attn.self.query, attn.self.key, attn.self.value):
+            lin.weight[rows] = 0
+        attn.output.dense.weight[:, rows] = 0
+    after = score_heads(model, "magnitude").scores
+    assert after[1, 2] == 0
+    mask = torch.ones(L, H, dtype=torch.bool)
+    mask[1, 2] = False
+    assert torch.equal(after[mask], before[mask])
+
+
+def test_random_is_seeded(model) -> None:
+    a = score_heads(model, "random", seed=1).scores
+    assert a.shape == (L, H)
+    assert torch.equal(a, score_heads(model, "random", seed=1).scores)
+    assert not torch.equal(a, score_heads(model, "random", seed=2).scores)
+
+
+def test_unknown_method(model) -> None:
+    with pytest.raises(ValueError, match="method.*" + ", ".join(METHODS)):
+        score_heads(model, "fisher")
+
+
+# ----- HeadScores -----------------------------------------------------------------------------
+def test_head_scores_round_trip(tmp_path, circuit_run) -> None:
+    hs, _ = circuit_run
+    path = hs.save(tmp_path / "sub" / "scores.safetensors")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["scores.safetensors"]
+    back = HeadScores.load(path)
+    assert torch.equal(back.scores, hs.scores)
+    assert back.method == "circuit"
+    assert back.circuits == hs.circuits
+    assert back.meta == hs.meta
+
+
+def test_head_scores_validation_and_bad_files(tmp_path) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        HeadScores(torch.tensor([[1.0, float("nan")]]), "taylor")
+    with pytest.raises(ValueError, match="layers, heads"):
+        HeadScores(torch.ones(3), "taylor")
+    with pytest.raises(ValueError):
+        HeadScores(torch.ones(2, 2), "circuit", circuits=[HeadPlan.from_layers([[0], [5]])])
+    with pytest.raises(ValueError, match="JSON"):
+        HeadScores(torch.ones(2, 2), "taylor", meta={"x": object()}).save(tmp_path / "a.st")
+    other = tmp_path / "other.safetensors"
+    save_file({"w": torch.ones(2)}, str(other))
+    with pytest.raises(ValueError, match="HeadScores"):
+        HeadScores.load(other)
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="readable"):
+        HeadScores.load(broken)

@@ -1,0 +1,102 @@
+"""Tiny random-init models of every supported family, for fast exactness tests."""
+
+from __future__ import annotations
+
+import copy
+
+import timm
+import torch
+from torch import nn
+from transformers import BertConfig, BertForSequenceClassification, ViTConfig, ViTForImageClassification
+
+from hydra_ops.plans import HeadPlan
+from hydra_ops.surgery import prune_heads
+
+FAMILIES = ("bert", "hf_vit", "timm_vit")
+NUM_LAYERS = 3
+NUM_HEADS = 4
+NUM_CLASSES = 3
+
+
+def tiny_model(family: str, seed: int = 0, **overrides) -> nn.Module:
+    """A 3-layer, 4-head, hidden-32 model of ``family`` in eval mode."""
+    torch.manual_seed(seed)
+    if family == "bert":
+        kwargs = dict(
+            vocab_size=100, hidden_size=32, num_hidden_layers=NUM_LAYERS,
+            num_attention_heads=NUM_HEADS, intermediate_size=64, num_labels=NUM_CLASSES,
+            max_position_embeddings=32,
+        )
+        config = BertConfig(**{**kwargs, **overrides})
+        model = BertForSequenceClassification(config)
+    elif family == "hf_vit":
+        kwargs = dict(
+            image_size=16, patch_size=4, num_channels=3, hidden_size=32,
+            num_hidden_layers=NUM_LAYERS, num_attention_heads=NUM_HEADS, intermediate_size=64,
+            num_labels=NUM_CLASSES,
+        )
+        config = ViTConfig(**{**kwargs, **overrides})
+        model = ViTForImageClassification(config)
+    elif family == "timm_vit":
+        kwargs = dict(img_size=16, patch_size=4, embed_dim=32, depth=NUM_LAYERS,
+                      num_heads=NUM_HEADS, num_classes=NUM_CLASSES, init_values=0.5)
+        kwargs.update(overrides)
+        model = timm.models.vision_transformer.VisionTransformer(**kwargs)
+    else:
+        raise KeyError(family)
+    # Library inits (std 0.02) give near-constant logits; O(1) weights make exactness tests bite.
+    return perturbed(model, seed + 1000, scale=0.1).eval()
+
+
+def tiny_inputs(family: str, batch: int, seed: int = 1, padded: bool = True) -> dict[str, torch.Tensor]:
+    """A contract batch for ``family``; text batches get ragged padding when ``padded``."""
+    g = torch.Generator().manual_seed(seed)
+    if family == "bert":
+        ids = torch.randint(1, 100, (batch, 9), generator=g)
+        mask = torch.ones(batch, 9, dtype=torch.long)
+        if padded:
+            for row in range(batch):
+                length = 2 + (row * 3) % 8
+                mask[row, length:] = 0
+                ids[row, length:] = 0
+        return {"input_ids": ids, "attention_mask": mask}
+    return {"pixel_values": torch.randn(batch, 3, 16, 16, generator=g)}
+
+
+def positional(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The HydraEnsemble positional arguments for a contract batch."""
+    if "input_ids" in batch:
+        return (batch["input_ids"], batch["attention_mask"])
+    return (batch["pixel_values"],)
+
+
+def perturbed(model: nn.Module, seed: int, scale: float = 0.05) -> nn.Module:
+    """``model`` with every parameter nudged by seeded noise (a stand-in for member fine-tuning)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return model
+
+
+def member_plans(num_members: int, unequal: bool = True) -> list[HeadPlan]:
+    """Distinct plans over 3 layers of 4 heads; with ``unequal`` the head counts differ."""
+    plans = []
+    for m in range(num_members):
+        layers = []
+        for layer in range(NUM_LAYERS):
+            count = 1 + (m + layer) % NUM_HEADS if unequal else 2
+            start = (m + 2 * layer) % NUM_HEADS
+            layers.append(tuple(sorted({(start + i) % NUM_HEADS for i in range(count)})))
+        plans.append(HeadPlan(tuple(layers)))
+    return plans
+
+
+def make_members(
+    family: str, plans: list[HeadPlan], fine_tuned: bool, seed: int = 0, **overrides
+) -> list[nn.Module]:
+    base = tiny_model(family, seed, **overrides)
+    members = [prune_heads(copy.deepcopy(base), plan) for plan in plans]
+    if fine_tuned:
+        members = [perturbed(m, 100 + i) for i, m in enumerate(members)]
+    return members
