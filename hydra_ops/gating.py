@@ -34,7 +34,9 @@ def _as_layer_gates(gates: Tensor | Sequence[Tensor], heads_per_layer: list[int]
             raise ValueError(f"gates lists {len(layer_gates)} layers, the model has {num_layers}")
     for layer, (g, n) in enumerate(zip(layer_gates, heads_per_layer, strict=True)):
         if g.shape != (n,):
-            raise ValueError(f"gates for layer {layer} must have shape ({n},), got {tuple(g.shape)}")
+            raise ValueError(
+                f"gates for layer {layer} must have shape ({n},), got {tuple(g.shape)}"
+            )
     return layer_gates
 
 

@@ -68,7 +68,8 @@ class GroupedAttention(nn.Module, abc.ABC):
         for m, w in enumerate(members):
             if w.head_dim != first.head_dim or w.q_weight.shape[1] != hidden:
                 raise ValueError(
-                    f"member {m} attention has head_dim={w.head_dim}, hidden={w.q_weight.shape[1]}; "
+                    f"member {m} attention has head_dim={w.head_dim}, "
+                    f"hidden={w.q_weight.shape[1]}; "
                     f"member 0 has head_dim={first.head_dim}, hidden={hidden}"
                 )
         module = cls([w.num_heads for w in members], first.head_dim, hidden)
@@ -128,7 +129,9 @@ class PaddedBmmAttention(GroupedAttention):
             for m, w in enumerate(members):
                 n = w.num_heads * dh
                 if w.num_heads != self.head_counts[m]:
-                    raise ValueError(f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}")
+                    raise ValueError(
+                        f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}"
+                    )
                 for part, (weight, bias) in enumerate(
                     ((w.q_weight, w.q_bias), (w.k_weight, w.k_bias), (w.v_weight, w.v_bias))
                 ):
@@ -210,7 +213,9 @@ class BlockDiagonalAttention(GroupedAttention):
             self.out_weight.zero_()
             for m, w in enumerate(members):
                 if w.num_heads != self.head_counts[m]:
-                    raise ValueError(f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}")
+                    raise ValueError(
+                        f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}"
+                    )
                 lo, hi = offsets[m], offsets[m + 1]
                 cols = slice(m * d, (m + 1) * d)
                 for part, (weight, bias) in enumerate(
@@ -289,7 +294,11 @@ class GroupedLinear(nn.Module):
     ) -> None:
         super().__init__()
         self.per_member = num_members is not None
-        shape = (num_members, out_features, in_features) if self.per_member else (out_features, in_features)
+        shape = (
+            (num_members, out_features, in_features)
+            if self.per_member
+            else (out_features, in_features)
+        )
         self.weight = nn.Parameter(torch.zeros(shape))
         self.bias = nn.Parameter(torch.zeros(shape[:-1])) if bias else None
 

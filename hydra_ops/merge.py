@@ -242,9 +242,9 @@ class HydraEnsemble(nn.Module):
 
         member_logits = self(inputs, attention_mask, token_type_ids)
         result = decompose(member_logits.softmax(dim=-1))
-        result["confidence"] = ensemble_probabilities(
-            member_logits, float(self.temperature)
-        ).amax(dim=-1)
+        result["confidence"] = ensemble_probabilities(member_logits, float(self.temperature)).amax(
+            dim=-1
+        )
         return result
 
 
@@ -271,7 +271,9 @@ def _norm_arch(weights: Sequence[LayerNormWeights], per_member: bool) -> dict[st
 def _build_norm(arch: dict[str, Any] | None, m: int) -> GroupedLayerNorm | None:
     if arch is None:
         return None
-    return GroupedLayerNorm(arch["dim"], arch["eps"], m if arch["per_member"] else None, arch["bias"])
+    return GroupedLayerNorm(
+        arch["dim"], arch["eps"], m if arch["per_member"] else None, arch["bias"]
+    )
 
 
 def _block_from_arch(block: dict[str, Any], arch: dict[str, Any]) -> HydraBlock:
@@ -306,7 +308,9 @@ def _head_from_arch(head: dict[str, Any], arch: dict[str, Any]) -> HydraClassifi
         p = head["pre_classifier"]
         pre = GroupedLinear(d, d, m if p["per_member"] else None, p["bias"])
     c = head["classifier"]
-    classifier = GroupedLinear(d, int(arch["num_classes"]), m if c["per_member"] else None, c["bias"])
+    classifier = GroupedLinear(
+        d, int(arch["num_classes"]), m if c["per_member"] else None, c["bias"]
+    )
     return HydraClassifier(
         _build_norm(head["final_norm"], m),
         head["pool"],
@@ -323,7 +327,9 @@ def _all_equal(tensors: Sequence[Tensor | None]) -> bool:
     first = tensors[0]
     if first is None:
         return all(t is None for t in tensors)
-    return all(t is not None and t.shape == first.shape and torch.equal(t, first) for t in tensors[1:])
+    return all(
+        t is not None and t.shape == first.shape and torch.equal(t, first) for t in tensors[1:]
+    )
 
 
 def _combine(tensors: Sequence[Tensor | None], per_member: bool) -> Tensor | None:
@@ -393,7 +399,8 @@ def merge_members(
         members: M >= 1 models of one supported family and base architecture, each possibly pruned
             (any head count >= 1 per layer) and fine-tuned separately.
         mode: ``"stack"`` (exact ensemble) or ``"average"`` (non-attention parameters averaged).
-        attention: grouped attention implementation (``hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS``).
+        attention: grouped attention implementation, a key of
+            ``hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS``.
         shared_layers: number of leading layers computed once and shared by all streams.
         class_names: optional label names stored with the model.
 
@@ -425,7 +432,9 @@ def merge_members(
             "use mode='average' or keep the embeddings frozen when fine-tuning members"
         )
 
-    attn_weights = [[a.merge_attention_weights(layer) for a in adapters] for layer in range(num_layers)]
+    attn_weights = [
+        [a.merge_attention_weights(layer) for a in adapters] for layer in range(num_layers)
+    ]
     block_weights = [[a.block_weights(layer) for a in adapters] for layer in range(num_layers)]
     head_weights = [a.classifier_weights() for a in adapters]
 
@@ -440,17 +449,29 @@ def merge_members(
             )
         tensors = [
             [getattr(w, f) for w in ws]
-            for f in ("q_weight", "q_bias", "k_weight", "k_bias", "v_weight", "v_bias", "o_weight", "o_bias")
+            for f in (
+                "q_weight",
+                "q_bias",
+                "k_weight",
+                "k_bias",
+                "v_weight",
+                "v_bias",
+                "o_weight",
+                "o_bias",
+            )
         ]
         shared_block = block_weights[layer]
         other = _block_tensor_groups(shared_block)
         if mode == "stack" and not all(_all_equal(g) for g in [*tensors, *other]):
             raise ValueError(
-                f"shared_layers={shared_layers}: members differ in layer {layer}; in stack mode the "
-                "shared layers must be identical (freeze them when fine-tuning) or use mode='average'"
+                f"shared_layers={shared_layers}: members differ in layer {layer}; in stack mode "
+                "the shared layers must be identical (freeze them when fine-tuning) or use "
+                "mode='average'"
             )
         combined = [_combine(g, per_member=False) for g in tensors]
-        trunk_attn.append(AttentionWeights(*combined, num_heads=ws[0].num_heads, head_dim=ws[0].head_dim))
+        trunk_attn.append(
+            AttentionWeights(*combined, num_heads=ws[0].num_heads, head_dim=ws[0].head_dim)
+        )
 
     def block_arch(layer: int, trunk: bool) -> dict[str, Any]:
         bws: list[BlockWeights] = block_weights[layer]
@@ -461,7 +482,10 @@ def merge_members(
             "norm_first": bws[0].norm_first,
             "attention": {
                 "implementation": attention,
-                "head_counts": [w.num_heads for w in (trunk_attn[layer:layer + 1] if trunk else attn_weights[layer])],
+                "head_counts": [
+                    w.num_heads
+                    for w in (trunk_attn[layer : layer + 1] if trunk else attn_weights[layer])
+                ],
             },
             "attn_norm": _norm_arch(
                 [b.attn_norm for b in bws],
@@ -503,7 +527,9 @@ def merge_members(
         "fc_norm": optional_norm_arch([h.fc_norm for h in hw]),
         "classifier": {
             "bias": hw[0].classifier_bias is not None,
-            "per_member": _decide(mode, [h.classifier_weight for h in hw], [h.classifier_bias for h in hw]),
+            "per_member": _decide(
+                mode, [h.classifier_weight for h in hw], [h.classifier_bias for h in hw]
+            ),
         },
     }
     architecture: dict[str, Any] = {
@@ -543,7 +569,9 @@ def merge_members(
     for layer in range(num_layers):
         trunk = layer < shared_layers
         block = hydra.trunk[layer] if trunk else hydra.blocks[layer - shared_layers]
-        block.attention.load_members(trunk_attn[layer:layer + 1] if trunk else attn_weights[layer])
+        block.attention.load_members(
+            trunk_attn[layer : layer + 1] if trunk else attn_weights[layer]
+        )
         _load_block(block, block_weights[layer])
     _load_head(hydra.head, hw)
     return hydra.eval()
@@ -562,7 +590,9 @@ def _block_tensor_groups(bws: Sequence[BlockWeights]) -> list[list[Tensor | None
     ]
 
 
-def _load_linear(layer: GroupedLinear, weights: Sequence[Tensor], biases: Sequence[Tensor | None]) -> None:
+def _load_linear(
+    layer: GroupedLinear, weights: Sequence[Tensor], biases: Sequence[Tensor | None]
+) -> None:
     _copy_(layer.weight, _combine(weights, layer.per_member))
     _copy_(layer.bias, _combine(biases, layer.per_member))
 
@@ -590,7 +620,9 @@ def _load_head(head: HydraClassifier, hws: Sequence[ClassifierWeights]) -> None:
             [h.pre_classifier_weight for h in hws],
             [h.pre_classifier_bias for h in hws],
         )
-    _load_linear(head.classifier, [h.classifier_weight for h in hws], [h.classifier_bias for h in hws])
+    _load_linear(
+        head.classifier, [h.classifier_weight for h in hws], [h.classifier_bias for h in hws]
+    )
 
 
 def embedding_stage_of(hydra: HydraEnsemble, member: int = 0) -> EmbeddingStage:

@@ -1,8 +1,8 @@
 """Head plans: which attention heads each ensemble member keeps, and how much the plans overlap.
 
 A :class:`HeadPlan` maps every layer ``l`` of a model to the sorted tuple of head indices (into the
-*unpruned* model's ``heads_per_layer[l]`` heads) that survive pruning. Every layer keeps at least one
-head: removing all heads of a layer is not a pruning the merge can represent.
+*unpruned* model's ``heads_per_layer[l]`` heads) that survive pruning. Every layer keeps at least
+one head: removing all heads of a layer is not a pruning the merge can represent.
 """
 
 from __future__ import annotations
@@ -31,18 +31,21 @@ class HeadPlan:
             heads = tuple(int(h) for h in heads)
             if len(heads) == 0:
                 raise ValueError(
-                    f"HeadPlan: layer {layer} keeps no head; every layer must keep at least one head"
+                    f"HeadPlan: layer {layer} keeps no head; "
+                    "every layer must keep at least one head"
                 )
             if len(set(heads)) != len(heads):
                 raise ValueError(f"HeadPlan: layer {layer} lists a head twice: {list(heads)}")
             if min(heads) < 0:
-                raise ValueError(f"HeadPlan: layer {layer} has a negative head index: {list(heads)}")
+                raise ValueError(
+                    f"HeadPlan: layer {layer} has a negative head index: {list(heads)}"
+                )
             normalised.append(tuple(sorted(heads)))
         object.__setattr__(self, "kept", tuple(normalised))
 
     @classmethod
     def from_layers(cls, kept: Sequence[Sequence[int]] | Mapping[Any, Sequence[int]]) -> HeadPlan:
-        """Build a plan from a list indexed by layer or a ``{layer: heads}`` mapping (keys int or str)."""
+        """Build a plan from a list indexed by layer or a ``{layer: heads}`` mapping."""
         if isinstance(kept, Mapping):
             layers = sorted(int(k) for k in kept)
             if layers != list(range(len(layers))):

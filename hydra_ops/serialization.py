@@ -170,7 +170,8 @@ def load_hydra(
     actual = sha256_file(weights)
     if actual != config.get("weights_sha256"):
         raise HydraFormatError(
-            f"{weights}: SHA-256 {actual[:12]}... does not match the {config.get('weights_sha256', '')[:12]}... "
+            f"{weights}: SHA-256 {actual[:12]}... does not match the "
+            f"{str(config.get('weights_sha256'))[:12]}... "
             f"recorded in {CONFIG_FILE}; the file is truncated or was modified"
         )
     try:

@@ -1,7 +1,7 @@
 """Physical head removal: delete pruned heads' rows of q/k/v and columns of the output projection.
 
-``prune_heads(model, plan)`` edits ``model`` in place (and returns it). Afterwards the model computes
-exactly what the unpruned model computes with the pruned heads gated to 0 (see
+``prune_heads(model, plan)`` edits ``model`` in place (and returns it). Afterwards the model
+computes exactly what the unpruned model computes with the pruned heads gated to 0 (see
 :mod:`hydra_ops.gating`), up to float rounding (tested to 1e-6 in fp32).
 
 The plan's indices refer to the model's *current* heads. The cumulative plan relative to the
@@ -52,4 +52,3 @@ def prune_heads(model: nn.Module, plan: HeadPlan) -> nn.Module:
     )
     setattr(model, PLAN_ATTRIBUTE, cumulative)
     return model
-

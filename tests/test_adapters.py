@@ -1,7 +1,7 @@
 import pytest
 import torch
-from torch import nn
 from tiny_models import FAMILIES, NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
+from torch import nn
 
 from hydra_ops.adapters import UnsupportedModelError, get_adapter
 from hydra_ops.gating import head_gates
@@ -51,7 +51,7 @@ def test_gates_receive_gradients():
 
 
 def test_unsupported_model_names_supported_families():
-    with pytest.raises(UnsupportedModelError, match="bert.*hf_vit.*timm_vit"):
+    with pytest.raises(UnsupportedModelError, match=r"bert.*hf_vit.*timm_vit"):
         get_adapter(nn.Linear(3, 3))
 
 

@@ -21,8 +21,17 @@ from hydra_ops.plans import HeadPlan
 from hydra_ops.surgery import prune_heads
 
 ATOL = 1e-5
-ATTENTION_PARTS = ("attention.self.", "attention.output.dense", "attention.q_proj", "attention.k_proj",
-                   "attention.v_proj", "attention.o_proj", "attn.qkv", "attn.proj", "ls1")
+ATTENTION_PARTS = (
+    "attention.self.",
+    "attention.output.dense",
+    "attention.q_proj",
+    "attention.k_proj",
+    "attention.v_proj",
+    "attention.o_proj",
+    "attn.qkv",
+    "attn.proj",
+    "ls1",
+)
 
 
 def member_logits(members, batch):

@@ -32,7 +32,11 @@ def test_minilm_stack_merge_is_exact_on_padded_text(minilm):
     with torch.no_grad():  # members fine-tuned apart: give each its own classifier
         for member in members:
             member.classifier.weight.normal_(0, 0.5, generator=g)
-    texts = ["Shares fell sharply.", "The striker scored twice in the final minutes of the match.", "Hi"]
+    texts = [
+        "Shares fell sharply.",
+        "The striker scored twice in the final minutes of the match.",
+        "Hi",
+    ]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     hydra = merge_members(members, mode="stack")
     with torch.no_grad():

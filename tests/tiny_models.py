@@ -7,7 +7,12 @@ import copy
 import timm
 import torch
 from torch import nn
-from transformers import BertConfig, BertForSequenceClassification, ViTConfig, ViTForImageClassification
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    ViTConfig,
+    ViTForImageClassification,
+)
 
 from hydra_ops.plans import HeadPlan
 from hydra_ops.surgery import prune_heads
@@ -23,23 +28,39 @@ def tiny_model(family: str, seed: int = 0, **overrides) -> nn.Module:
     torch.manual_seed(seed)
     if family == "bert":
         kwargs = dict(
-            vocab_size=100, hidden_size=32, num_hidden_layers=NUM_LAYERS,
-            num_attention_heads=NUM_HEADS, intermediate_size=64, num_labels=NUM_CLASSES,
+            vocab_size=100,
+            hidden_size=32,
+            num_hidden_layers=NUM_LAYERS,
+            num_attention_heads=NUM_HEADS,
+            intermediate_size=64,
+            num_labels=NUM_CLASSES,
             max_position_embeddings=32,
         )
         config = BertConfig(**{**kwargs, **overrides})
         model = BertForSequenceClassification(config)
     elif family == "hf_vit":
         kwargs = dict(
-            image_size=16, patch_size=4, num_channels=3, hidden_size=32,
-            num_hidden_layers=NUM_LAYERS, num_attention_heads=NUM_HEADS, intermediate_size=64,
+            image_size=16,
+            patch_size=4,
+            num_channels=3,
+            hidden_size=32,
+            num_hidden_layers=NUM_LAYERS,
+            num_attention_heads=NUM_HEADS,
+            intermediate_size=64,
             num_labels=NUM_CLASSES,
         )
         config = ViTConfig(**{**kwargs, **overrides})
         model = ViTForImageClassification(config)
     elif family == "timm_vit":
-        kwargs = dict(img_size=16, patch_size=4, embed_dim=32, depth=NUM_LAYERS,
-                      num_heads=NUM_HEADS, num_classes=NUM_CLASSES, init_values=0.5)
+        kwargs = dict(
+            img_size=16,
+            patch_size=4,
+            embed_dim=32,
+            depth=NUM_LAYERS,
+            num_heads=NUM_HEADS,
+            num_classes=NUM_CLASSES,
+            init_values=0.5,
+        )
         kwargs.update(overrides)
         model = timm.models.vision_transformer.VisionTransformer(**kwargs)
     else:
@@ -48,7 +69,9 @@ def tiny_model(family: str, seed: int = 0, **overrides) -> nn.Module:
     return perturbed(model, seed + 1000, scale=0.1).eval()
 
 
-def tiny_inputs(family: str, batch: int, seed: int = 1, padded: bool = True) -> dict[str, torch.Tensor]:
+def tiny_inputs(
+    family: str, batch: int, seed: int = 1, padded: bool = True
+) -> dict[str, torch.Tensor]:
     """A contract batch for ``family``; text batches get ragged padding when ``padded``."""
     g = torch.Generator().manual_seed(seed)
     if family == "bert":

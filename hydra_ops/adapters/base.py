@@ -43,8 +43,8 @@ class AttentionWeights:
 
     Shapes (``h`` heads of size ``dh``, hidden size ``D``): ``q_weight``, ``k_weight``,
     ``v_weight`` are ``[h * dh, D]`` with biases ``[h * dh]`` (or None); ``o_weight`` is
-    ``[D, h * dh]`` with bias ``[D]`` (or None). Rows ``i * dh : (i + 1) * dh`` of q/k/v and the same
-    columns of ``o_weight`` belong to head ``i``.
+    ``[D, h * dh]`` with bias ``[D]`` (or None). Rows ``i * dh : (i + 1) * dh`` of q/k/v and the
+    same columns of ``o_weight`` belong to head ``i``.
     """
 
     q_weight: Tensor
@@ -97,7 +97,8 @@ class LayerNormWeights:
 
 @dataclass
 class MLPWeights:
-    """``fc2(act(fc1(x)))``: ``fc1_weight [F, D]``, ``fc1_bias [F]``, ``fc2_weight [D, F]``, ``fc2_bias [D]``."""
+    """``fc2(act(fc1(x)))``: ``fc1_weight [F, D]``, ``fc1_bias [F]``, ``fc2_weight [D, F]``,
+    ``fc2_bias [D]``."""
 
     fc1_weight: Tensor
     fc1_bias: Tensor | None
@@ -127,8 +128,8 @@ class ClassifierWeights:
     """The classification head applied to the last hidden states ``[B, T, D]``.
 
     Order: ``final_norm`` on every token (None to skip); pool (``"cls"`` = token 0, ``"mean"`` =
-    mean over tokens ``num_prefix_tokens:``); ``pre_classifier`` dense + ``pre_activation`` (the BERT
-    pooler; None to skip); ``fc_norm`` (timm; None to skip); ``classifier`` dense ``[C, D]``.
+    mean over tokens ``num_prefix_tokens:``); ``pre_classifier`` dense + ``pre_activation`` (the
+    BERT pooler; None to skip); ``fc_norm`` (timm; None to skip); ``classifier`` dense ``[C, D]``.
     """
 
     final_norm: LayerNormWeights | None
@@ -221,7 +222,7 @@ class ModelAdapter(abc.ABC):
 
     @abc.abstractmethod
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
-        """Replace ``layer``'s projections by ``weights`` (any head count) and update head counts."""
+        """Replace ``layer``'s projections by ``weights`` (any head count); update head counts."""
 
     def merge_attention_weights(self, layer: int) -> AttentionWeights:
         """The attention weights as the merge must use them (any output scaling folded in)."""
@@ -245,11 +246,11 @@ class ModelAdapter(abc.ABC):
     # ----- running -----------------------------------------------------------------------------
     @abc.abstractmethod
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
-        """Run the model on a contract batch (see docs/architecture.md); returns ``[B, classes]``."""
+        """Run the model on a contract batch (docs/architecture.md); returns ``[B, classes]``."""
 
 
 def linear_from(weight: Tensor, bias: Tensor | None, like: nn.Linear) -> nn.Linear:
-    """A new ``nn.Linear`` holding copies of ``weight [out, in]`` / ``bias`` on ``like``'s device/dtype."""
+    """A new ``nn.Linear`` with copies of ``weight [out, in]`` / ``bias`` on ``like``'s device."""
     out_features, in_features = weight.shape
     layer = nn.Linear(
         in_features,
@@ -281,4 +282,3 @@ def layer_norm_weights(norm: nn.Module) -> LayerNormWeights:
 
 def detached(t: Tensor | None) -> Tensor | None:
     return None if t is None else t.detach()
-

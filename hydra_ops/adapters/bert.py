@@ -191,4 +191,3 @@ class BertAdapter(ModelAdapter):
             if batch.get(key) is not None:
                 kwargs[key] = batch[key]
         return self.model(**kwargs).logits
-

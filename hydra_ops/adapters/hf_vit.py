@@ -64,7 +64,9 @@ class HFViTAdapter(ModelAdapter):
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         if getattr(model.vit.embeddings, "mask_token", None) is not None:
-            raise UnsupportedModelError("ViT with a mask token (masked image modelling) is not supported")
+            raise UnsupportedModelError(
+                "ViT with a mask token (masked image modelling) is not supported"
+            )
         hf_activation(model.config.hidden_act)
 
     @classmethod

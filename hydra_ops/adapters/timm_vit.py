@@ -127,7 +127,9 @@ class TimmViTAdapter(ModelAdapter):
             problems.append(f"global_pool={model.global_pool!r} (token or avg are supported)")
         for i, block in enumerate(model.blocks):
             if type(block) is not Block:
-                problems.append(f"block {i} is {type(block).__name__}, only timm Block is supported")
+                problems.append(
+                    f"block {i} is {type(block).__name__}, only timm Block is supported"
+                )
                 continue
             attn = block.attn
             if getattr(attn, "gate", None) is not None:
@@ -140,7 +142,9 @@ class TimmViTAdapter(ModelAdapter):
             if not hasattr(block.mlp, "fc1"):
                 problems.append(f"block {i} MLP is {type(block.mlp).__name__} (only Mlp)")
         if problems:
-            raise UnsupportedModelError("unsupported timm VisionTransformer: " + "; ".join(problems))
+            raise UnsupportedModelError(
+                "unsupported timm VisionTransformer: " + "; ".join(problems)
+            )
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

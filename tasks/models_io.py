@@ -1,0 +1,278 @@
+"""Glue between the stages and hydra_ops: data splits as batches, base models, pruned members.
+
+* Batches follow the contract (``input_ids``/``attention_mask``/... or ``pixel_values``, + ``labels``).
+* Base models are ``hydra_ops.checkpoints`` folders (safetensors + checkpoint.json, sha256-verified).
+* Pruned members (small adapter, ``hydra_ops.checkpoints`` stores unpruned models only): a folder
+  with ``model.safetensors`` (the pruned state dict) and ``member.json`` (the plan, the base
+  checkpoint's weights hash and the weights' sha256). Loading rebuilds the base architecture from the
+  base checkpoint, prunes it with the plan and loads the member weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hydra_ops.config import PipelineConfig
+from hydra_ops.plans import HeadPlan
+from tasks.common import DATA, file_sha256, write_json
+
+Batch = dict[str, torch.Tensor]
+
+
+# ---- data ----
+@functools.cache
+def _manifest(data_dir: str):
+    from hydra_ops.data import load_manifest
+
+    return load_manifest(data_dir)
+
+
+def manifest(root: Path):
+    """The prepared data's manifest (``DataIntegrityError`` if missing or malformed)."""
+    return _manifest(str(Path(root) / DATA))
+
+
+@functools.cache
+def _split(data_dir: str, name: str):
+    from hydra_ops.data import load_split
+
+    return load_split(data_dir, name)
+
+
+def split(root: Path, name: str):
+    """A prepared split, its file verified against the manifest's sha256."""
+    return _split(str(Path(root) / DATA), name)
+
+
+@functools.cache
+def tokenizer_for(model_path: str | None):
+    from transformers import AutoTokenizer
+
+    from hydra_ops.models import default_text_model_path
+
+    path = model_path or str(default_text_model_path())
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def batches(
+    cfg: PipelineConfig,
+    data,
+    batch_size: int,
+    shuffle: bool = False,
+    seed: int = 0,
+    with_labels: bool = True,
+    limit: int | None = None,
+) -> list[Batch]:
+    """A split (``hydra_ops.data.Split``) as a list of contract batches."""
+    from hydra_ops.models import make_image_batches, make_text_batches
+
+    labels = data.labels if with_labels else None
+    if data.texts is not None:
+        texts = data.texts if limit is None else data.texts[:limit]
+        labels = None if labels is None else labels[: len(texts)]
+        return list(
+            make_text_batches(
+                texts,
+                None if labels is None else labels.tolist(),
+                tokenizer_for(cfg.model.path),
+                max_length=cfg.model.max_length,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                seed=seed,
+            )
+        )
+    images = data.images if limit is None else data.images[:limit]
+    labels = None if labels is None else labels[: len(images)]
+    return list(
+        make_image_batches(
+            images,
+            None if labels is None else labels.tolist(),
+            batch_size=batch_size,
+            image_size=cfg.model.vit.image_size,
+            shuffle=shuffle,
+            seed=seed,
+        )
+    )
+
+
+def train_batches_fn(cfg: PipelineConfig, root: Path, seed: int):
+    """``epoch -> batches`` of the training split, reshuffled per epoch from ``seed + epoch``."""
+    train = split(root, "train")
+
+    def fn(epoch: int) -> list[Batch]:
+        return batches(cfg, train, cfg.finetune.batch_size, shuffle=True, seed=seed + epoch)
+
+    return fn
+
+
+# ---- base models ----
+def new_base(cfg: PipelineConfig, root: Path, seed: int) -> nn.Module:
+    """A fresh base model for the prepared data: MiniLM (+ new head) or a random-init timm ViT."""
+    from hydra_ops.models import build_timm_vit, load_text_classifier
+
+    man = manifest(root)
+    classes = list(man.classes)
+    if cfg.family == "bert":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # the new classifier head's initialisation
+            model, _ = load_text_classifier(len(classes), cfg.model.path, classes)
+        return model
+    vit = cfg.model.vit
+    shape = man.image_shape or [vit.image_size, vit.image_size]
+    in_chans = int(shape[2]) if len(shape) == 3 else 1
+    return build_timm_vit(
+        vit.image_size,
+        in_chans,
+        len(classes),
+        depth=vit.depth,
+        embed_dim=vit.embed_dim,
+        num_heads=vit.num_heads,
+        patch_size=vit.patch_size,
+        mlp_ratio=vit.mlp_ratio,
+        seed=seed,
+    )
+
+
+def fine_tune(
+    cfg: PipelineConfig, root: Path, model: nn.Module, *, epochs: int, lr: float, seed: int
+) -> dict[str, Any]:
+    from hydra_ops.training import fine_tune as _fine_tune
+
+    report = _fine_tune(
+        model,
+        train_batches_fn(cfg, root, seed),
+        epochs=epochs,
+        lr=lr,
+        weight_decay=cfg.finetune.weight_decay,
+        warmup_ratio=cfg.finetune.warmup_ratio,
+        seed=seed,
+        progress=os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
+    )
+    return report.to_dict()
+
+
+def save_base(model: nn.Module, directory: Path, metadata: dict[str, Any]) -> Path:
+    from hydra_ops.checkpoints import save_model
+
+    return save_model(model, directory, extra_metadata=metadata)
+
+
+def load_base(directory: Path) -> nn.Module:
+    from hydra_ops.checkpoints import load_model
+
+    return load_model(directory)
+
+
+def base_weights_hash(directory: Path) -> str:
+    from hydra_ops.checkpoints import read_checkpoint_metadata
+
+    return str(read_checkpoint_metadata(directory)["weights_sha256"])
+
+
+# ---- pruned members (adapter: hydra_ops.checkpoints stores unpruned models only) ----
+MEMBER_WEIGHTS, MEMBER_META = "model.safetensors", "member.json"
+
+
+def pruned_copy(base_dir: Path, plan: HeadPlan) -> nn.Module:
+    from hydra_ops.surgery import prune_heads
+
+    model = load_base(base_dir)
+    prune_heads(model, plan)
+    return model
+
+
+def save_member(
+    model: nn.Module, directory: Path, plan: HeadPlan | None, base_dir: Path, extra: dict
+) -> None:
+    """Write a (pruned) member into ``directory`` (which the caller publishes atomically)."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(directory / MEMBER_WEIGHTS))
+    meta = {
+        "plan": None if plan is None else plan.to_json() if hasattr(plan, "to_json") else None,
+        "plan_layers": None if plan is None else [list(h) for h in plan.kept],
+        "base_weights_sha256": base_weights_hash(base_dir),
+        "weights_sha256": file_sha256(directory / MEMBER_WEIGHTS),
+        **extra,
+    }
+    write_json(directory / MEMBER_META, meta)
+
+
+def load_member(directory: Path, base_dir: Path) -> nn.Module:
+    """Rebuild a member saved by :func:`save_member` (ValueError on a corrupt/mismatched file)."""
+    from safetensors.torch import load_file
+
+    meta_path = directory / MEMBER_META
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"member {directory}: unreadable {MEMBER_META} ({err})") from None
+    weights = directory / MEMBER_WEIGHTS
+    if not weights.is_file() or file_sha256(weights) != meta.get("weights_sha256"):
+        raise ValueError(
+            f"member {directory}: {MEMBER_WEIGHTS} is missing, truncated or tampered with "
+            "(sha256 differs from member.json); rerun finetune_members"
+        )
+    if meta.get("base_weights_sha256") != base_weights_hash(base_dir):
+        raise ValueError(f"member {directory}: cut from a different base model than {base_dir}")
+    if meta.get("plan_layers") is None:
+        model = load_base(base_dir)
+    else:
+        model = pruned_copy(base_dir, HeadPlan.from_layers(meta["plan_layers"]))
+    model.load_state_dict(load_file(str(weights)), strict=True)
+    model.eval()
+    return model
+
+
+# ---- plans ----
+def read_plans(path: Path) -> list[HeadPlan]:
+    data = json.loads(Path(path).read_text())
+    return [HeadPlan.from_layers(p) for p in data["plans"]]
+
+
+def plans_json(plans: Sequence[HeadPlan]) -> dict[str, Any]:
+    return {"plans": [{str(i): list(h) for i, h in enumerate(p.kept)} for p in plans]}
+
+
+# ---- inference ----
+@torch.no_grad()
+def logits_of(model: nn.Module, data_batches: Sequence[Batch]) -> torch.Tensor:
+    """Single model: [N, C] logits."""
+    from hydra_ops.training import evaluate_logits
+
+    logits, _ = evaluate_logits(model, data_batches)
+    return logits.float()
+
+
+@torch.no_grad()
+def hydra_logits(hydra: nn.Module, data_batches: Sequence[Batch]) -> torch.Tensor:
+    """Hydra model: [N, M, C] member logits."""
+    hydra.eval()
+    out = []
+    for b in data_batches:
+        if "pixel_values" in b:
+            out.append(hydra(b["pixel_values"]))
+        else:
+            out.append(
+                hydra(
+                    b["input_ids"],
+                    attention_mask=b.get("attention_mask"),
+                    token_type_ids=b.get("token_type_ids"),
+                )
+            )
+    return torch.cat(out).float()
+
+
+def labels_of(data) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(data.labels), dtype=torch.long)
