@@ -200,7 +200,6 @@ def save_member(
     state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
     save_file(state, str(directory / MEMBER_WEIGHTS))
     meta = {
-        "plan": None if plan is None else plan.to_json() if hasattr(plan, "to_json") else None,
         "plan_layers": None if plan is None else [list(h) for h in plan.kept],
         "base_weights_sha256": base_weights_hash(base_dir),
         "weights_sha256": file_sha256(directory / MEMBER_WEIGHTS),

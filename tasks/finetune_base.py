@@ -1,0 +1,63 @@
+"""Stage ``finetune_base``: fine-tune the base model (MiniLM-L6 on text, a from-scratch timm ViT on
+images) on the training split; writes a safetensors checkpoint to ``models/base``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.config import PipelineConfig
+from tasks import models_io
+from tasks.common import BASE, METRICS, stage_main, write_json
+
+log = logging.getLogger("hydra_ens")
+
+
+def train_base(cfg: PipelineConfig, root: Path, seed: int, out_dir: Path) -> dict[str, Any]:
+    """Fine-tune one base model with ``seed`` (init of the new head + data order + dropout)."""
+    model = models_io.new_base(cfg, root, seed)
+    log.info(
+        "fine-tuning %s (seed %d): %d epochs, lr %g",
+        cfg.family,
+        seed,
+        cfg.finetune.epochs,
+        cfg.finetune.lr,
+    )
+    report = models_io.fine_tune(
+        cfg, root, model, epochs=cfg.finetune.epochs, lr=cfg.finetune.lr, seed=seed
+    )
+    val = models_io.split(root, "val")
+    logits = models_io.logits_of(model, models_io.batches(cfg, val, cfg.evaluate.batch_size))
+    probs = logits.softmax(-1)
+    labels = models_io.labels_of(val)
+    summary = {
+        "seed": seed,
+        "family": cfg.family,
+        "train": report,
+        "val_accuracy": float((probs.argmax(-1) == labels).float().mean()),
+        "val_mean_confidence": float(probs.max(-1).values.mean()),
+        "classes": list(models_io.manifest(root).classes),
+    }
+    models_io.save_base(model, out_dir, summary)
+    log.info(
+        "seed %d: val accuracy %.3f, mean confidence %.3f",
+        seed,
+        summary["val_accuracy"],
+        summary["val_mean_confidence"],
+    )
+    return summary
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    summary = train_base(cfg, root, cfg.finetune.seed, root / BASE)
+    write_json(root / METRICS / "finetune_base.json", summary)
+    return summary
+
+
+def main() -> None:
+    stage_main("finetune_base", run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Stage ``finetune_baselines``: the Deep Ensemble baseline's extra members.
+
+The Deep Ensemble has K = ``baselines.deep_ensemble_size`` (default M) bases fine-tuned with
+different seeds; member 0 is ``models/base`` itself, members 1..K-1 land in
+``models/baselines/seed_<s>`` (resumable units, see :mod:`tasks.resumable`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.config import PipelineConfig
+from tasks.common import BASELINES, DATA, dir_sha256, fingerprint, stage_main
+from tasks.finetune_base import train_base
+from tasks.resumable import ensure_unit, finalise
+
+
+def baseline_seeds(cfg: PipelineConfig) -> list[int]:
+    return [cfg.finetune.seed + k for k in range(1, cfg.deep_ensemble_size)]
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    out = root / BASELINES
+    data_hash = dir_sha256(root / DATA)
+    units = {}
+    for seed in baseline_seeds(cfg):
+        fp = fingerprint(
+            {"data": data_hash, "model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump(),
+             "seed": seed}
+        )
+        name = f"seed_{seed}"
+        units[name] = ensure_unit(
+            out / name, fp, lambda tmp, s=seed: train_base(cfg, root, s, tmp), f"deep ensemble {name}"
+        )
+    finalise(out, units, {"deep_ensemble_size": cfg.deep_ensemble_size, "base_is_member_0": True})
+    return {"units": list(units)}
+
+
+def main() -> None:
+    stage_main("finetune_baselines", run)
+
+
+if __name__ == "__main__":
+    main()

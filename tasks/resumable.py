@@ -1,0 +1,66 @@
+"""Resumable per-unit work for the stages that train several independent models.
+
+A *unit* (a member, a Deep Ensemble seed) is a sub-folder of the stage's output. It is written to a
+temp folder and renamed into place only when complete, with ``done.json`` holding the unit's
+fingerprint (what it was computed from) and the sha256 of its files. On restart a unit is skipped
+iff ``done.json`` exists, its fingerprint matches and every file still hashes the same, so a run
+killed midway recomputes only the unfinished units. The stage's DVC output is ``persist: true`` so
+DVC does not delete finished units before rerunning the stage; ``index.json`` (written last, by the
+stage) lists the units that make up the output, and any other folder is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tasks.common import dir_sha256, publish_dir, read_json, write_json
+
+log = logging.getLogger("hydra_ens")
+DONE = "done.json"
+
+
+def unit_is_done(unit_dir: Path, fp: str) -> bool:
+    done = unit_dir / DONE
+    if not done.is_file():
+        return False
+    try:
+        record = read_json(done)
+    except ValueError:
+        return False
+    return record.get("fingerprint") == fp and record.get("sha256") == dir_sha256(
+        unit_dir, exclude=(DONE,)
+    )
+
+
+def ensure_unit(
+    unit_dir: Path, fp: str, build: Callable[[Path], dict[str, Any]], label: str
+) -> dict[str, Any]:
+    """Build ``unit_dir`` with ``build(tmp_dir) -> info`` unless a verified copy exists."""
+    if unit_is_done(unit_dir, fp):
+        log.info("%s: up to date (verified by hash), skipping", label)
+        return read_json(unit_dir / DONE)
+    log.info("%s: computing", label)
+    with publish_dir(unit_dir) as tmp:
+        info = build(tmp)
+        record = {"fingerprint": fp, "sha256": dir_sha256(tmp), "info": info}
+        write_json(tmp / DONE, record)
+    log.info("%s: done", label)
+    return record
+
+
+def finalise(out_dir: Path, units: dict[str, dict[str, Any]], extra: dict[str, Any]) -> None:
+    """Remove folders that are not listed units and write ``index.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for child in out_dir.iterdir():
+        if child.is_dir() and child.name not in units:
+            shutil.rmtree(child)
+        elif child.is_file() and child.name != "index.json":
+            child.unlink()
+    write_json(
+        out_dir / "index.json",
+        {**extra, "units": {k: {"sha256": v["sha256"]} for k, v in units.items()}},
+    )

@@ -1,0 +1,54 @@
+"""Stage ``select_members``: M head plans (``artifacts/plans/plans.json``), the naive single pruned
+baseline's plan (top-k, one member, same per-layer budget) and the plans' diversity report."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.config import PipelineConfig
+from tasks.common import METRICS, PLANS, SCORES, publish_dir, stage_main, write_json
+from tasks.models_io import plans_json
+
+log = logging.getLogger("hydra_ens")
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.scoring import HeadScores
+    from hydra_ops.selection import diversity_report, select_members
+
+    scores = HeadScores.load(root / SCORES / "scores.safetensors")
+    m, k = cfg.members.num_members, cfg.heads_per_member
+    plans = select_members(
+        scores,
+        m,
+        k,
+        cfg.strategy,
+        cfg.members.seed,
+        temperature=cfg.members.temperature,
+        penalty=cfg.members.overlap_penalty,
+    )
+    naive = select_members(scores.scores, 1, k, "topk")
+    diversity = diversity_report(plans, scores.num_heads)
+    with publish_dir(root / PLANS) as tmp:
+        write_json(tmp / "plans.json", {**plans_json(plans), "strategy": cfg.strategy})
+        write_json(tmp / "naive_plan.json", {**plans_json(naive), "strategy": "topk"})
+    summary = {"strategy": cfg.strategy, "num_members": m, "heads_per_layer": k, **diversity}
+    write_json(root / METRICS / "diversity.json", summary)
+    log.info(
+        "select_members: %d plans (%s, %d heads/layer), mean pairwise Jaccard %.3f",
+        m,
+        cfg.strategy,
+        k,
+        diversity["jaccard_mean"],
+    )
+    return summary
+
+
+def main() -> None:
+    stage_main("select_members", run)
+
+
+if __name__ == "__main__":
+    main()
