@@ -37,7 +37,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 #: Metrics a gate may name. Classification metrics apply to ``id_test`` and ``shift``; OOD metrics
 #: (OOD = positive class) to ``near_ood`` and ``far_ood``; the rest are model-level (split ``model``).
 CLASSIFICATION_METRICS = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc")
-OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
+OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 MODEL_METRICS = ("parameters", "latency_ms", "compile_max_abs_diff", "compile_argmax_agreement")
 METRICS = CLASSIFICATION_METRICS + OOD_METRICS + MODEL_METRICS
 SPLITS = ("id_test", "shift", "near_ood", "far_ood", "model")
@@ -52,7 +52,7 @@ GREATER_IS_BETTER = {
     "auroc": True,
     "aupr_in": True,
     "aupr_out": True,
-    "fpr95": False,
+    "fpr_at_95_tpr": False,
     "parameters": False,
     "latency_ms": False,
     "compile_max_abs_diff": False,
@@ -248,7 +248,9 @@ class PipelineConfig(_Strict):
     merge: MergeConfig = MergeConfig()
     compile: CompileConfig = CompileConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
-    gates: list[GateCheck] = Field(default_factory=lambda: [GateCheck(**g) for g in default_gates()])
+    gates: list[GateCheck] = Field(
+        default_factory=lambda: [GateCheck(**g) for g in default_gates()]
+    )
     promote: PromoteConfig = PromoteConfig()
 
     # ---- derived values every stage agrees on ----
@@ -367,7 +369,9 @@ def _format_errors(err: ValidationError, source: str) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-        elif e["type"] != "value_error" and "input" in e and not isinstance(e["input"], dict | list):
+        elif (
+            e["type"] != "value_error" and "input" in e and not isinstance(e["input"], dict | list)
+        ):
             msg = f"{msg} (got {e['input']!r})"
         if "@" in msg and ": " in msg:  # cross-checks name their own keys
             for part in msg.split("; "):

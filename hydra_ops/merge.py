@@ -130,7 +130,9 @@ class HydraEnsemble(nn.Module):
     :func:`hydra_ops.serialization.load_hydra`.
     """
 
-    def __init__(self, architecture: dict[str, Any]) -> None:
+    def __init__(self, architecture: dict[str, Any], embeddings: nn.Module | None = None) -> None:
+        """Build the (untrained) network described by ``architecture``; ``embeddings``, when
+        given, is used as the embedding stage(s) instead of building new ones."""
         super().__init__()
         self.architecture = architecture
         arch = architecture
@@ -141,7 +143,9 @@ class HydraEnsemble(nn.Module):
         self.mode = arch["mode"]
         self.plans = [HeadPlan.from_dict(p) for p in arch["plans"]]
         emb = arch["embedding"]
-        if emb["per_member"]:
+        if embeddings is not None:
+            self.embeddings = embeddings
+        elif emb["per_member"]:
             self.embeddings: nn.Module = nn.ModuleList(
                 embedding_stage_from_config(self.family, emb["config"]) for _ in range(m)
             )
@@ -352,10 +356,10 @@ def _decide(mode: str, *groups: Sequence[Tensor | None]) -> bool:
     return mode == "stack" and not all(_all_equal(g) for g in groups)
 
 
-def _check_compatible(adapters: Sequence[ModelAdapter]) -> None:
+def _check_compatible(adapters: Sequence[ModelAdapter], stages: Sequence[EmbeddingStage]) -> None:
     first = adapters[0]
 
-    def facts(a: ModelAdapter) -> dict[str, Any]:
+    def facts(a: ModelAdapter, stage: EmbeddingStage) -> dict[str, Any]:
         block = a.block_weights(0)
         return {
             "family": a.family,
@@ -366,12 +370,14 @@ def _check_compatible(adapters: Sequence[ModelAdapter]) -> None:
             "mlp_hidden": int(block.mlp.fc1_weight.shape[0]),
             "activation": block.mlp.activation,
             "norm_first": block.norm_first,
-            "embedding": a.embedding_stage().config(),
+            "embedding": stage.config(),
         }
 
-    expected = facts(first)
-    for index, adapter in enumerate(adapters[1:], start=1):
-        got = facts(adapter)
+    expected = facts(first, stages[0])
+    for index, (adapter, stage) in enumerate(zip(adapters, stages, strict=True)):
+        if index == 0:
+            continue
+        got = facts(adapter, stage)
         diffs = [k for k in expected if expected[k] != got[k]]
         if diffs:
             detail = ", ".join(
@@ -413,7 +419,11 @@ def merge_members(
         raise ValueError(f"mode must be one of {list(MERGE_MODES)}, got {mode!r}")
     attention_implementation(attention)
     adapters = [get_adapter(model) for model in members]
-    _check_compatible(adapters)
+    families = {a.family for a in adapters}
+    if len(families) > 1:
+        raise ValueError(f"members: all members must be of one family, got {sorted(families)}")
+    stages = [a.embedding_stage() for a in adapters]
+    _check_compatible(adapters, stages)
     first = adapters[0]
     num_layers = first.num_layers
     if not isinstance(shared_layers, int) or not 0 <= shared_layers < num_layers:
@@ -421,7 +431,6 @@ def merge_members(
             f"shared_layers must be an int in 0..{num_layers - 1}, got {shared_layers!r}"
         )
     m = len(members)
-    stages = [a.embedding_stage() for a in adapters]
     stage_states = [s.state_dict() for s in stages]
     emb_per_member = mode == "stack" and not all(
         _all_equal([st[k] for st in stage_states]) for k in stage_states[0]
@@ -549,22 +558,20 @@ def merge_members(
         "head": head_arch,
         "base_architecture": first.architecture_config(),
     }
-    hydra = HydraEnsemble(architecture)
-    reference = next(iter(members[0].parameters()))
-    hydra.to(dtype=reference.dtype, device=reference.device)
-
-    # ----- copy weights in -----
     if emb_per_member:
-        for stage, state in zip(hydra.embeddings, stage_states, strict=True):
-            stage.load_state_dict(state)
+        embeddings: nn.Module = nn.ModuleList(stages)
     else:
+        embeddings = stages[0]
         averaged = {}
         for key in stage_states[0]:
             values = [st[key] for st in stage_states]
             averaged[key] = (
                 torch.stack(values).mean(0) if values[0].is_floating_point() else values[0]
             )
-        hydra.embeddings.load_state_dict(averaged)
+        embeddings.load_state_dict(averaged)
+    hydra = HydraEnsemble(architecture, embeddings)
+    reference = next(iter(members[0].parameters()))
+    hydra.to(dtype=reference.dtype, device=reference.device)
 
     for layer in range(num_layers):
         trunk = layer < shared_layers

@@ -2,9 +2,11 @@
 
 * :func:`load_text_classifier`: MiniLM-L6 (or any local BERT folder) as a
   ``BertForSequenceClassification``, loaded with ``local_files_only=True``; never touches a hub.
-* :func:`build_timm_vit`: a timm ``VisionTransformer`` with random init (no ViT weights exist offline).
+* :func:`build_timm_vit`: a randomly initialised timm ``VisionTransformer`` (no ViT weights exist
+  offline).
 * :func:`make_text_batches` / :func:`make_image_batches`: iterables of batch dicts in the contract's
-  format (``input_ids``/``attention_mask``/``token_type_ids``/``labels`` or ``pixel_values``/``labels``).
+  format (``input_ids``/``attention_mask``/``token_type_ids``/``labels``, or
+  ``pixel_values``/``labels``).
 
 Checkpoint IO lives in :mod:`hydra_ops.checkpoints`.
 """
@@ -42,7 +44,8 @@ def load_text_classifier(
 
     Args:
         num_labels: number of classes C (>= 2).
-        model_path: a local Hugging Face / sentence-transformers folder; default the bundled MiniLM-L6.
+        model_path: a local Hugging Face / sentence-transformers folder; default: the bundled
+            MiniLM-L6.
         class_names: optional names for ``config.id2label`` (length ``num_labels``).
 
     Returns:
@@ -60,9 +63,7 @@ def load_text_classifier(
     if class_names is None:
         class_names = [f"LABEL_{i}" for i in range(num_labels)]
     if len(class_names) != num_labels:
-        raise ValueError(
-            f"class_names has {len(class_names)} names but num_labels is {num_labels}"
-        )
+        raise ValueError(f"class_names has {len(class_names)} names but num_labels is {num_labels}")
     id2label = {i: str(n) for i, n in enumerate(class_names)}
     label2id = {n: i for i, n in id2label.items()}
     verbosity = hf_logging.get_verbosity()
@@ -199,13 +200,17 @@ def make_text_batches(
             max_length=int(max_length),
             return_tensors="pt",
         )
-        batch: Batch = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        batch: Batch = {
+            k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")
+        }
         if labels is not None:
             batch["labels"] = torch.as_tensor([int(labels[i]) for i in idx], dtype=torch.long)
         yield batch
 
 
-def prepare_images(images: np.ndarray | torch.Tensor, image_size: int | None = None) -> torch.Tensor:
+def prepare_images(
+    images: np.ndarray | torch.Tensor, image_size: int | None = None
+) -> torch.Tensor:
     """Convert images to model input ``pixel_values`` [N, C, S, S] float32 in [0, 1].
 
     Accepts [N, H, W] (grayscale), [N, H, W, C] (C in 1/3) or [N, C, H, W]; integer (uint8) inputs

@@ -114,8 +114,8 @@ class HeadScores:
             "circuits": None if self.circuits is None else [p.to_dict() for p in self.circuits],
         }
         try:
-            metadata = {"hydra_head_scores": json.dumps(header)}
-        except TypeError as err:
+            metadata = {"hydra_head_scores": json.dumps(header, allow_nan=False)}
+        except (TypeError, ValueError) as err:
             raise ValueError(f"HeadScores.meta must be JSON-serialisable: {err}") from err
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -233,6 +233,10 @@ def _check_heads_per_layer(heads_per_layer: Any, num_heads: int, num_members: in
             f"1..{num_heads} (the model's heads per layer)"
         )
     return heads_per_layer
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _top(values: Tensor, k: int) -> list[int]:
@@ -517,8 +521,8 @@ def circuit_scores(
                 {
                     "objective": name,
                     "bootstrap_seed": None if not bootstrap else seed * 1_000_003 + 2 * c,
-                    "reference_nll": evaluate.ref_nll,
-                    "reference_auroc": evaluate.ref_auroc,
+                    "reference_nll": _finite_or_none(evaluate.ref_nll),
+                    "reference_auroc": _finite_or_none(evaluate.ref_auroc),
                     "final_objective": evaluate(gates),
                 }
             )

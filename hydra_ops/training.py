@@ -24,10 +24,8 @@ def _local_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Logits [B, C] for the families this module knows without :mod:`hydra_ops.adapters`."""
     if "pixel_values" in batch:
         pixels = batch["pixel_values"]
-        if hasattr(model, "config"):  # Hugging Face image classifier
-            out = model(pixel_values=pixels)
-        else:  # timm and plain nn.Modules take the tensor positionally
-            out = model(pixels)
+        # Hugging Face image classifiers take a keyword; timm and plain modules a positional tensor
+        out = model(pixel_values=pixels) if hasattr(model, "config") else model(pixels)
     else:
         inputs = {k: batch[k] for k in TEXT_INPUT_KEYS if k in batch}
         if "input_ids" not in inputs:
@@ -46,6 +44,8 @@ def model_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
     a local fallback: ``model(**text_inputs).logits``, ``model(pixel_values=...).logits`` for HF
     image models, ``model(pixel_values)`` for timm / plain modules.
     """
+    if "input_ids" not in batch and "pixel_values" not in batch:
+        raise ValueError(f"batch must hold 'input_ids' or 'pixel_values', got keys {sorted(batch)}")
     try:
         from hydra_ops.adapters import get_adapter
     except ImportError:
@@ -81,13 +81,12 @@ def _layers(model: nn.Module) -> tuple[nn.Module | None, Sequence[nn.Module]]:
         if inner is not None:
             return inner.embeddings, list(inner.encoder.layer)
     if hasattr(model, "blocks"):  # timm VisionTransformer
-        embeds = nn.ModuleList(
-            [m for m in (getattr(model, "patch_embed", None),) if m is not None]
-        )
+        embeds = nn.ModuleList([m for m in (getattr(model, "patch_embed", None),) if m is not None])
         return embeds, list(model.blocks)
     raise ValueError(
         f"frozen_layers: cannot find transformer layers on {type(model).__name__}; "
-        "supported: BertForSequenceClassification, ViTForImageClassification, timm VisionTransformer"
+        "supported: BertForSequenceClassification, ViTForImageClassification, "
+        "timm VisionTransformer"
     )
 
 

@@ -68,7 +68,13 @@ def test_bbc_news_splits_manifest_and_provenance(bbc):
     out, manifest = bbc
     assert manifest.classes == ["business", "entertainment", "politics", "sports"]
     assert set(manifest.splits) == {
-        "train", "val", "test", "shift", "near_ood", "far_ood", "ood_val"
+        "train",
+        "val",
+        "test",
+        "shift",
+        "near_ood",
+        "far_ood",
+        "ood_val",
     }
     assert manifest.duplicates_removed > 0
     on_disk = json.loads((out / "manifest.json").read_text())
@@ -86,7 +92,10 @@ def test_bbc_news_splits_manifest_and_provenance(bbc):
     train = load_split(out, "train").texts
     test = load_split(out, "test").texts
     assert not set(train) & set(test)
-    tech = {p.read_text(encoding="utf-8", errors="replace") for p in (bbc_news_folder() / "tech").iterdir()}
+    tech = {
+        p.read_text(encoding="utf-8", errors="replace")
+        for p in (bbc_news_folder() / "tech").iterdir()
+    }
     assert set(load_split(out, "near_ood").texts) <= tech
     assert not set(train) & tech
     far = load_split(out, "far_ood").texts
@@ -121,10 +130,10 @@ def test_corrupted_and_truncated_files_give_clear_errors(bbc, tmp_path):
     data = bytearray(path.read_bytes())
     data[10] ^= 0x20
     path.write_bytes(bytes(data))
-    with pytest.raises(DataIntegrityError, match="val.jsonl"):
+    with pytest.raises(DataIntegrityError, match=r"val\.jsonl"):
         load_split(out, "val")
     (out / "test.jsonl").write_bytes((out / "test.jsonl").read_bytes()[:100])
-    with pytest.raises(DataIntegrityError, match="test.jsonl"):
+    with pytest.raises(DataIntegrityError, match=r"test\.jsonl"):
         load_split(out, "test")
     with pytest.raises(ValueError, match="available"):
         load_split(out, "nope")
@@ -213,7 +222,7 @@ def test_user_text_folder_with_user_ood_sets(tmp_path):
     assert load_split(tmp_path / "out", "ood_val").texts == ["validation ood"]
     assert "\ufffd" in load_split(tmp_path / "out", "train").texts[0]
     (root / "z").mkdir()
-    with pytest.raises(ValueError, match="class folder .*z.* is empty"):
+    with pytest.raises(ValueError, match=r"class folder .*z.* is empty"):
         materialise_splits({"name": "folder", "path": str(root)}, tmp_path / "o2")
 
 
@@ -248,7 +257,8 @@ def test_digits_image_source(tmp_path):
     assert far.images.shape == (500, 8, 8)
     val, ood_val = load_split(tmp_path / "d", "val"), load_split(tmp_path / "d", "ood_val")
     assert np.array_equal(
-        np.sort(val.images.reshape(len(val), -1), 1), np.sort(ood_val.images.reshape(len(val), -1), 1)
+        np.sort(val.images.reshape(len(val), -1), 1),
+        np.sort(ood_val.images.reshape(len(val), -1), 1),
     )
     assert not np.array_equal(val.images, ood_val.images)
     assert "patch-shuffled" in m.ood_val_provenance
@@ -264,7 +274,12 @@ def test_mnist5k_shapes(tmp_path):
 def test_patch_shuffle_keeps_patches():
     x = np.arange(2 * 8 * 8, dtype=np.uint8).reshape(2, 8, 8)
     y = patch_shuffle(x, np.random.default_rng(0), grid=4)
-    patches = lambda a: sorted(a[i : i + 2, j : j + 2].tobytes() for i in range(0, 8, 2) for j in range(0, 8, 2))  # noqa: E731
+
+    def patches(a):
+        return sorted(
+            a[i : i + 2, j : j + 2].tobytes() for i in range(0, 8, 2) for j in range(0, 8, 2)
+        )
+
     assert patches(x[0]) == patches(y[0]) and not np.array_equal(x, y)
 
 

@@ -39,7 +39,13 @@ def tiny_bert(num_labels: int = 3) -> BertForSequenceClassification:
 
 def tiny_vit():
     return build_timm_vit(
-        image_size=8, in_chans=1, num_classes=3, depth=2, embed_dim=16, num_heads=4, patch_size=2,
+        image_size=8,
+        in_chans=1,
+        num_classes=3,
+        depth=2,
+        embed_dim=16,
+        num_heads=4,
+        patch_size=2,
         seed=0,
     ).eval()
 
@@ -83,7 +89,9 @@ def test_tampered_truncated_and_missing_files(tmp_path):
     data = bytearray(good)
     data[-5] ^= 0xFF
     weights.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors.*truncated, corrupt or was modified"):
+    with pytest.raises(
+        CheckpointError, match=r"model\.safetensors.*truncated, corrupt or was modified"
+    ):
         load_model(tmp_path / "c")
     weights.write_bytes(good[:200])
     with pytest.raises(CheckpointError, match=r"model\.safetensors"):
@@ -123,7 +131,9 @@ def test_minilm_loads_offline_with_class_names():
     assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size) == (6, 12, 384)
     assert cfg.id2label == {0: "w", 1: "x", 2: "y", 3: "z"}
     batches = list(
-        make_text_batches(["a short text", "another " * 100], [1, 3], tok, max_length=16, batch_size=2)
+        make_text_batches(
+            ["a short text", "another " * 100], [1, 3], tok, max_length=16, batch_size=2
+        )
     )
     assert len(batches) == 1
     b = batches[0]

@@ -111,7 +111,7 @@ def test_taylor_matches_finite_differences() -> None:
 def test_taylor_needs_labelled_train_batches(model) -> None:
     with pytest.raises(ValueError, match="train_batches"):
         score_heads(model, "taylor")
-    with pytest.raises(ValueError, match="train_batches.*labels"):
+    with pytest.raises(ValueError, match=r"train_batches.*labels"):
         score_heads(model, "taylor", train_batches=[_batch(4, 0, labels=False)])
 
 
@@ -209,7 +209,7 @@ def test_circuit_bad_input(model, val) -> None:
             score_heads(model, "circuit", val_batches=val, heads_per_layer=k)
     with pytest.raises(ValueError, match="ood_val_batches"):
         score_heads(model, "circuit", val_batches=val, objective="ood")
-    with pytest.raises(ValueError, match="objective.*nll, ood, avg"):
+    with pytest.raises(ValueError, match=r"objective.*nll, ood, avg"):
         score_heads(model, "circuit", val_batches=val, objective="acc")
     with pytest.raises(ValueError, match="num_circuits"):
         score_heads(model, "circuit", val_batches=val, num_circuits=0)

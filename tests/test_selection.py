@@ -62,7 +62,7 @@ def test_topk_ties_go_to_lower_index() -> None:
 
 
 def test_topk_rejects_several_members(scores: torch.Tensor) -> None:
-    with pytest.raises(ValueError, match="num_members.*overlap_penalty"):
+    with pytest.raises(ValueError, match=r"num_members.*overlap_penalty"):
         select_members(scores, 3, 4, "topk")
 
 
@@ -133,7 +133,7 @@ def test_accepts_head_scores(scores: torch.Tensor) -> None:
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_scores_rejected(scores: torch.Tensor, bad: float) -> None:
     scores[2, 3] = bad
-    with pytest.raises(ValueError, match="scores.*finite"):
+    with pytest.raises(ValueError, match=r"scores.*finite"):
         select_members(scores, 3, 4)
 
 

@@ -15,6 +15,15 @@ from hydra_ops.models import build_timm_vit, make_image_batches
 from hydra_ops.training import evaluate_logits, fine_tune, model_logits
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one thread avoids OpenMP spin contention on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny_bert() -> BertForSequenceClassification:
     torch.manual_seed(0)
     cfg = BertConfig(
@@ -46,8 +55,15 @@ def test_fine_tune_reduces_loss_and_learns_bert():
     model = tiny_bert()
     lines: list[str] = []
     report = fine_tune(
-        model, toy_text_batches, epochs=12, lr=5e-3, weight_decay=0.0, warmup_ratio=0.1,
-        seed=0, progress=False, log_fn=lines.append,
+        model,
+        toy_text_batches,
+        epochs=12,
+        lr=5e-3,
+        weight_decay=0.0,
+        warmup_ratio=0.1,
+        seed=0,
+        progress=False,
+        log_fn=lines.append,
     )
     assert report.epoch_losses[-1] < 0.5 * report.epoch_losses[0]
     assert report.steps == 12 * 4 and len(report.epoch_seconds) == 12 and len(lines) == 12
@@ -60,14 +76,20 @@ def test_fine_tune_reduces_loss_and_learns_bert():
 def test_fine_tune_timm_vit_on_separable_images():
     torch.manual_seed(0)
     labels = torch.arange(48) % 2
-    imgs = torch.zeros(48, 8, 8, dtype=torch.uint8)
-    imgs[labels == 0, :, :4] = 255  # bright left half vs bright right half
-    imgs[labels == 1, :, 4:] = 255
+    imgs = torch.randint(0, 40, (48, 8, 8), dtype=torch.uint8)  # class 1: dark noise
+    imgs[labels == 0, :, :4] = 255  # class 0: bright left half
     model = build_timm_vit(8, 1, 2, depth=1, embed_dim=16, num_heads=2, patch_size=4, seed=0)
     batches = lambda e: make_image_batches(imgs.numpy(), labels.tolist(), 16, shuffle=True, seed=e)  # noqa: E731
     report = fine_tune(
-        model, batches, epochs=8, lr=3e-3, weight_decay=0.0, warmup_ratio=0.0, seed=0,
-        progress=False, log_fn=None,
+        model,
+        batches,
+        epochs=8,
+        lr=3e-3,
+        weight_decay=0.0,
+        warmup_ratio=0.0,
+        seed=0,
+        progress=False,
+        log_fn=None,
     )
     assert report.epoch_losses[-1] < 0.5 * report.epoch_losses[0]
     logits, y = evaluate_logits(model, make_image_batches(imgs.numpy(), labels.tolist(), 16))
@@ -77,8 +99,17 @@ def test_fine_tune_timm_vit_on_separable_images():
 def test_fine_tune_is_deterministic_under_seed():
     def run(seed: int) -> dict[str, torch.Tensor]:
         model = tiny_bert()
-        fine_tune(model, toy_text_batches, epochs=1, lr=1e-3, weight_decay=0.01,
-                  warmup_ratio=0.2, seed=seed, progress=False, log_fn=None)
+        fine_tune(
+            model,
+            toy_text_batches,
+            epochs=1,
+            lr=1e-3,
+            weight_decay=0.01,
+            warmup_ratio=0.2,
+            seed=seed,
+            progress=False,
+            log_fn=None,
+        )
         return model.state_dict()
 
     a, b, c = run(1), run(1), run(2)
@@ -89,16 +120,34 @@ def test_fine_tune_is_deterministic_under_seed():
 def test_frozen_layers_stay_unchanged():
     model = tiny_bert()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    fine_tune(model, toy_text_batches, epochs=1, lr=1e-2, weight_decay=0.0, warmup_ratio=0.0,
-              seed=0, progress=False, log_fn=None, frozen_layers=1)
+    fine_tune(
+        model,
+        toy_text_batches,
+        epochs=1,
+        lr=1e-2,
+        weight_decay=0.0,
+        warmup_ratio=0.0,
+        seed=0,
+        progress=False,
+        log_fn=None,
+        frozen_layers=1,
+    )
     after = model.state_dict()
     frozen = [k for k in before if k.startswith(("bert.embeddings", "bert.encoder.layer.0."))]
     trained = [k for k in before if k.startswith("bert.encoder.layer.1.")]
     assert frozen and all(torch.equal(before[k], after[k]) for k in frozen)
     assert any(not torch.equal(before[k], after[k]) for k in trained)
-    with pytest.raises(ValueError, match="frozen_layers must be in 0..2"):
-        fine_tune(tiny_bert(), toy_text_batches, epochs=1, lr=1e-3, seed=0, progress=False,
-                  log_fn=None, frozen_layers=5)
+    with pytest.raises(ValueError, match=r"frozen_layers must be in 0\.\.2"):
+        fine_tune(
+            tiny_bert(),
+            toy_text_batches,
+            epochs=1,
+            lr=1e-3,
+            seed=0,
+            progress=False,
+            log_fn=None,
+            frozen_layers=5,
+        )
 
 
 def test_bad_arguments_and_batches():

@@ -252,7 +252,8 @@ class ModelAdapter(abc.ABC):
 def linear_from(weight: Tensor, bias: Tensor | None, like: nn.Linear) -> nn.Linear:
     """A new ``nn.Linear`` with copies of ``weight [out, in]`` / ``bias`` on ``like``'s device."""
     out_features, in_features = weight.shape
-    layer = nn.Linear(
+    layer = torch.nn.utils.skip_init(
+        nn.Linear,
         in_features,
         out_features,
         bias=bias is not None,

@@ -9,6 +9,7 @@ Layout: ``model.bert.embeddings``; layer ``l`` is ``model.bert.encoder.layer[l]`
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -54,10 +55,10 @@ class BertEmbeddingStage(EmbeddingStage):
 
     family = "bert"
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, embeddings: BertEmbeddings | None = None) -> None:
         super().__init__()
         self._config = config
-        self.embeddings = BertEmbeddings(config)
+        self.embeddings = BertEmbeddings(config) if embeddings is None else embeddings
 
     def forward(
         self,
@@ -178,9 +179,8 @@ class BertAdapter(ModelAdapter):
         )
 
     def embedding_stage(self) -> EmbeddingStage:
-        stage = BertEmbeddingStage(self.model.config)
-        stage.embeddings.load_state_dict(self.model.bert.embeddings.state_dict())
-        return stage.to(self.model.bert.embeddings.word_embeddings.weight.device).eval()
+        embeddings = copy.deepcopy(self.model.bert.embeddings)
+        return BertEmbeddingStage(self.model.config, embeddings).eval()
 
     def architecture_config(self) -> dict[str, Any]:
         return self.model.config.to_dict()

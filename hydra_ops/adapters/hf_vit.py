@@ -8,6 +8,7 @@ on token 0.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -35,10 +36,12 @@ class HFViTEmbeddingStage(EmbeddingStage):
 
     family = "hf_vit"
 
-    def __init__(self, config: ViTConfig) -> None:
+    def __init__(self, config: ViTConfig, embeddings: ViTEmbeddings | None = None) -> None:
         super().__init__()
         self._config = config
-        self.embeddings = ViTEmbeddings(config, use_mask_token=False)
+        self.embeddings = (
+            ViTEmbeddings(config, use_mask_token=False) if embeddings is None else embeddings
+        )
 
     def forward(
         self,
@@ -151,9 +154,8 @@ class HFViTAdapter(ModelAdapter):
         )
 
     def embedding_stage(self) -> EmbeddingStage:
-        stage = HFViTEmbeddingStage(self.model.config)
-        stage.embeddings.load_state_dict(self.model.vit.embeddings.state_dict())
-        return stage.to(self.model.classifier.weight.device).eval()
+        embeddings = copy.deepcopy(self.model.vit.embeddings)
+        return HFViTEmbeddingStage(self.model.config, embeddings).eval()
 
     def architecture_config(self) -> dict[str, Any]:
         return self.model.config.to_dict()

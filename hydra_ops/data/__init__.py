@@ -25,7 +25,13 @@ from hydra_ops.data.store import (
     materialise_splits,
     sha256_file,
 )
-from hydra_ops.data.transforms import char_noise, image_shift, patch_shuffle, pixel_shuffle, word_shuffle
+from hydra_ops.data.transforms import (
+    char_noise,
+    image_shift,
+    patch_shuffle,
+    pixel_shuffle,
+    word_shuffle,
+)
 
 __all__ = [
     "ALL_SOURCES",

@@ -67,7 +67,9 @@ def _load_raw(cfg: DataSourceConfig) -> sources.RawData:
         return sources.load_digits_source()
     assert cfg.path is not None
     if cfg.name in ("csv", "jsonl"):
-        return sources.load_table(cfg.path, cfg.name, cfg.text_column, cfg.label_column, cfg.classes)
+        return sources.load_table(
+            cfg.path, cfg.name, cfg.text_column, cfg.label_column, cfg.classes
+        )
     if sources.folder_is_images(cfg.path):
         raw = sources.load_image_folder(cfg.path, cfg.channels, cfg.image_size)
     else:
@@ -76,7 +78,8 @@ def _load_raw(cfg: DataSourceConfig) -> sources.RawData:
         unknown = sorted(set(raw.names) - set(cfg.classes))
         if unknown:
             raise ValueError(
-                f"folder source {cfg.path!r}: class folder(s) {unknown} not in classes {cfg.classes}"
+                f"folder source {cfg.path!r}: class folder(s) {unknown} "
+                f"not in classes {cfg.classes}"
             )
     return raw
 

@@ -172,9 +172,13 @@ def read_table(
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{what}: {str(p)!r} line {lineno} is not JSON: {exc}") from None
-                if not isinstance(row, dict) or text_column not in row or (
-                    label_column and label_column not in row
+                    raise ValueError(
+                        f"{what}: {str(p)!r} line {lineno} is not JSON: {exc}"
+                    ) from None
+                if (
+                    not isinstance(row, dict)
+                    or text_column not in row
+                    or (label_column and label_column not in row)
                 ):
                     raise ValueError(
                         f"{what}: {str(p)!r} line {lineno} needs keys {text_column!r}"
@@ -200,9 +204,7 @@ def load_table(
     index = {n: i for i, n in enumerate(names)}
     unknown = sorted(set(labels) - set(index))
     if unknown:
-        raise ValueError(
-            f"{kind} source {path!r}: label(s) {unknown[:5]} not in classes {names}"
-        )
+        raise ValueError(f"{kind} source {path!r}: label(s) {unknown[:5]} not in classes {names}")
     empty = [n for n in names if n not in set(labels)]
     if empty:
         raise ValueError(f"{kind} source {path!r}: class(es) {empty} have no examples")
@@ -283,9 +285,7 @@ def kaomoji_texts(n: int, seed: int) -> list[str]:
     return [pool[i] for i in sorted(idx)]
 
 
-def sample_image_crops(
-    n: int, height: int, width: int, channels: int, seed: int
-) -> np.ndarray:
+def sample_image_crops(n: int, height: int, width: int, channels: int, seed: int) -> np.ndarray:
     """``n`` random square crops of scikit-learn's sample images, resized to ``height x width``,
     grayscale when ``channels == 1``: uint8 [n, H, W] or [n, H, W, 3]."""
     from PIL import Image
@@ -326,12 +326,7 @@ def load_ood_source(
         texts, _ = read_table(path, kind, text_column, None, what)
         return texts, None
     root = _require_dir(path, what)
-    files = sorted(
-        Path(d) / f
-        for d, _, fs in os.walk(root)
-        for f in fs
-        if not f.startswith(".")
-    )
+    files = sorted(Path(d) / f for d, _, fs in os.walk(root) for f in fs if not f.startswith("."))
     if not files:
         raise ValueError(f"{what}: folder {str(root)!r} has no files")
     if modality == "text":

@@ -213,7 +213,9 @@ def load_split(out_dir: str | os.PathLike[str], name: str, verify: bool = True) 
     """
     manifest = load_manifest(out_dir)
     if name not in manifest.splits:
-        raise ValueError(f"split {name!r} not in {str(out_dir)!r}; available: {sorted(manifest.splits)}")
+        raise ValueError(
+            f"split {name!r} not in {str(out_dir)!r}; available: {sorted(manifest.splits)}"
+        )
     info = manifest.splits[name]
     path = Path(out_dir) / info.file
     if not path.is_file():

@@ -104,7 +104,7 @@ def patch_shuffle(images: np.ndarray, rng: np.random.Generator, grid: int = 4) -
 
 
 def pixel_shuffle(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Permute each image's pixel positions (channels kept together): ID intensity histogram only."""
+    """Permute each image's pixel positions (channels kept together): keeps only the histogram."""
     n, h, w = images.shape[:3]
     flat = images.reshape(n, h * w, *images.shape[3:])
     out = np.stack([f[rng.permutation(h * w)] for f in flat])

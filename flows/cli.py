@@ -1,0 +1,308 @@
+"""``hydra-ens``: the command line (typer + rich).
+
+Commands: ``run`` (the Prefect flow over the DVC DAG), ``status`` (stale stages, the model in
+prod), ``predict`` (the prod model through the registry), ``promote`` (``--force --reason``),
+``serve --cron`` (a Prefect deployment on a cron schedule), ``stage NAME`` (one stage, what
+``dvc.yaml``'s commands could call), ``demo`` (the library example).
+
+Offline defaults are set before Prefect is imported: a project-local ``PREFECT_HOME``
+(``.prefect/``), analytics off, a 120 s server start-up timeout; DVC analytics off; no hub access.
+Variables already set in the environment win.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0])
+console = Console()
+err_console = Console(stderr=True)
+
+Project = Annotated[
+    Path, typer.Option("--project", "-C", help="project folder (with dvc.yaml)", show_default=False)
+]
+
+
+def offline_defaults(root: Path) -> None:
+    """Prefect/DVC/HF environment for an offline, project-local run (existing values win)."""
+    os.environ.setdefault("PREFECT_HOME", str(root / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _root(project: Path | None) -> Path:
+    root = (project or Path.cwd()).resolve()
+    offline_defaults(root)
+    return root
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _parse_sets(sets: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--set {item!r}: expected KEY=VALUE (e.g. members.num_members=3)", 2)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def write_resolved_params(
+    root: Path, profile: str | None, params: Path | None, sets: list[str]
+) -> None:
+    """Validate and (when any option is given) rewrite ``params.yaml``; ConfigError on bad input."""
+    from hydra_ops.config import load_params, read_yaml, resolve_params, write_params
+
+    if profile is None and params is None and not sets:
+        load_params(root / "params.yaml")  # validate what is there
+        return
+    overrides = read_yaml(params) if params is not None else None
+    if overrides is not None and not isinstance(overrides, dict):
+        from hydra_ops.config import ConfigError
+
+        raise ConfigError(f"{params}: <root>: must be a mapping")
+    if profile is None and overrides is not None and "profile" in overrides:
+        profile = overrides["profile"]
+    cfg = resolve_params(profile or "default", overrides, _parse_sets(sets))
+    write_params(cfg, root / "params.yaml")
+
+
+@app.command()
+def run(
+    project: Project = None,
+    params: Annotated[
+        Path | None, typer.Option("--params", help="params file (merged over the profile)")
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="default | quick (rewrites params.yaml)")
+    ] = None,
+    set_: Annotated[
+        list[str], typer.Option("--set", help="KEY=VALUE override, repeatable (dotted keys)")
+    ] = [],  # noqa: B006
+    push: Annotated[bool, typer.Option(help="dvc push to the local remote after the run")] = True,
+) -> None:
+    """Run the whole pipeline (Prefect flow over the DVC stages); ends with the gate report."""
+    from hydra_ops.config import ConfigError
+
+    root = _root(project)
+    try:
+        write_resolved_params(root, profile, params, set_)
+    except ConfigError as err:
+        _fail(str(err), 2)
+    from flows import dvcops
+
+    try:
+        for action in dvcops.ensure_project(root):
+            console.print(f"[dim]project:[/] {action}")
+    except dvcops.StageError as err:
+        _fail(str(err), 2)
+    from flows.pipeline import hydra_pipeline
+
+    state = hydra_pipeline(project_dir=str(root), push=push, return_state=True)
+    if not state.is_completed():
+        try:
+            state.result()
+        except Exception as err:  # the stage's own one-line error
+            _fail(f"pipeline failed: {err}")
+        _fail(f"pipeline ended in state {state.name}")
+    summary = state.result()
+    _print_summary(summary)
+    if summary.get("gate", {}).get("verdict") == "failed":
+        raise typer.Exit(3)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    table = Table(title="stages", show_lines=False)
+    table.add_column("stage")
+    table.add_column("result")
+    table.add_column("seconds", justify="right")
+    for r in summary["stages"]:
+        table.add_row(r["stage"], "ran" if r["ran"] else "up to date", f"{r['seconds']:.1f}")
+    console.print(table)
+    if "metrics_table" in summary:
+        console.print("\n[bold]metrics (calibrated)[/]\n" + summary["metrics_table"], soft_wrap=True)
+    gate = summary.get("gate")
+    if gate:
+        color = "green" if gate["verdict"] == "passed" else "red"
+        console.print(f"\n[bold]gate:[/] [{color}]{gate['verdict'].upper()}[/]"
+                      + (f" (failed: {', '.join(gate['failed'])})" if gate["failed"] else ""))
+        promo = summary.get("promotion") or {}
+        if promo.get("promoted"):
+            console.print(f"[bold]promoted:[/] {promo['model']}@{promo['version']} -> "
+                          f"{promo['stage']}")
+        elif promo:
+            console.print(f"[bold]not promoted:[/] {promo.get('why')}")
+    console.print(f"[dim]total {summary['seconds']:.1f}s[/]")
+
+
+@app.command()
+def status(project: Project = None) -> None:
+    """Which stages are stale (``dvc status``) and which model is in prod (GTO)."""
+    from flows import dvcops
+    from hydra_ops.config import ConfigError, load_params
+    from tasks.registry import prod_version
+
+    root = _root(project)
+    try:
+        cfg = load_params(root / "params.yaml")
+    except ConfigError as err:
+        _fail(str(err), 2)
+    from tasks.common import STAGES
+
+    try:
+        stale = dvcops.stale_stages(root) if (root / ".dvc").is_dir() else set(STAGES)
+    except dvcops.StageError as err:
+        _fail(str(err))
+    for stage in STAGES:
+        mark = "[yellow]stale[/]" if stage in stale else "[green]up to date[/]"
+        console.print(f"  {stage:<20} {mark}")
+    prod = prod_version(root, cfg.promote.model_name, cfg.promote.stage)
+    if prod is None:
+        console.print(f"{cfg.promote.model_name} {cfg.promote.stage}: [dim]none[/]")
+    else:
+        f = prod["fields"]
+        console.print(
+            f"{cfg.promote.model_name} {cfg.promote.stage}: [bold]{prod['version']}[/] "
+            f"(commit {prod['commit'][:8]}, gate {f.get('gate', '?')}"
+            + (f", reason: {f['reason']}" if "reason" in f else "") + ")"
+        )
+
+
+@app.command()
+def predict(
+    inputs: Annotated[list[str], typer.Argument(help="texts, or image files (for image models)")],
+    project: Project = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines")] = False,
+) -> None:
+    """Load the prod model through the registry and print class, probability and uncertainty."""
+    from hydra_ops.config import ConfigError, load_params
+    from tasks.predict import predict as do_predict
+
+    root = _root(project)
+    try:
+        cfg = load_params(root / "params.yaml")
+        rows, prod = do_predict(cfg, root, inputs)
+    except (ConfigError, ValueError) as err:
+        _fail(str(err))
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    table = Table(title=f"{cfg.promote.model_name} {prod['version']} ({cfg.promote.stage})")
+    for col in ("input", "class", "prob", "entropy", "mutual_info", "disagreement"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["input"][:60], r["class"], f"{r['prob']:.3f}", f"{r['entropy']:.3f}",
+                      f"{r['mutual_information']:.3f}", f"{r['disagreement']:.3f}")
+    console.print(table)
+
+
+@app.command()
+def promote(
+    project: Project = None,
+    force: Annotated[bool, typer.Option("--force", help="promote past a failed gate")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="required with --force")] = None,
+) -> None:
+    """Promote models/hydra to prod if the gate passed (or --force --reason)."""
+    from hydra_ops.config import ConfigError, load_params
+    from tasks.promote import promote as do_promote
+
+    root = _root(project)
+    if force and not (reason and reason.strip()):
+        _fail("--force needs --reason TEXT (the reason is recorded in the registry)", 2)
+    try:
+        cfg = load_params(root / "params.yaml")
+        result = do_promote(cfg, root, force=force, reason=reason)
+    except (ConfigError, ValueError) as err:
+        _fail(str(err))
+    if result["promoted"]:
+        console.print(f"promoted {result['model']}@{result['version']} -> {result['stage']}"
+                      + (f" (forced: {reason})" if force else ""))
+    else:
+        console.print(f"not promoted: {result['why']}")
+        if result.get("why") == "gate failed":
+            raise typer.Exit(3)
+
+
+@app.command()
+def serve(
+    cron: Annotated[str, typer.Option("--cron", help="cron schedule, e.g. '0 3 * * *'")],
+    project: Project = None,
+    name: Annotated[str, typer.Option(help="deployment name")] = "scheduled",
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="serve the tiny health-check flow instead")
+    ] = False,
+) -> None:
+    """Serve a Prefect deployment of the pipeline on a cron schedule (needs PREFECT_API_URL).
+
+    Start the server first: ``prefect server start --host 127.0.0.1`` and
+    ``export PREFECT_API_URL=http://127.0.0.1:4200/api``.
+    """
+    root = _root(project)
+    if "PREFECT_API_URL" not in os.environ:
+        _fail("serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
+              "export PREFECT_API_URL=http://127.0.0.1:4200/api", 2)
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        CronSchedule(cron=cron)
+    except ValueError:
+        _fail(f"--cron {cron!r} is not a valid cron expression (e.g. '0 3 * * *')", 2)
+    from flows.pipeline import hydra_pipeline
+    from flows.smoke import hydra_smoke
+
+    target = hydra_smoke if smoke else hydra_pipeline
+    console.print(f"serving {target.name}/{name} on cron {cron!r} for {root}")
+    target.serve(name=name, cron=cron, parameters={"project_dir": str(root)}, print_starting_message=True)
+
+
+@app.command()
+def stage(
+    name: Annotated[str, typer.Argument(help="stage name (see dvc.yaml)")],
+    project: Project = None,
+) -> None:
+    """Run one stage's logic in-process, as ``python -m tasks.<name>`` does."""
+    import importlib
+
+    from tasks.common import STAGES
+
+    if name not in STAGES:
+        _fail(f"unknown stage {name!r}; allowed: {', '.join(STAGES)}", 2)
+    root = _root(project)
+    os.chdir(root)
+    sys.argv = [f"tasks.{name}"]
+    importlib.import_module(f"tasks.{name}").main()
+
+
+@app.command()
+def demo() -> None:
+    """The library example: a short MiniLM fine-tune, 3 members, merged, single vs Hydra metrics."""
+    offline_defaults(Path.cwd())
+    try:
+        from hydra_ops.demo import run_demo
+    except ImportError:
+        _fail("hydra_ops.demo is not available in this build")
+    run_demo()
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,137 @@
+"""DVC and project plumbing for the flow and the CLI (subprocesses; one dvc process at a time).
+
+* :func:`ensure_project`: the project is a git repo with ``dvc init`` done, analytics off and a
+  local default remote ``.dvc-remote/`` (``dvc push`` after each run copies the cache there).
+* :func:`stale_stages`: stages ``dvc status`` reports as changed.
+* :func:`repro_stage`: ``dvc repro --single-item <stage>``, streaming its output line by line; DVC's
+  lock file decides whether the stage runs (nothing changed -> "didn't change, skipping").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REMOTE_NAME, REMOTE_DIR = "local", ".dvc-remote"
+
+
+class StageError(RuntimeError):
+    """A stage failed for a reason a retry will not fix (bad params, bad data, a bug)."""
+
+
+class TransientStageError(RuntimeError):
+    """A stage failed in a way worth retrying (DVC lock busy, process killed, OS error)."""
+
+
+def bin_path(name: str) -> str:
+    """An executable next to this Python (the venv's ``dvc``), else from PATH."""
+    cand = Path(sys.executable).parent / name
+    return str(cand) if cand.exists() else name
+
+
+def subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("DVC_NO_ANALYTICS", "1")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("HYDRA_ENS_PROGRESS", "0")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _run(args: list[str], root: Path, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(args, cwd=root, capture_output=True, text=True, env=subprocess_env())
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _run([bin_path("dvc"), *args], root, check)
+
+
+def ensure_project(root: Path) -> list[str]:
+    """Make ``root`` ready for DVC; returns what it did (for the log)."""
+    done: list[str] = []
+    if not (root / "dvc.yaml").is_file():
+        raise StageError(f"{root}: no dvc.yaml here; run hydra-ens from the project folder")
+    if _run(["git", "rev-parse", "--git-dir"], root, check=False).returncode != 0:
+        raise StageError(f"{root} is not a git repository; run `git init` first")
+    if not (root / ".dvc").is_dir():
+        dvc(root, "init", "-q")
+        done.append("dvc init")
+    if "analytics" not in dvc(root, "config", "--list", "--project").stdout:
+        dvc(root, "config", "core.analytics", "false")
+    remotes = dvc(root, "remote", "list").stdout
+    if REMOTE_NAME not in remotes.split():
+        dvc(root, "remote", "add", "-d", REMOTE_NAME, REMOTE_DIR)
+        done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/")
+    return done
+
+
+def stale_stages(root: Path) -> set[str]:
+    """Stages whose lock entry is missing or whose deps/outs/params changed."""
+    r = dvc(root, "status", "--json", check=False)
+    if r.returncode != 0:
+        raise StageError(f"dvc status failed: {r.stderr.strip() or r.stdout.strip()}")
+    text = r.stdout.strip() or "{}"
+    try:
+        status = json.loads(text)
+    except json.JSONDecodeError:
+        raise StageError(f"dvc status printed no JSON: {text[:200]}") from None
+    return {name.split(":")[-1].split("@")[0] for name in status}
+
+
+@dataclass
+class StageRun:
+    stage: str
+    ran: bool
+    seconds: float
+    lines: list[str] = field(default_factory=list)
+
+
+_TRANSIENT = ("Unable to acquire lock", "is busy", "lock", "Killed", "Resource temporarily")
+
+
+def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> StageRun:
+    """``dvc repro --single-item stage``; raise StageError / TransientStageError on failure."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [bin_path("dvc"), "repro", "--single-item", stage],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=subprocess_env(),
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.rstrip().split("\r")[-1]
+        if not line.strip() or "it/s" in line or "s/it" in line:
+            continue
+        lines.append(line)
+        log(f"[{stage}] {line}")
+    rc = proc.wait()
+    seconds = time.perf_counter() - t0
+    text = "\n".join(lines)
+    if rc != 0:
+        errors = [ln for ln in lines if ln.startswith(("error", "ERROR"))] or lines[-3:]
+        msg = f"stage {stage} failed (exit {rc}): " + " | ".join(errors)
+        if rc < 0 or any(t in text for t in _TRANSIENT[:2]) or rc in (137, 143):
+            raise TransientStageError(msg)
+        raise StageError(msg)
+    ran = f"Running stage '{stage}'" in text
+    return StageRun(stage, ran, seconds, lines)
+
+
+def push(root: Path) -> str:
+    r = dvc(root, "push", "-q", check=False)
+    return "pushed" if r.returncode == 0 else f"push failed: {r.stderr.strip()[:200]}"

@@ -1,0 +1,191 @@
+"""The Prefect flow ``hydra_pipeline``: one Prefect task per DVC stage, in the DAG's order.
+
+Design (see docs/pipeline.md):
+
+* ``dvc.yaml`` is the single declaration of the DAG; every Prefect task runs its stage through
+  ``dvc repro --single-item <stage>``, so DVC's lock file decides what recomputes and a plain
+  ``dvc repro`` does exactly the same work. One ``dvc status`` at the start finds the first stale
+  stage; the stages before it are reported up to date without starting dvc at all (a no-op run
+  costs one ``dvc status``).
+* Tasks pass paths and hashes, never tensors. Transient failures (DVC lock busy, a killed stage
+  process) are retried; a bad parameter or a bug is not.
+* ``finetune_members`` (Taylor variant): the members are mapped Prefect tasks, each running
+  ``python -m tasks.finetune_members --member m``; each member is a resumable, hash-verified unit, so
+  the stage's own ``dvc repro`` that follows only verifies them and records the lock.
+* Prefect artifacts: the metrics table (Markdown + table artifact) and the gate verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows import dvcops
+from hydra_ops.config import load_params
+from tasks.common import METRICS, REGISTRY, REPORTS, STAGES, write_json
+
+
+def _retry_if_transient(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except dvcops.TransientStageError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(
+    name="stage",
+    task_run_name="{stage}",
+    retries=2,
+    retry_delay_seconds=3,
+    retry_condition_fn=_retry_if_transient,
+)
+def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
+    """Run one DVC stage (DVC skips it if nothing changed); returns what ran and the out hashes."""
+    logger = get_run_logger()
+    root = Path(project_dir)
+    result = dvcops.repro_stage(root, stage, log=logger.info)
+    logger.info(
+        "stage %s: %s in %.1fs", stage, "ran" if result.ran else "up to date", result.seconds
+    )
+    return {"stage": stage, "ran": result.ran, "seconds": round(result.seconds, 2),
+            "outs": _locked_outs(root, stage)}
+
+
+@task(
+    name="finetune-member",
+    task_run_name="member-{member}",
+    retries=1,
+    retry_delay_seconds=3,
+    retry_condition_fn=_retry_if_transient,
+)
+def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
+    """Build (or verify) member ``member`` and its control; a resumable unit, see tasks.resumable."""
+    logger = get_run_logger()
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [dvcops.bin_path("python"), "-m", "tasks.finetune_members", "--member", str(member)],
+        cwd=project_dir,
+        capture_output=True,
+        text=True,
+        env=dvcops.subprocess_env(),
+    )
+    for line in (proc.stdout + proc.stderr).splitlines():
+        line = line.split("\r")[-1]
+        if line.strip() and "it/s" not in line and "s/it" not in line:
+            logger.info("[member %d] %s", member, line)
+    if proc.returncode != 0:
+        err = dvcops.TransientStageError if proc.returncode < 0 else dvcops.StageError
+        raise err(f"member {member} failed (exit {proc.returncode})")
+    return {"member": member, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _locked_outs(root: Path, stage: str) -> dict[str, str]:
+    import yaml
+
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return {}
+    data = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).get(stage, {})
+    return {o["path"]: o.get("md5", "") for o in data.get("outs", [])}
+
+
+def _publish_artifacts(root: Path) -> dict[str, Any]:
+    from tasks.evaluate import metrics_table
+
+    summary: dict[str, Any] = {}
+    ev_path, gate_path = root / METRICS / "evaluate.json", root / REPORTS / "gate.json"
+    if ev_path.is_file():
+        ev = json.loads(ev_path.read_text())
+        create_markdown_artifact(
+            key="hydra-metrics",
+            markdown=(root / REPORTS / "evaluate.md").read_text(),
+            description="Hydra vs baselines (calibrated and raw) with bootstrap intervals",
+        )
+        rows = [
+            {"model": name, **{f"{s}.{k}": round(v, 4) for s in ("id_test", "near_ood", "far_ood",
+             "shift") for k, v in e["calibrated"][s].items()}}
+            for name, e in ev["models"].items()
+        ]
+        create_table_artifact(key="hydra-metrics-table", table=rows,
+                              description="calibrated metrics per model")
+        summary["metrics_table"] = metrics_table(ev)
+    if gate_path.is_file():
+        gate = json.loads(gate_path.read_text())
+        promo_path = root / REGISTRY / "promotion.json"
+        promo = json.loads(promo_path.read_text()) if promo_path.is_file() else {}
+        create_markdown_artifact(
+            key="hydra-gate",
+            markdown=(root / REPORTS / "gate.md").read_text()
+            + f"\n\nPromotion: {json.dumps(promo)}\n",
+            description=f"gate verdict: {gate['verdict']}",
+        )
+        summary["gate"] = {"verdict": gate["verdict"], "failed": gate["failed"]}
+        summary["promotion"] = promo
+    return summary
+
+
+@flow(name="hydra-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=4))
+def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
+    """Run the DVC DAG of ``project_dir`` stage by stage; returns the per-stage summary.
+
+    ``params.yaml`` is validated first (one line per problem). The flow completes even when the
+    gate fails (the verdict is in the result and the ``hydra-gate`` artifact); stages that fail
+    fail the flow.
+    """
+    logger = get_run_logger()
+    root = Path(project_dir).resolve()
+    t0 = time.perf_counter()
+    cfg = load_params(root / "params.yaml")
+    for action in dvcops.ensure_project(root):
+        logger.info("project: %s", action)
+    stale = dvcops.stale_stages(root)
+    order = list(STAGES)
+    first = min((order.index(s) for s in stale if s in order), default=None)
+    logger.info(
+        "profile %s, variant %s, M = %d; stale stages: %s",
+        cfg.profile,
+        cfg.scoring.method,
+        cfg.members.num_members,
+        ", ".join(s for s in order if s in stale) or "none (nothing to do)",
+    )
+    results: list[dict[str, Any]] = []
+    for i, stage in enumerate(order):
+        if first is None or i < first:
+            results.append({"stage": stage, "ran": False, "seconds": 0.0, "checked": "dvc status"})
+            continue
+        if stage == "finetune_members" and cfg.finetune_members:
+            # mapped member tasks, at most members.finetune.max_parallel at a time
+            ids, width = list(range(cfg.members.num_members)), cfg.members.finetune.max_parallel
+            for start in range(0, len(ids), width):
+                futures = finetune_member.map(str(root), ids[start : start + width])
+                futures.wait()
+                for f in futures:
+                    f.result()
+        results.append(run_stage(str(root), stage))
+    summary: dict[str, Any] = {
+        "project": str(root),
+        "stages": results,
+        "ran": [r["stage"] for r in results if r["ran"]],
+        **_publish_artifacts(root),
+    }
+    if push:
+        summary["push"] = dvcops.push(root)
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
+    write_json(root / ".hydra-ens" / "last_run.json", summary)
+    logger.info(
+        "pipeline done in %.1fs; ran: %s; gate: %s",
+        summary["seconds"],
+        ", ".join(summary["ran"]) or "nothing",
+        summary.get("gate", {}).get("verdict", "n/a"),
+    )
+    return summary

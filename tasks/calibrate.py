@@ -1,0 +1,60 @@
+"""Stage ``calibrate``: temperature scaling of the Hydra model, fitted on the validation split.
+
+The temperature scales the log of the mean member probabilities; it is stored in the model
+(``HydraEnsemble.set_temperature``, saved with ``save_hydra`` to ``models/hydra``, the artifact that
+is promoted), so ``predict_proba`` and ``hydra-ens predict`` apply it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.config import PipelineConfig
+from tasks import models_io
+from tasks.common import BASE, HYDRA, MERGED, METRICS, publish_dir, stage_main, write_json
+
+log = logging.getLogger("hydra_ens")
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.calibration import ensemble_log_probs, fit_temperature
+    from hydra_ops.metrics import nll
+    from hydra_ops.serialization import load_hydra, read_hydra_config, save_hydra
+
+    hydra = load_hydra(root / MERGED)
+    val = models_io.split(root, "val")
+    member_logits = models_io.hydra_logits(hydra, models_io.batches(cfg, val, cfg.evaluate.batch_size))
+    labels = models_io.labels_of(val)
+    log_probs = ensemble_log_probs(member_logits)
+    t = fit_temperature(log_probs, labels)
+    hydra.set_temperature(t)
+    summary = {
+        "temperature": t,
+        "val_nll_raw": nll(log_probs.exp(), labels),
+        "val_nll_calibrated": nll((log_probs / t).softmax(-1), labels),
+        "fitted_on": "val",
+    }
+    meta = dict(read_hydra_config(root / MERGED).get("metadata", {}))
+    meta["calibration"] = summary
+    with publish_dir(root / HYDRA) as tmp:
+        save_hydra(
+            hydra, tmp, base_weights_hash=models_io.base_weights_hash(root / BASE), metadata=meta
+        )
+    write_json(root / METRICS / "calibrate.json", summary)
+    log.info(
+        "calibrate: T = %.3f, val NLL %.4f -> %.4f",
+        t,
+        summary["val_nll_raw"],
+        summary["val_nll_calibrated"],
+    )
+    return summary
+
+
+def main() -> None:
+    stage_main("calibrate", run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Stage ``compile``: the compiled artifact of the merged model, re-checked against eager.
+
+Seam for the compile/benchmark work (``hydra_ops.compile``, issue 4)::
+
+    compile_model(model, backend=str, example_inputs=batch, out_dir=Path) -> dict  # metadata
+    load_compiled(out_dir) -> Callable[[batch], Tensor [B, M, C]]
+
+Until that module exists (or when ``compile.backend`` is ``eager``) the stage is an eager
+passthrough: ``models/compiled/compile.json`` records ``backend: eager`` and why. Either way the
+compiled callable is compared with the eager model on held-out test inputs (max abs difference of
+ensemble probabilities, argmax agreement) and the result goes to ``metrics/compile.json``, which the
+gate checks.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hydra_ops.config import PipelineConfig
+from tasks import models_io
+from tasks.common import COMPILED, MERGED, METRICS, publish_dir, stage_main, write_json
+
+log = logging.getLogger("hydra_ens")
+
+
+def _eager_fn(hydra) -> Callable[[dict], torch.Tensor]:
+    return lambda b: models_io.hydra_logits(hydra, [b])
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.serialization import load_hydra
+
+    hydra = load_hydra(root / MERGED)
+    test = models_io.split(root, "test")
+    check = models_io.batches(
+        cfg, test, cfg.evaluate.batch_size, with_labels=False, limit=cfg.compile.check_examples
+    )
+    requested = cfg.compile.backend
+    with publish_dir(root / COMPILED) as tmp:
+        meta: dict[str, Any]
+        try:
+            from hydra_ops import compile as hcompile
+        except ImportError:
+            hcompile = None
+        if requested == "eager" or hcompile is None:
+            reason = "requested" if requested == "eager" else "hydra_ops.compile not available yet"
+            meta = {"backend": "eager", "requested": requested, "reason": reason}
+            fn = _eager_fn(hydra)
+        else:
+            meta = dict(
+                hcompile.compile_model(hydra, backend=requested, example_inputs=check[0], out_dir=tmp)
+            )
+            fn = hcompile.load_compiled(tmp)
+        meta.update(
+            torch=torch.__version__, device="cpu", machine=platform.machine(), source=str(MERGED)
+        )
+        with torch.no_grad():
+            eager = torch.cat([models_io.hydra_logits(hydra, [b]) for b in check]).softmax(-1)
+            compiled = torch.cat([fn(b).float() for b in check]).softmax(-1)
+        p_e, p_c = eager.mean(1), compiled.mean(1)
+        check_result = {
+            "compile_max_abs_diff": float((p_e - p_c).abs().max()),
+            "compile_argmax_agreement": float((p_e.argmax(-1) == p_c.argmax(-1)).float().mean()),
+            "check_examples": int(p_e.shape[0]),
+            "tolerance": cfg.compile.tolerance,
+        }
+        check_result["within_tolerance"] = check_result["compile_max_abs_diff"] <= cfg.compile.tolerance
+        meta["check"] = check_result
+        write_json(tmp / "compile.json", meta)
+    write_json(root / METRICS / "compile.json", {"backend": meta["backend"], **check_result})
+    log.info(
+        "compile: backend %s (requested %s), max |dp| %.2e, argmax agreement %.4f",
+        meta["backend"],
+        requested,
+        check_result["compile_max_abs_diff"],
+        check_result["compile_argmax_agreement"],
+    )
+    return meta
+
+
+def main() -> None:
+    stage_main("compile", run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+"""Stage ``evaluate``: Hydra and the baselines a user needs to trust it, on ID test, near-OOD,
+far-OOD and shift, each raw and after temperature scaling fitted on validation.
+
+Models: ``hydra`` (``models/hydra``), ``single`` (the fine-tuned base), ``naive_pruned`` (the base
+pruned to the top-k heads, one member, the members' per-layer budget), ``deep_ensemble`` (the base
+plus ``models/baselines``), and, when members were fine-tuned, ``control`` (M unpruned copies of the
+base given the same member fine-tune). Metrics: all of ``hydra_ops.metrics`` (OOD = positive
+class, score ``evaluate.ood_score``), parameters, latency (median ms per batch of
+``evaluate.latency_batch``), and the paired bootstrap interval of Hydra minus each baseline.
+
+Outputs: ``metrics/evaluate.json`` (DVC metrics), ``plots/reliability.json`` and ``plots/roc.json``
+(DVC plots), ``reports/evaluate.md`` (the Markdown table).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hydra_ops.config import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
+from tasks import models_io
+from tasks.common import (
+    BASE,
+    BASELINES,
+    HYDRA,
+    METRICS,
+    PLANS,
+    PLOTS,
+    REPORTS,
+    read_json,
+    stage_main,
+    write_json,
+    write_text,
+)
+
+log = logging.getLogger("hydra_ens")
+
+EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
+BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
+BOOTSTRAP_OOD = ("auroc", "fpr_at_95_tpr")
+VARIANTS = ("calibrated", "raw")
+
+
+class Candidate:
+    """A model under evaluation: ``logits(batch) -> [B, K, C]`` (K members; 1 for a single model)."""
+
+    def __init__(self, name: str, fn: Callable[[dict], torch.Tensor], parameters: int, k: int):
+        self.name, self.fn, self.parameters, self.members = name, fn, parameters, k
+
+    @torch.no_grad()
+    def member_logits(self, data_batches: list[dict]) -> torch.Tensor:
+        return torch.cat([self.fn(b).float() for b in data_batches])
+
+    def latency_ms(self, batch: dict, repeats: int) -> float:
+        with torch.no_grad():
+            self.fn(batch)  # warm-up
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                self.fn(batch)
+                times.append((time.perf_counter() - t0) * 1000.0)
+        return statistics.median(times)
+
+
+def _singles(name: str, models: list[torch.nn.Module]) -> Candidate:
+    def fn(b: dict) -> torch.Tensor:
+        return torch.stack([models_io.logits_of(m, [b]) for m in models], dim=1)
+
+    params = sum(p.numel() for m in models for p in m.parameters())
+    return Candidate(name, fn, params, len(models))
+
+
+def build_candidates(cfg: PipelineConfig, root: Path) -> tuple[list[Candidate], float]:
+    from hydra_ops.serialization import load_hydra
+    from tasks.merge import load_members
+
+    hydra = load_hydra(root / HYDRA)
+    temperature = float(hydra.temperature)
+    cands = [
+        Candidate(
+            "hydra",
+            lambda b: models_io.hydra_logits(hydra, [b]),
+            int(hydra.num_parameters(effective=True)),
+            cfg.members.num_members,
+        )
+    ]
+    base = models_io.load_base(root / BASE)
+    cands.append(_singles("single", [base]))
+    naive_plan = models_io.read_plans(root / PLANS / "naive_plan.json")[0]
+    cands.append(_singles("naive_pruned", [models_io.pruned_copy(root / BASE, naive_plan)]))
+    ensemble = [base]
+    index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
+    for unit in index["units"]:
+        ensemble.append(models_io.load_base(root / BASELINES / unit))
+    cands.append(_singles("deep_ensemble", ensemble))
+    controls = load_members(cfg, root, kind="control")
+    if controls:
+        cands.append(_singles("control", controls))
+    return cands, temperature
+
+
+def _probs(member_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    from hydra_ops.calibration import apply_temperature, ensemble_log_probs
+
+    return apply_temperature(ensemble_log_probs(member_logits), temperature)
+
+
+def _ood_score(cfg: PipelineConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
+    from hydra_ops.calibration import ensemble_log_probs
+    from hydra_ops.metrics import ood_scores
+
+    return ood_scores(
+        _probs(member_logits, t),
+        member_probs=member_logits.softmax(-1),
+        logits=ensemble_log_probs(member_logits) / t,
+        kind=cfg.evaluate.ood_score,
+    )
+
+
+def _metrics(cfg: PipelineConfig, out: dict[str, torch.Tensor], labels: dict, t: float) -> dict:
+    from hydra_ops.metrics import classification_metrics, ood_metrics
+
+    result: dict[str, dict[str, float]] = {}
+    for split in ("test", "shift"):
+        key = "id_test" if split == "test" else split
+        result[key] = classification_metrics(_probs(out[split], t), labels[split])
+    id_scores = _ood_score(cfg, out["test"], t)
+    for split in ("near_ood", "far_ood"):
+        result[split] = ood_metrics(id_scores, _ood_score(cfg, out[split], t))
+    return result
+
+
+def _bootstrap(
+    cfg: PipelineConfig,
+    hydra_out: dict[str, torch.Tensor],
+    base_out: dict[str, torch.Tensor],
+    labels: dict,
+    t_a: float,
+    t_b: float,
+) -> dict[str, dict[str, dict[str, float]]]:
+    from hydra_ops import metrics as hm
+    from hydra_ops.bootstrap import paired_bootstrap, paired_bootstrap_ood
+
+    n, seed = cfg.evaluate.bootstrap_samples, cfg.evaluate.bootstrap_seed
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    for split in ("test", "shift"):
+        key = "id_test" if split == "test" else split
+        pa, pb = _probs(hydra_out[split], t_a), _probs(base_out[split], t_b)
+        result[key] = {}
+        for metric in BOOTSTRAP_CLASSIFICATION:
+            fn = getattr(hm, metric)
+            r = paired_bootstrap(fn, pa, pb, labels[split], n_resamples=n, seed=seed)
+            result[key][metric] = _interval(r)
+    a_id, b_id = _ood_score(cfg, hydra_out["test"], t_a), _ood_score(cfg, base_out["test"], t_b)
+    for split in ("near_ood", "far_ood"):
+        a_ood, b_ood = _ood_score(cfg, hydra_out[split], t_a), _ood_score(cfg, base_out[split], t_b)
+        result[split] = {}
+        for metric in BOOTSTRAP_OOD:
+
+            def fn(i: torch.Tensor, o: torch.Tensor, metric: str = metric) -> float:
+                return hm.ood_metrics(i, o)[metric]
+
+            r = paired_bootstrap_ood(fn, a_id, a_ood, b_id, b_ood, n_resamples=n, seed=seed)
+            result[split][metric] = _interval(r)
+    return result
+
+
+def _interval(r) -> dict[str, float]:
+    return {
+        "difference": r.point_difference,
+        "low": r.low,
+        "high": r.high,
+        "mean": r.mean_difference,
+        "n_resamples": r.n_resamples,
+    }
+
+
+def _reliability(name: str, probs: torch.Tensor, labels: torch.Tensor, bins: int = 15) -> list:
+    conf, pred = probs.max(-1)
+    correct = (pred == labels).float()
+    rows = []
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        mask = (conf >= lo) & ((conf < hi) if b < bins - 1 else (conf <= hi))
+        if mask.any():
+            rows.append(
+                {
+                    "model": name,
+                    "confidence": float(conf[mask].mean()),
+                    "accuracy": float(correct[mask].mean()),
+                    "count": int(mask.sum()),
+                }
+            )
+    return rows
+
+
+def _roc(name: str, split: str, id_scores: torch.Tensor, ood_scores: torch.Tensor) -> list:
+    from sklearn.metrics import roc_curve
+
+    y = torch.cat([torch.zeros(len(id_scores)), torch.ones(len(ood_scores))]).numpy()
+    s = torch.cat([id_scores, ood_scores]).numpy()
+    fpr, tpr, _ = roc_curve(y, s)
+    step = max(1, len(fpr) // 200)
+    idx = list(range(0, len(fpr), step)) + [len(fpr) - 1]
+    return [{"model": name, "split": split, "fpr": float(fpr[i]), "tpr": float(tpr[i])} for i in idx]
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.calibration import ensemble_log_probs, fit_temperature
+
+    data = {s: models_io.split(root, s) for s in EVAL_SPLITS}
+    labels = {s: models_io.labels_of(data[s]) for s in ("val", "test", "shift")}
+    bs = cfg.evaluate.batch_size
+    batched = {s: models_io.batches(cfg, d, bs, with_labels=False) for s, d in data.items()}
+    latency_batch = models_io.batches(
+        cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False
+    )[0]
+    candidates, hydra_t = build_candidates(cfg, root)
+    compile_metrics = read_json(root / METRICS / "compile.json", "compile output")
+
+    outputs: dict[str, dict[str, torch.Tensor]] = {}
+    temps: dict[str, float] = {}
+    models: dict[str, Any] = {}
+    for cand in candidates:
+        t0 = time.perf_counter()
+        outputs[cand.name] = {s: cand.member_logits(b) for s, b in batched.items()}
+        if cand.name == "hydra":
+            temps[cand.name] = hydra_t  # the temperature stored in the promoted artifact
+        else:
+            temps[cand.name] = fit_temperature(
+                ensemble_log_probs(outputs[cand.name]["val"]), labels["val"]
+            )
+        entry = {
+            "members": cand.members,
+            "temperature": temps[cand.name],
+            "parameters": cand.parameters,
+            "latency_ms": cand.latency_ms(latency_batch, cfg.evaluate.latency_repeats),
+            "calibrated": _metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
+            "raw": _metrics(cfg, outputs[cand.name], labels, 1.0),
+        }
+        if cand.name == "hydra":
+            entry["compile_max_abs_diff"] = compile_metrics["compile_max_abs_diff"]
+            entry["compile_argmax_agreement"] = compile_metrics["compile_argmax_agreement"]
+            entry["compile_backend"] = compile_metrics["backend"]
+        models[cand.name] = entry
+        log.info(
+            "evaluate %s: id acc %.3f, ECE %.3f, near-OOD AUROC %.3f, far-OOD AUROC %.3f (%.1fs)",
+            cand.name,
+            entry["calibrated"]["id_test"]["accuracy"],
+            entry["calibrated"]["id_test"]["ece"],
+            entry["calibrated"]["near_ood"]["auroc"],
+            entry["calibrated"]["far_ood"]["auroc"],
+            time.perf_counter() - t0,
+        )
+
+    t0 = time.perf_counter()
+    bootstrap: dict[str, Any] = {}
+    for name in models:
+        if name == "hydra":
+            continue
+        bootstrap[name] = {
+            "calibrated": _bootstrap(
+                cfg, outputs["hydra"], outputs[name], labels, temps["hydra"], temps[name]
+            ),
+            "raw": _bootstrap(cfg, outputs["hydra"], outputs[name], labels, 1.0, 1.0),
+        }
+    log.info("evaluate: paired bootstrap (%d resamples) in %.1fs",
+             cfg.evaluate.bootstrap_samples, time.perf_counter() - t0)
+
+    manifest = models_io.manifest(root)
+    result = {
+        "variant": cfg.scoring.method,
+        "num_members": cfg.members.num_members,
+        "ood_score": cfg.evaluate.ood_score,
+        "ood_validation_set": manifest.ood_val_provenance,
+        "counts": {s: len(d) for s, d in data.items()},
+        "models": models,
+        "bootstrap": bootstrap,
+    }
+    write_json(root / METRICS / "evaluate.json", result)
+
+    reliability, roc = [], []
+    for name in models:
+        reliability += _reliability(
+            name, _probs(outputs[name]["test"], temps[name]), labels["test"]
+        )
+        id_s = _ood_score(cfg, outputs[name]["test"], temps[name])
+        for split in ("near_ood", "far_ood"):
+            roc += _roc(name, split, id_s, _ood_score(cfg, outputs[name][split], temps[name]))
+    write_json(root / PLOTS / "reliability.json", reliability)
+    write_json(root / PLOTS / "roc.json", roc)
+    write_text(root / REPORTS / "evaluate.md", render_report(result))
+    return result
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4f}" if abs(v) < 100 else f"{v:,.0f}"
+
+
+def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
+    """Markdown table: one row per model, columns split/metric (+ parameters, latency)."""
+    cols = [("id_test", m) for m in CLASSIFICATION_METRICS]
+    cols += [("shift", m) for m in ("accuracy", "nll", "ece")]
+    cols += [(s, m) for s in ("near_ood", "far_ood") for m in OOD_METRICS]
+    header = ["model", *[f"{s}.{m}" for s, m in cols], "T", "parameters", "latency_ms"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, entry in result["models"].items():
+        row = [name] + [_fmt(entry[variant][s][m]) for s, m in cols]
+        t = entry["temperature"] if variant == "calibrated" else 1.0
+        row += [f"{t:.3f}", f"{entry['parameters']:,}", f"{entry['latency_ms']:.1f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def bootstrap_table(result: dict[str, Any], variant: str = "calibrated") -> str:
+    lines = [
+        "| baseline | split | metric | Hydra - baseline | 95% interval |",
+        "|---|---|---|---|---|",
+    ]
+    for base, by_variant in result["bootstrap"].items():
+        for split, by_metric in by_variant[variant].items():
+            for metric, r in by_metric.items():
+                lines.append(
+                    f"| {base} | {split} | {metric} | {r['difference']:+.4f} | "
+                    f"[{r['low']:+.4f}, {r['high']:+.4f}] |"
+                )
+    return "\n".join(lines)
+
+
+def render_report(result: dict[str, Any]) -> str:
+    hydra = result["models"]["hydra"]
+    return "\n\n".join(
+        [
+            f"# Evaluation: Hydra Ensemble ({result['variant']} variant, M = "
+            f"{result['num_members']})",
+            f"OOD score: `{result['ood_score']}` (OOD is the positive class). The scorer's OOD "
+            f"validation set: {result['ood_validation_set']}. Examples per split: "
+            + ", ".join(f"{k} {v}" for k, v in result["counts"].items())
+            + f". Compiled backend: {hydra['compile_backend']} (max |dp| vs eager "
+            f"{hydra['compile_max_abs_diff']:.2e}, argmax agreement "
+            f"{hydra['compile_argmax_agreement']:.4f}).",
+            "## Calibrated (temperature scaling fitted on validation)",
+            metrics_table(result, "calibrated"),
+            "## Raw",
+            metrics_table(result, "raw"),
+            "## Paired bootstrap: Hydra minus each baseline (calibrated)",
+            bootstrap_table(result, "calibrated"),
+            "## Paired bootstrap: Hydra minus each baseline (raw)",
+            bootstrap_table(result, "raw"),
+        ]
+    ) + "\n"
+
+
+def main() -> None:
+    stage_main("evaluate", run)
+
+
+if __name__ == "__main__":
+    main()

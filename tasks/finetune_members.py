@@ -1,0 +1,103 @@
+"""Stage ``finetune_members``: the Taylor variant's short fine-tune of each pruned member.
+
+For the Taylor variant (``members.finetune.enabled: auto`` with ``scoring.method: taylor``, or
+``true``) each member ``m`` is the base pruned with plan ``m`` and fine-tuned with seed
+``finetune.seed + members.finetune.seed_offset + m``; ``control_m`` is an *unpruned* copy of the
+base given the same fine-tune (the control that separates pruning from extra training). The circuit
+variant skips this stage's work and writes only ``index.json`` (``finetuned: false``); the merge
+then prunes copies of the base.
+
+Each member is a resumable unit (:mod:`tasks.resumable`): a killed run restarts only unfinished
+members. ``python -m tasks.finetune_members --member m`` builds one member (what the Prefect flow
+maps over); without ``--member`` every member is built (or verified) and the index written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.config import PipelineConfig
+from tasks import models_io
+from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
+from tasks.resumable import ensure_unit, finalise
+
+log = logging.getLogger("hydra_ens")
+
+
+def member_seed(cfg: PipelineConfig, m: int) -> int:
+    return cfg.finetune.seed + cfg.members.finetune.seed_offset + m
+
+
+def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m: int) -> str:
+    return fingerprint(
+        {
+            "kind": kind,
+            "base": models_io.base_weights_hash(root / BASE),
+            "plan": plan_layers,
+            "finetune": cfg.members.finetune.model_dump(exclude={"max_parallel"}),
+            "batch": cfg.finetune.batch_size,
+            "max_length": cfg.model.max_length,
+            "seed": member_seed(cfg, m),
+        }
+    )
+
+
+def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str, Any]]:
+    """Build (or verify) ``member_m`` and ``control_m``; returns their done-records."""
+    plans = models_io.read_plans(root / PLANS / "plans.json")
+    if not 0 <= m < len(plans):
+        raise ValueError(f"--member {m}: allowed 0..{len(plans) - 1}")
+    plan = plans[m]
+    layers = [list(h) for h in plan.kept]
+    ft = cfg.members.finetune
+    seed = member_seed(cfg, m)
+    out: dict[str, dict[str, Any]] = {}
+    for kind, unit_plan in (("member", plan), ("control", None)):
+        name = f"{kind}_{m}"
+
+        def build(tmp: Path, unit_plan=unit_plan, kind=kind) -> dict[str, Any]:
+            if unit_plan is None:
+                model = models_io.load_base(root / BASE)
+            else:
+                model = models_io.pruned_copy(root / BASE, unit_plan)
+            report = models_io.fine_tune(cfg, root, model, epochs=ft.epochs, lr=ft.lr, seed=seed)
+            info = {"kind": kind, "member": m, "seed": seed, "train": report}
+            models_io.save_member(model, tmp, unit_plan, root / BASE, info)
+            return info
+
+        fp = _unit_fingerprint(cfg, root, kind, layers if unit_plan is not None else None, m)
+        out[name] = ensure_unit(root / MEMBERS / name, fp, build, f"finetune_members {name}")
+    return out
+
+
+def run(cfg: PipelineConfig, root: Path, member: int | None = None) -> dict[str, Any]:
+    if not cfg.finetune_members:
+        log.info("finetune_members: skipped (variant %s does not fine-tune members)",
+                 cfg.scoring.method)
+        finalise(root / MEMBERS, {}, {"finetuned": False, "variant": cfg.scoring.method})
+        return {"finetuned": False}
+    if member is not None:
+        return {"units": list(build_member(cfg, root, member))}
+    units: dict[str, dict[str, Any]] = {}
+    for m in range(cfg.members.num_members):
+        units.update(build_member(cfg, root, m))
+    finalise(
+        root / MEMBERS,
+        units,
+        {"finetuned": True, "variant": cfg.scoring.method, "num_members": cfg.members.num_members},
+    )
+    return {"finetuned": True, "units": list(units)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tasks.finetune_members")
+    parser.add_argument("--member", type=int, default=None, help="build only this member")
+    args = parser.parse_args()
+    stage_main("finetune_members", lambda cfg, root: run(cfg, root, args.member))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Stage ``gate``: the checks of ``params.yaml``'s ``gates:`` on the Hydra model's metrics.
+
+Each check (``hydra_ops.config.GateCheck``, modelled on MLflow's ``MetricThreshold``) is either an
+absolute threshold or a comparison with a baseline (``single``, ``naive_pruned``,
+``deep_ensemble``, ``control``) or the current ``prod`` model, with a direction per metric, on
+calibrated probabilities unless it says ``calibrated: false``. With a baseline the candidate may be
+worse by at most ``tolerance`` (or must be better by at least ``min_absolute_change``); with
+``use_bootstrap_bound`` the conservative end of the paired bootstrap interval of
+(Hydra - baseline) replaces the point difference. A comparison whose baseline does not exist (no
+``control`` without member fine-tuning, no ``prod`` model yet) is recorded as ``skipped`` and does not
+block. Writes ``reports/gate.json`` (every check, its values and verdict) and ``reports/gate.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.config import MODEL_METRICS, GateCheck, PipelineConfig
+from tasks.common import METRICS, REPORTS, read_json, stage_main, write_json, write_text
+
+log = logging.getLogger("hydra_ens")
+
+
+def _value(entry: dict[str, Any], check: GateCheck) -> float | None:
+    if check.metric in MODEL_METRICS:
+        v = entry.get(check.metric)
+    else:
+        variant = "calibrated" if check.calibrated else "raw"
+        v = entry.get(variant, {}).get(check.split, {}).get(check.metric)
+    return None if v is None else float(v)
+
+
+def evaluate_check(
+    check: GateCheck, ev: dict[str, Any], prod: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One check's record: values, the rule applied, and ``status`` passed/failed/skipped."""
+    gib = bool(check.greater_is_better)
+    value = _value(ev["models"]["hydra"], check)
+    rec: dict[str, Any] = {
+        "name": check.name,
+        "metric": check.metric,
+        "split": check.split,
+        "calibrated": check.calibrated,
+        "greater_is_better": gib,
+        "value": value,
+    }
+    if value is None:
+        return {**rec, "status": "failed", "note": "metric missing from metrics/evaluate.json"}
+    if check.threshold is not None:
+        ok = value >= check.threshold if gib else value <= check.threshold
+        rule = f"{'>=' if gib else '<='} {check.threshold:g}"
+        return {**rec, "threshold": check.threshold, "rule": rule,
+                "status": "passed" if ok else "failed"}
+    rec["baseline"] = check.baseline
+    if check.baseline == "prod":
+        base_value = None if prod is None else _value(prod, check)
+        if base_value is None:
+            return {**rec, "status": "skipped", "note": "no prod model (or metric) to compare with"}
+    else:
+        entry = ev["models"].get(check.baseline)
+        if entry is None:
+            return {**rec, "status": "skipped",
+                    "note": f"baseline {check.baseline!r} not evaluated in this variant"}
+        base_value = _value(entry, check)
+    rec["baseline_value"] = base_value
+    diff = value - base_value
+    rec["difference"] = diff
+    compared = diff
+    if check.use_bootstrap_bound:
+        variant = "calibrated" if check.calibrated else "raw"
+        b = ev.get("bootstrap", {}).get(check.baseline, {}).get(variant, {})
+        interval = b.get(check.split, {}).get(check.metric)
+        if interval is None:
+            return {**rec, "status": "failed",
+                    "note": f"no bootstrap interval for {check.split}.{check.metric}"}
+        compared = interval["low"] if gib else interval["high"]
+        rec["bootstrap_interval"] = [interval["low"], interval["high"]]
+        rec["compared"] = "bootstrap bound"
+    if check.min_absolute_change is not None:
+        need = check.min_absolute_change
+        ok = compared >= need if gib else compared <= -need
+        rule = f"diff {'>=' if gib else '<='} {need if gib else -need:+g}"
+    else:
+        tol = check.tolerance or 0.0
+        ok = compared >= -tol if gib else compared <= tol
+        rule = f"diff {'>=' if gib else '<='} {-tol if gib else tol:+g}"
+    return {**rec, "rule": rule, "compared_value": compared, "status": "passed" if ok else "failed"}
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from tasks.registry import prod_metrics
+
+    ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
+    prod = prod_metrics(root, cfg.promote.model_name, cfg.promote.stage) if any(
+        c.baseline == "prod" for c in cfg.gates
+    ) else None
+    checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
+    failed = [c["name"] for c in checks if c["status"] == "failed"]
+    verdict = {
+        "passed": not failed,
+        "verdict": "passed" if not failed else "failed",
+        "failed": failed,
+        "num_checks": len(checks),
+        "checks": checks,
+    }
+    write_json(root / REPORTS / "gate.json", verdict)
+    write_text(root / REPORTS / "gate.md", render_gate(verdict))
+    for c in checks:
+        log.info("gate %-40s %s (value %s, %s)", c["name"], c["status"].upper(),
+                 _f(c.get("value")), c.get("rule", c.get("note", "")))
+    log.info("gate verdict: %s", verdict["verdict"].upper())
+    return verdict
+
+
+def _f(v: Any) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def render_gate(verdict: dict[str, Any]) -> str:
+    lines = [
+        f"# Gate: **{verdict['verdict'].upper()}**",
+        "",
+        "| check | status | value | baseline value | difference | rule |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in verdict["checks"]:
+        lines.append(
+            f"| {c['name']} | {c['status']} | {_f(c.get('value'))} | "
+            f"{_f(c.get('baseline_value'))} | {_f(c.get('difference'))} | "
+            f"{c.get('rule', c.get('note', ''))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    stage_main("gate", run)
+
+
+if __name__ == "__main__":
+    main()

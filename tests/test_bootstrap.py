@@ -1,0 +1,87 @@
+"""Paired bootstrap: point difference inside the interval, narrowing with N, pairing, seeds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hydra_ops.bootstrap import BootstrapResult, paired_bootstrap, paired_bootstrap_ood
+from hydra_ops.metrics import accuracy, ece, ood_metrics
+
+
+def _models(n: int, seed: int = 0):
+    """Probs of a sharper model A and a flatter model B on the same n examples."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, 4, generator=g) * 2
+    labels = torch.multinomial(torch.softmax(logits, 1), 1, generator=g).squeeze(1)
+    return torch.softmax(logits * 2, 1), torch.softmax(logits, 1), labels
+
+
+def test_interval_contains_point_and_narrows_with_more_examples() -> None:
+    widths = []
+    for n in (200, 2000):
+        a, b, y = _models(n)
+        r = paired_bootstrap(ece, a, b, y, n_resamples=300, seed=0)
+        assert isinstance(r, BootstrapResult)
+        assert r.n_resamples == 300
+        assert r.low <= r.point_difference <= r.high
+        assert r.low <= r.mean_difference <= r.high
+        assert r.point_difference == pytest.approx(ece(a, y) - ece(b, y))
+        widths.append(r.high - r.low)
+    assert widths[1] < widths[0]
+
+
+def test_identical_models_give_zero_interval() -> None:
+    # Pairing: the same indices are used for both models, so a == b differs by exactly 0.
+    a, _, y = _models(300)
+    r = paired_bootstrap(accuracy, a, a.clone(), y, n_resamples=50)
+    assert (r.low, r.high, r.mean_difference, r.point_difference) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_seed_determinism_and_label_free_metric() -> None:
+    a, b, y = _models(300)
+    r1 = paired_bootstrap(ece, a, b, y, n_resamples=100, seed=7)
+    assert r1 == paired_bootstrap(ece, a, b, y, n_resamples=100, seed=7)
+    assert r1 != paired_bootstrap(ece, a, b, y, n_resamples=100, seed=8)
+
+    def mean_conf(p: torch.Tensor, labels: torch.Tensor | None) -> float:
+        assert labels is None
+        return float(p.max(1).values.mean())
+
+    r = paired_bootstrap(mean_conf, a, b, None, n_resamples=100)
+    assert r.low <= r.point_difference <= r.high and r.point_difference > 0
+
+
+def test_ood_bootstrap() -> None:
+    g = torch.Generator().manual_seed(0)
+    a_id, a_ood = torch.randn(400, generator=g), torch.randn(200, generator=g) + 2.0
+    b_id, b_ood = torch.randn(400, generator=g), torch.randn(200, generator=g) + 0.5
+
+    def auroc(i: torch.Tensor, o: torch.Tensor) -> float:
+        return ood_metrics(i, o)["auroc"]
+
+    r = paired_bootstrap_ood(auroc, a_id, a_ood, b_id, b_ood, n_resamples=200, seed=0)
+    assert r.low <= r.point_difference <= r.high
+    assert r.low > 0  # A separates far better than B
+    same = paired_bootstrap_ood(auroc, a_id, a_ood, a_id, a_ood, n_resamples=20)
+    assert (same.low, same.high) == (0.0, 0.0)
+
+
+def test_bad_input_raises() -> None:
+    a, b, y = _models(50)
+    with pytest.raises(ValueError, match="b_inputs"):
+        paired_bootstrap(ece, a, b[:40], y)
+    with pytest.raises(ValueError, match="labels_or_none"):
+        paired_bootstrap(ece, a, b, y[:10])
+    with pytest.raises(ValueError, match="n_resamples"):
+        paired_bootstrap(ece, a, b, y, n_resamples=1)
+    with pytest.raises(ValueError, match="confidence"):
+        paired_bootstrap(ece, a, b, y, confidence=1.5)
+    with pytest.raises(ValueError, match="seed"):
+        paired_bootstrap(ece, a, b, y, seed=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="b_ood_scores"):
+        paired_bootstrap_ood(
+            lambda i, o: 0.0, y[:5].float(), y[:5].float(), y[:5].float(), y[:3].float()
+        )
+    with pytest.raises(ValueError, match="non-finite"):
+        paired_bootstrap(lambda p, lab: float("nan"), a, b, y, n_resamples=5)

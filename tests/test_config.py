@@ -1,0 +1,99 @@
+"""params.yaml validation: every problem is one line naming its key; profiles resolve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hydra_ops.config import (
+    PROFILES,
+    ConfigError,
+    load_params,
+    resolve_params,
+    validate_params,
+    write_params,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "words"),
+    [
+        ({"bogus": 1}, "bogus", "unknown key"),
+        ({"members": {"bogus": 1}}, "members.bogus", "unknown key"),
+        ({"members": {"num_members": 0}}, "members.num_members", "greater than or equal to 1"),
+        ({"members": {"heads_per_layer": 13}}, "members.heads_per_layer", "12 heads"),
+        (
+            {"data": {"name": "digits"}, "members": {"heads_per_layer": 7}},
+            "members.heads_per_layer",
+            "6 heads",
+        ),
+        ({"data": {"name": "csv"}}, "data.path", "needs 'path'"),
+        ({"data": {"name": "folder", "path": "/no/such/dir"}}, "data.path", "does not exist"),
+        ({"gates": [{"metric": "accurasy", "threshold": 0.9}]}, "gates.0.metric", "unknown metric"),
+        ({"gates": [{"metric": "auroc", "split": "id_test", "threshold": 0.9}]}, "gates.0", "OOD"),
+        ({"gates": [{"metric": "nll"}]}, "gates.0", "exactly one of"),
+        ({"model": {"family": "timm_vit"}}, "model.family", "image data.source"),
+    ],
+)
+def test_bad_params_give_one_line_naming_the_key(raw, key, words):
+    with pytest.raises(ConfigError) as info:
+        validate_params(raw)
+    msg = str(info.value)
+    assert len(msg.splitlines()) == 1, msg
+    assert msg.startswith(f"params.yaml: {key}: "), msg
+    assert words in msg
+
+
+def test_several_problems_give_one_line_each():
+    with pytest.raises(ConfigError) as info:
+        validate_params({"bogus": 1, "members": {"num_members": 0}})
+    lines = str(info.value).splitlines()
+    assert sorted(line.split(": ")[1] for line in lines) == ["bogus", "members.num_members"]
+
+
+def test_defaults_match_the_issue():
+    cfg = validate_params({})
+    assert cfg.data.name == "bbc-news" and cfg.family == "bert"
+    assert cfg.members.num_members == 3 and cfg.heads_per_member == 4
+    assert cfg.finetune.epochs == 3 and cfg.model.max_length == 64
+    assert cfg.scoring.method == "circuit" and not cfg.finetune_members
+    names = {(g.split, g.metric, g.baseline, g.threshold) for g in cfg.gates}
+    assert ("far_ood", "auroc", None, 0.98) in names
+    assert ("near_ood", "auroc", "deep_ensemble", None) in names
+    tolerances = {(g.split, g.metric): g.tolerance for g in cfg.gates if g.baseline}
+    assert tolerances[("id_test", "accuracy")] == 0.01
+    assert tolerances[("id_test", "ece")] == 0.015
+
+
+def test_taylor_variant_fine_tunes_members():
+    assert validate_params({"scoring": {"method": "taylor"}}).finetune_members
+    assert validate_params({"scoring": {"method": "taylor"}}).strategy == "overlap_penalty"
+
+
+def test_profiles_and_overrides(tmp_path):
+    assert set(PROFILES) >= {"default", "quick"}
+    quick = resolve_params("quick", {"members": {"num_members": 2}}, {"seed": 5})
+    assert quick.profile == "quick" and quick.finetune.epochs == 1
+    assert quick.members.num_members == 2 and quick.seed == 5
+    with pytest.raises(ConfigError, match="unknown profile"):
+        resolve_params("fast")
+    path = write_params(quick, tmp_path / "params.yaml")
+    assert load_params(path) == quick  # resolved params round-trip
+
+
+def test_repo_params_yaml_is_valid_and_resolved():
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    cfg = validate_params(raw)
+    assert raw == cfg.model_dump(mode="json")
+
+
+def test_missing_or_broken_file(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_params(tmp_path / "nope.yaml")
+    (tmp_path / "p.yaml").write_text("members: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(tmp_path / "p.yaml")

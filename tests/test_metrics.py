@@ -1,0 +1,258 @@
+"""Metrics and uncertainty decomposition: hand-computed values, sklearn cross-checks, validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from hydra_ops import metrics as hm
+from hydra_ops.uncertainty import decompose, entropy
+
+
+def _two_class(top: list[float]) -> torch.Tensor:
+    """[N, 2] probs whose class-0 probability is ``top``."""
+    p0 = torch.tensor(top, dtype=torch.float64)
+    return torch.stack([p0, 1 - p0], dim=1)
+
+
+# ---------------------------------------------------------------- uncertainty
+
+
+def test_entropy_hand_values_and_zero_log_zero() -> None:
+    probs = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    expected = torch.tensor([0.0, math.log(2), math.log(3)])
+    torch.testing.assert_close(entropy(probs), expected)
+
+
+def test_decompose_hand_values() -> None:
+    # Example 0: two confident members that disagree. Example 1: identical members.
+    member_probs = torch.tensor(
+        [
+            [[0.9, 0.1], [0.1, 0.9], [0.8, 0.2]],
+            [[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]],
+        ],
+        dtype=torch.float64,
+    )
+    out = decompose(member_probs)
+    assert set(out) == {"total_entropy", "expected_entropy", "mutual_information", "disagreement"}
+
+    def h(p: float) -> float:
+        return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+    mean0 = (0.9 + 0.1 + 0.8) / 3  # 0.6
+    total0, expected0 = h(mean0), (h(0.9) + h(0.1) + h(0.8)) / 3
+    torch.testing.assert_close(
+        out["total_entropy"], torch.tensor([total0, math.log(2)], dtype=torch.float64)
+    )
+    torch.testing.assert_close(
+        out["expected_entropy"], torch.tensor([expected0, math.log(2)], dtype=torch.float64)
+    )
+    torch.testing.assert_close(
+        out["mutual_information"], torch.tensor([total0 - expected0, 0.0], dtype=torch.float64)
+    )
+    # Ensemble argmax of example 0 is class 0; member 1 picks class 1 -> 1/3. Example 1: all ties
+    # resolve to class 0 for members and ensemble -> 0.
+    torch.testing.assert_close(out["disagreement"], torch.tensor([1 / 3, 0.0], dtype=torch.float64))
+
+
+def test_mutual_information_non_negative_on_random_data() -> None:
+    g = torch.Generator().manual_seed(0)
+    member_probs = torch.softmax(torch.randn(64, 4, 5, generator=g) * 3, dim=-1)
+    out = decompose(member_probs)
+    assert bool((out["mutual_information"] >= 0).all())
+    assert bool((out["disagreement"] <= 3 / 4).all())
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (torch.full((2, 3), 0.5), "member_probs"),  # wrong ndim
+        (torch.full((2, 3, 2), 0.7), "sum to 1"),
+        (torch.tensor([[[float("nan"), 1.0]]]), "NaN"),
+        (torch.ones(2, 3, 2, dtype=torch.long), "floating"),
+    ],
+)
+def test_decompose_rejects_bad_input(bad: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as info:
+        decompose(bad)
+    assert "member_probs" in str(info.value)
+
+
+# ---------------------------------------------------------------- classification metrics
+
+
+def test_accuracy_nll_brier_hand_values() -> None:
+    probs = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]])
+    labels = torch.tensor([0, 2, 2])
+    assert hm.accuracy(probs, labels) == pytest.approx(2 / 3)
+    assert hm.nll(probs, labels) == pytest.approx(
+        -(math.log(0.7) + math.log(0.1) + math.log(0.4)) / 3
+    )
+    brier = (
+        (0.3**2 + 0.2**2 + 0.1**2) + (0.1**2 + 0.8**2 + 0.9**2) + (0.3**2 + 0.3**2 + 0.6**2)
+    ) / 3
+    assert hm.brier(probs, labels) == pytest.approx(brier)
+
+
+def test_nll_clamps_zero_probability() -> None:
+    probs = torch.tensor([[1.0, 0.0]])
+    assert hm.nll(probs, torch.tensor([1])) == pytest.approx(-math.log(hm.NLL_EPS))
+
+
+def test_ece_hand_value() -> None:
+    # Confidences 0.9 (right), 0.9 (wrong), 0.55 (right). With 15 bins, 0.9 is in bin 13 and 0.55
+    # in bin 8: ECE = 2/3 * |0.5 - 0.9| + 1/3 * |1 - 0.55|.
+    probs = _two_class([0.9, 0.9, 0.55])
+    labels = torch.tensor([0, 1, 0])
+    assert hm.ece(probs, labels) == pytest.approx(2 / 3 * 0.4 + 1 / 3 * 0.45, abs=1e-6)
+    # With one bin everything is pooled: |2/3 - (0.9 + 0.9 + 0.55) / 3|.
+    assert hm.ece(probs, labels, n_bins=1) == pytest.approx(abs(2 / 3 - 2.35 / 3), abs=1e-6)
+
+
+def test_adaptive_ece_hand_value() -> None:
+    # Sorted confidences 0.6, 0.7 | 0.8, 0.9 (two equal-mass bins), correctness 1, 0 | 1, 1.
+    probs = _two_class([0.8, 0.6, 0.9, 0.7])
+    labels = torch.tensor([0, 0, 0, 1])
+    expected = 0.5 * abs(0.5 - 0.65) + 0.5 * abs(1.0 - 0.85)
+    assert hm.adaptive_ece(probs, labels, n_bins=2) == pytest.approx(expected)
+    # Fewer examples than bins: every example is its own bin.
+    per_example = (0.2 + 0.4 + 0.1 + 0.7) / 4
+    assert hm.adaptive_ece(probs, labels) == pytest.approx(per_example)
+
+
+def test_aurc_hand_value_and_ties() -> None:
+    # Most confident first: right, wrong, right -> risks 0, 1/2, 1/3.
+    probs = _two_class([0.9, 0.8, 0.7])
+    labels = torch.tensor([0, 1, 0])
+    assert hm.aurc(probs, labels) == pytest.approx((0 + 1 / 2 + 1 / 3) / 3)
+    # A tie (one right, one wrong): expected risk at k=1 is 1/2 whatever the input order.
+    tied = _two_class([0.8, 0.8])
+    assert hm.aurc(tied, torch.tensor([0, 1])) == pytest.approx(0.5)
+    assert hm.aurc(tied, torch.tensor([1, 0])) == pytest.approx(0.5)
+
+
+def test_classification_metrics_keys_and_perfect_model() -> None:
+    probs = torch.eye(3)
+    out = hm.classification_metrics(probs, torch.tensor([0, 1, 2]))
+    assert set(out) == {"accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc"}
+    assert out["accuracy"] == 1.0
+    assert out["brier"] == pytest.approx(0.0)
+    assert out["ece"] == pytest.approx(0.0, abs=1e-6)
+    assert out["aurc"] == pytest.approx(0.0)
+    assert all(isinstance(v, float) for v in out.values())
+
+
+@pytest.mark.parametrize(
+    ("probs", "labels", "name"),
+    [
+        (torch.full((3, 2), 0.5), torch.tensor([0, 1]), "labels"),  # length mismatch
+        (torch.full((2, 2), 0.5), torch.tensor([0, 2]), "labels"),  # out of range
+        (torch.full((2, 2), 0.5), torch.tensor([0.0, 1.0]), "labels"),  # float labels
+        (torch.full((2, 2), 0.6), torch.tensor([0, 1]), "probs"),  # rows sum to 1.2
+        (torch.tensor([[0.5, float("nan")]]), torch.tensor([0]), "probs"),
+        (torch.full((2,), 0.5), torch.tensor([0, 1]), "probs"),  # wrong ndim
+        (torch.tensor([[1.5, -0.5]]), torch.tensor([0]), "probs"),  # outside [0, 1]
+    ],
+)
+def test_classification_metrics_reject_bad_input(
+    probs: torch.Tensor, labels: torch.Tensor, name: str
+) -> None:
+    with pytest.raises(ValueError, match=name):
+        hm.classification_metrics(probs, labels)
+
+
+def test_n_bins_validated() -> None:
+    with pytest.raises(ValueError, match="n_bins"):
+        hm.ece(torch.eye(2), torch.tensor([0, 1]), n_bins=0)
+
+
+# ---------------------------------------------------------------- OOD
+
+
+def test_ood_metrics_hand_values() -> None:
+    ood = torch.arange(1, 21, dtype=torch.float64)  # 20 OOD scores 1..20
+    idd = torch.tensor([1.5, 2.5, 10.5, 30.0])
+    out = hm.ood_metrics(idd, ood)
+    # AUROC = P(ood > id): OOD above 1.5: 19, above 2.5: 18, above 10.5: 10, above 30: 0.
+    assert out["auroc"] == pytest.approx((19 + 18 + 10 + 0) / 80)
+    # 95% TPR needs 19 of 20 OOD flagged -> threshold 2 flags ID 2.5, 10.5, 30 -> FPR 3/4.
+    assert out["fpr_at_95_tpr"] == pytest.approx(0.75)
+
+
+def test_ood_metrics_ties_count_half_and_perfect_separation() -> None:
+    tied = hm.ood_metrics(torch.tensor([1.0, 1.0]), torch.tensor([1.0]))
+    assert tied["auroc"] == pytest.approx(0.5)
+    perfect = hm.ood_metrics(torch.tensor([0.0, 1.0]), torch.tensor([5.0, 6.0]))
+    assert perfect == pytest.approx(
+        {"auroc": 1.0, "aupr_in": 1.0, "aupr_out": 1.0, "fpr_at_95_tpr": 0.0}
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ood_metrics_match_sklearn(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    idd = torch.randn(300, generator=g)
+    ood = torch.randn(200, generator=g) + 0.7
+    # Add exact ties and large values (float32 sigmoid would saturate these into ties).
+    idd[:20] = torch.round(idd[:20])
+    ood[:20] = torch.round(ood[:20])
+    idd, ood = idd * 50, ood * 50
+    out = hm.ood_metrics(idd, ood)
+    y = torch.cat([torch.zeros(300), torch.ones(200)]).numpy()
+    s = torch.cat([idd, ood]).numpy()
+    assert out["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-6)
+    assert out["aupr_out"] == pytest.approx(average_precision_score(y, s), abs=1e-6)
+    assert out["aupr_in"] == pytest.approx(average_precision_score(1 - y, -s), abs=1e-6)
+
+
+def test_fpr_at_95_tpr_matches_brute_force() -> None:
+    g = torch.Generator().manual_seed(3)
+    idd, ood = torch.randn(100, generator=g), torch.randn(60, generator=g) + 1.0
+    best = 1.0
+    for t in torch.cat([idd, ood]):
+        tpr = float((ood >= t).double().mean())
+        if tpr >= 0.95:
+            best = min(best, float((idd >= t).double().mean()))
+    assert hm.ood_metrics(idd, ood)["fpr_at_95_tpr"] == pytest.approx(best)
+
+
+def test_ood_metrics_reject_bad_input() -> None:
+    with pytest.raises(ValueError, match="id_scores"):
+        hm.ood_metrics(torch.tensor([]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="ood_scores"):
+        hm.ood_metrics(torch.tensor([1.0]), torch.tensor([float("nan")]))
+    with pytest.raises(ValueError, match="ood_scores"):
+        hm.ood_metrics(torch.tensor([1.0]), torch.ones(2, 2))
+
+
+def test_ood_scores_kinds() -> None:
+    member_probs = torch.tensor([[[0.9, 0.1], [0.1, 0.9]], [[0.8, 0.2], [0.8, 0.2]]])
+    probs = member_probs.mean(dim=1)
+    logits = torch.tensor([[2.0, 0.0], [0.0, 0.0]])
+    torch.testing.assert_close(hm.ood_scores(probs), torch.tensor([-0.5, -0.8]))
+    torch.testing.assert_close(hm.ood_scores(probs, kind="entropy"), entropy(probs))
+    mi = hm.ood_scores(probs, member_probs=member_probs, kind="mutual_information")
+    assert mi[0] > 0 and mi[1] == pytest.approx(0.0, abs=1e-6)
+    energy = hm.ood_scores(probs, logits=logits, kind="energy")
+    torch.testing.assert_close(energy, torch.tensor([-math.log(math.exp(2) + 1), -math.log(2)]))
+    # [N, M, C] logits: mean member energy.
+    stacked = torch.stack([logits, logits * 0], dim=1)
+    expected = (energy + torch.tensor(-math.log(2.0))) / 2
+    torch.testing.assert_close(hm.ood_scores(probs, logits=stacked, kind="energy"), expected)
+
+
+def test_ood_scores_reject_bad_input() -> None:
+    probs = torch.full((2, 2), 0.5)
+    with pytest.raises(ValueError, match="kind"):
+        hm.ood_scores(probs, kind="odin")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="member_probs"):
+        hm.ood_scores(probs, kind="mutual_information")
+    with pytest.raises(ValueError, match="member_probs"):
+        hm.ood_scores(probs, member_probs=torch.full((3, 2, 2), 0.5), kind="mutual_information")
+    with pytest.raises(ValueError, match="logits"):
+        hm.ood_scores(probs, kind="energy")
+    with pytest.raises(ValueError, match="logits"):
+        hm.ood_scores(probs, logits=torch.zeros(2, 3), kind="energy")
