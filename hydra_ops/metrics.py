@@ -41,6 +41,7 @@ Only torchmetrics *functional* forms are used (never stateful metric objects).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -59,13 +60,18 @@ __all__ = [
     "DEFAULT_N_BINS",
     "NLL_EPS",
     "OOD_SCORE_KINDS",
+    "RESAMPLED_METRICS",
     "accuracy",
+    "accuracy_resampled",
     "adaptive_ece",
     "aurc",
     "brier",
+    "brier_resampled",
     "classification_metrics",
     "ece",
+    "ece_resampled",
     "nll",
+    "nll_resampled",
     "ood_metrics",
     "ood_scores",
     "validate_labels",
@@ -211,6 +217,65 @@ def aurc(probs: Tensor, labels: Tensor) -> float:
     return float((expected_err / k).mean())
 
 
+def _check_idx(idx: Tensor, n: int) -> Tensor:
+    if idx.ndim != 2 or idx.is_floating_point():
+        raise ValueError(
+            f"idx must be an integer tensor [R, N], got {idx.dtype} {tuple(idx.shape)}"
+        )
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise ValueError(f"idx must index the {n} examples, got values outside [0, {n})")
+    return idx.long()
+
+
+def accuracy_resampled(probs: Tensor, labels: Tensor, idx: Tensor) -> Tensor:
+    """:func:`accuracy` of R resamples: probs [N, C], labels [N], idx [R, N'] -> [R]."""
+    probs, labels = _prep(probs, labels)
+    idx = _check_idx(idx, probs.shape[0]).to(probs.device)
+    return (probs.argmax(dim=1) == labels).to(torch.float64)[idx].mean(dim=1)
+
+
+def nll_resampled(probs: Tensor, labels: Tensor, idx: Tensor) -> Tensor:
+    """:func:`nll` of R resamples: probs [N, C], labels [N], idx [R, N'] -> [R]."""
+    probs, labels = _prep(probs, labels)
+    idx = _check_idx(idx, probs.shape[0]).to(probs.device)
+    loss = -probs.gather(1, labels[:, None]).squeeze(1).clamp_min(NLL_EPS).log()
+    return loss[idx].mean(dim=1)
+
+
+def brier_resampled(probs: Tensor, labels: Tensor, idx: Tensor) -> Tensor:
+    """:func:`brier` of R resamples: probs [N, C], labels [N], idx [R, N'] -> [R]."""
+    probs, labels = _prep(probs, labels)
+    idx = _check_idx(idx, probs.shape[0]).to(probs.device)
+    onehot = torch.nn.functional.one_hot(labels, probs.shape[1]).to(probs.dtype)
+    return ((probs - onehot) ** 2).sum(dim=1)[idx].mean(dim=1)
+
+
+def ece_resampled(
+    probs: Tensor, labels: Tensor, idx: Tensor, n_bins: int = DEFAULT_N_BINS
+) -> Tensor:
+    """:func:`ece` of R resamples: probs [N, C], labels [N], idx [R, N'] -> [R].
+
+    Reproduces torchmetrics' binning exactly (float32 confidences, ``bucketize(right=True)`` on
+    ``linspace(0, 1, n_bins + 1)``, so a confidence of 1.0 gets slot ``n_bins`` of its own).
+    """
+    _check_n_bins(n_bins)
+    probs, labels = _prep(probs, labels)
+    idx = _check_idx(idx, probs.shape[0]).to(probs.device)
+    conf64, pred = probs.max(dim=1)
+    conf = conf64.float()
+    correct = (pred == labels).float()
+    slots = n_bins + 1
+    boundaries = torch.linspace(0, 1, slots, dtype=conf.dtype, device=conf.device)
+    example_bin = torch.bucketize(conf, boundaries, right=True) - 1  # [N]
+    r, m = idx.shape
+    flat = (example_bin[idx] + torch.arange(r, device=idx.device)[:, None] * slots).flatten()
+    conf_sum = torch.zeros(r * slots, dtype=conf.dtype, device=conf.device)
+    correct_sum = torch.zeros_like(conf_sum)
+    conf_sum.scatter_add_(0, flat, conf[idx].flatten())
+    correct_sum.scatter_add_(0, flat, correct[idx].flatten())
+    return (correct_sum - conf_sum).view(r, slots).abs().sum(dim=1).double() / m
+
+
 def classification_metrics(
     probs: Tensor, labels: Tensor, *, n_bins: int = DEFAULT_N_BINS
 ) -> dict[str, float]:
@@ -338,3 +403,12 @@ def ood_metrics(id_scores: Tensor, ood_scores: Tensor) -> dict[str, float]:
         "aupr_out": float(aupr_out),
         "fpr_at_95_tpr": float(fpr_at_95),
     }
+
+
+RESAMPLED_METRICS: dict[Callable[..., float], Callable[..., Tensor]] = {
+    accuracy: accuracy_resampled,
+    nll: nll_resampled,
+    brier: brier_resampled,
+    ece: ece_resampled,
+}
+"""Vectorised twins ``(probs [N, C], labels [N], idx [R, N]) -> [R]``; the bootstrap uses them."""

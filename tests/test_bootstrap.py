@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hydra_ops.bootstrap import BootstrapResult, paired_bootstrap, paired_bootstrap_ood
-from hydra_ops.metrics import accuracy, ece, ood_metrics
+from hydra_ops.metrics import accuracy, brier, ece, ece_resampled, nll, ood_metrics
 
 
 def _models(n: int, seed: int = 0):
@@ -85,3 +85,26 @@ def test_bad_input_raises() -> None:
         )
     with pytest.raises(ValueError, match="non-finite"):
         paired_bootstrap(lambda p, lab: float("nan"), a, b, y, n_resamples=5)
+
+
+@pytest.mark.parametrize("metric", [accuracy, nll, brier, ece])
+def test_vectorised_path_matches_per_resample_loop(metric) -> None:
+    a, b, y = _models(300, seed=4)
+    fast = paired_bootstrap(metric, a, b, y, n_resamples=200, seed=3)
+
+    def wrapped(p: torch.Tensor, labels: torch.Tensor | None) -> float:
+        return metric(p, labels)  # not in RESAMPLED_METRICS -> per-resample loop
+
+    slow = paired_bootstrap(wrapped, a, b, y, n_resamples=200, seed=3)
+    assert fast.point_difference == slow.point_difference
+    for field in ("low", "high", "mean_difference"):
+        assert getattr(fast, field) == pytest.approx(getattr(slow, field), abs=1e-6)
+
+
+def test_ece_resampled_matches_torchmetrics_ece_per_resample() -> None:
+    a, _, y = _models(200, seed=5)
+    a[0] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # confidence exactly 1.0: its own bin
+    idx = torch.randint(0, 200, (5, 200), generator=torch.Generator().manual_seed(0))
+    fast = ece_resampled(a, y, idx)
+    for r in range(5):
+        assert float(fast[r]) == pytest.approx(ece(a[idx[r]], y[idx[r]]), abs=1e-6)
