@@ -69,21 +69,40 @@ def _parse_sets(sets: list[str]) -> dict[str, Any]:
 def write_resolved_params(
     root: Path, profile: str | None, params: Path | None, sets: list[str]
 ) -> None:
-    """Validate and (when any option is given) rewrite ``params.yaml``; ConfigError on bad input."""
-    from hydra_ops.config import load_params, read_yaml, resolve_params, write_params
+    """Validate and (when any option is given) rewrite ``params.yaml``; ConfigError on bad input.
 
-    if profile is None and params is None and not sets:
-        load_params(root / "params.yaml")  # validate what is there
+    ``--profile``/``--params``: defaults, then the profile (given, else the file's ``profile``
+    key, else ``default``), then the file. ``--set`` alone edits the current ``params.yaml``.
+    """
+    from hydra_ops.config import (
+        ConfigError,
+        deep_merge,
+        load_params,
+        read_yaml,
+        resolve_params,
+        set_dotted,
+        validate_params,
+        write_params,
+    )
+
+    current = root / "params.yaml"
+    if profile is None and params is None:
+        if not sets:
+            load_params(current)  # validate what is there
+            return
+        raw = read_yaml(current)
+        for key, value in _parse_sets(sets).items():
+            set_dotted(raw, key, value)
+        write_params(validate_params(raw, source="params.yaml"), current)
         return
     overrides = read_yaml(params) if params is not None else None
     if overrides is not None and not isinstance(overrides, dict):
-        from hydra_ops.config import ConfigError
-
         raise ConfigError(f"{params}: <root>: must be a mapping")
-    if profile is None and overrides is not None and "profile" in overrides:
-        profile = overrides["profile"]
-    cfg = resolve_params(profile or "default", overrides, _parse_sets(sets))
-    write_params(cfg, root / "params.yaml")
+    if profile is None:
+        profile = (overrides or {}).get("profile", "default")
+    overrides = deep_merge(overrides or {}, {"profile": profile})
+    cfg = resolve_params(profile, overrides, _parse_sets(sets))
+    write_params(cfg, current)
 
 
 @app.command()

@@ -101,7 +101,8 @@ class ModelConfig(_Strict):
 class FinetuneConfig(_Strict):
     epochs: int = Field(default=3, ge=1)
     batch_size: int = Field(default=16, ge=1)
-    lr: float = Field(default=5e-5, gt=0)
+    lr: float | None = Field(default=None, gt=0)
+    """``None``: 5e-5 for MiniLM (fine-tuning), 1e-3 for the from-scratch timm ViT."""
     weight_decay: float = Field(default=0.01, ge=0)
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     seed: int = 0
@@ -124,7 +125,8 @@ class MemberFinetuneConfig(_Strict):
     enabled: bool | Literal["auto"] = "auto"
     """``auto``: fine-tune members for the ``taylor`` variant only (the circuit variant skips)."""
     epochs: int = Field(default=1, ge=1)
-    lr: float = Field(default=3e-5, gt=0)
+    lr: float | None = Field(default=None, gt=0)
+    """``None``: half of the base fine-tune's learning rate."""
     seed_offset: int = 100
     max_parallel: int = Field(default=1, ge=1)
 
@@ -269,6 +271,16 @@ class PipelineConfig(_Strict):
         return self.model.vit.num_heads if self.family == "timm_vit" else MINILM_HEADS
 
     @property
+    def base_lr(self) -> float:
+        if self.finetune.lr is not None:
+            return self.finetune.lr
+        return 1e-3 if self.family == "timm_vit" else 5e-5
+
+    @property
+    def member_lr(self) -> float:
+        return self.members.finetune.lr or self.base_lr / 2
+
+    @property
     def heads_per_member(self) -> int:
         if self.members.heads_per_layer is not None:
             return self.members.heads_per_layer
@@ -332,7 +344,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
         "data": {"max_per_split": 240, "far_ood_size": 120},
         "model": {"max_length": 32},
-        "finetune": {"epochs": 1, "batch_size": 16, "lr": 1e-4},
+        "finetune": {"epochs": 1, "batch_size": 16},
         "scoring": {"max_batches": 2},
         "members": {"finetune": {"epochs": 1}},
         "evaluate": {"bootstrap_samples": 200, "latency_repeats": 2, "latency_batch": 8},

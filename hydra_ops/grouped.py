@@ -360,3 +360,116 @@ class GroupedMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(ACTIVATIONS[self.activation](self.fc1(x)))
+
+
+class MemberGemmAttention(GroupedAttention):
+    """Per-member weights with no padding; each projection is M plain GEMMs (``F.linear``).
+
+    On small-core CPUs M separate GEMMs beat one ``bmm`` over ``[M, B*T, D]`` at these shapes
+    (see docs/benchmarks.md). Member ``m`` holds ``qkv_weight_m [3*h_m*dh, D]`` (rows: q heads,
+    then k, then v) and ``out_weight_m [D, h_m*dh]``. Exactly the same computation as the other
+    implementations; attention is one ``scaled_dot_product_attention`` per member.
+    """
+
+    name = "member_gemm"
+
+    def __init__(self, head_counts: Sequence[int], head_dim: int, hidden_size: int) -> None:
+        super().__init__(head_counts, head_dim, hidden_size)
+        d, dh = self.hidden_size, self.head_dim
+        self.qkv_weight = nn.ParameterList(
+            nn.Parameter(torch.zeros(3 * h * dh, d)) for h in self.head_counts
+        )
+        self.qkv_bias = nn.ParameterList(
+            nn.Parameter(torch.zeros(3 * h * dh)) for h in self.head_counts
+        )
+        self.out_weight = nn.ParameterList(
+            nn.Parameter(torch.zeros(d, h * dh)) for h in self.head_counts
+        )
+        self.out_bias = nn.ParameterList(nn.Parameter(torch.zeros(d)) for _ in self.head_counts)
+
+    def load_members(self, members: Sequence[AttentionWeights]) -> None:
+        with torch.no_grad():
+            for m, w in enumerate(members):
+                if w.num_heads != self.head_counts[m]:
+                    raise ValueError(
+                        f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}"
+                    )
+                self.qkv_weight[m].copy_(torch.cat([w.q_weight, w.k_weight, w.v_weight]))
+                self.qkv_bias[m].copy_(
+                    torch.cat(
+                        [
+                            _bias_or_zeros(w.q_bias, w.q_weight),
+                            _bias_or_zeros(w.k_bias, w.k_weight),
+                            _bias_or_zeros(w.v_bias, w.v_weight),
+                        ]
+                    )
+                )
+                self.out_weight[m].copy_(w.o_weight)
+                self.out_bias[m].copy_(_bias_or_zeros(w.o_bias, w.o_weight))
+
+    def member_weights(self) -> list[AttentionWeights]:
+        result = []
+        for m, count in enumerate(self.head_counts):
+            n = count * self.head_dim
+            qkv, bias = self.qkv_weight[m].detach(), self.qkv_bias[m].detach()
+            result.append(
+                AttentionWeights(
+                    q_weight=qkv[:n].clone(),
+                    q_bias=bias[:n].clone(),
+                    k_weight=qkv[n : 2 * n].clone(),
+                    k_bias=bias[n : 2 * n].clone(),
+                    v_weight=qkv[2 * n :].clone(),
+                    v_bias=bias[2 * n :].clone(),
+                    o_weight=self.out_weight[m].detach().clone(),
+                    o_bias=self.out_bias[m].detach().clone(),
+                    num_heads=count,
+                    head_dim=self.head_dim,
+                )
+            )
+        return result
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        b, m, t, d = x.shape
+        dh = self.head_dim
+        outs = []
+        for member, h in enumerate(self.head_counts):
+            qkv = F.linear(x[:, member], self.qkv_weight[member], self.qkv_bias[member])
+            q, k, v = qkv.view(b, t, 3, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
+            context = self._attend(q, k, v, key_padding_mask).transpose(1, 2).reshape(b, t, h * dh)
+            outs.append(F.linear(context, self.out_weight[member], self.out_bias[member]))
+        return torch.stack(outs, dim=1)
+
+
+ATTENTION_IMPLEMENTATIONS[MemberGemmAttention.name] = MemberGemmAttention
+
+
+class MemberGemmMLP(nn.Module):
+    """A per-member MLP run as M plain GEMM pairs (alternative to :class:`GroupedMLP`'s ``bmm``).
+
+    Built from a :class:`GroupedMLP` (``MemberGemmMLP.from_grouped``); ``forward(x [B, M, T, D])``
+    computes exactly what that module computes. Shared (non-per-member) layers stay one GEMM over
+    all streams. Not wired into the merge: the benchmark swaps it in to measure it.
+    """
+
+    def __init__(self, grouped: GroupedMLP) -> None:
+        super().__init__()
+        self.activation = grouped.activation
+        self.fc1 = grouped.fc1
+        self.fc2 = grouped.fc2
+
+    @classmethod
+    def from_grouped(cls, grouped: GroupedMLP) -> MemberGemmMLP:
+        return cls(grouped)
+
+    @staticmethod
+    def _apply(layer: GroupedLinear, x: Tensor) -> Tensor:
+        if not layer.per_member:
+            return F.linear(x, layer.weight, layer.bias)
+        outs = [
+            F.linear(x[:, m], layer.weight[m], None if layer.bias is None else layer.bias[m])
+            for m in range(x.shape[1])
+        ]
+        return torch.stack(outs, dim=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._apply(self.fc2, ACTIVATIONS[self.activation](self._apply(self.fc1, x)))

@@ -22,10 +22,10 @@ def train_base(cfg: PipelineConfig, root: Path, seed: int, out_dir: Path) -> dic
         cfg.family,
         seed,
         cfg.finetune.epochs,
-        cfg.finetune.lr,
+        cfg.base_lr,
     )
     report = models_io.fine_tune(
-        cfg, root, model, epochs=cfg.finetune.epochs, lr=cfg.finetune.lr, seed=seed
+        cfg, root, model, epochs=cfg.finetune.epochs, lr=cfg.base_lr, seed=seed
     )
     val = models_io.split(root, "val")
     logits = models_io.logits_of(model, models_io.batches(cfg, val, cfg.evaluate.batch_size))

@@ -26,8 +26,14 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     units = {}
     for seed in baseline_seeds(cfg):
         fp = fingerprint(
-            {"data": data_hash, "model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump(),
-             "seed": seed}
+            {
+                "data": data_hash,
+                "family": cfg.family,
+                "model": cfg.model.model_dump(),
+                "finetune": cfg.finetune.model_dump(),
+                "lr": cfg.base_lr,
+                "seed": seed,
+            }
         )
         name = f"seed_{seed}"
         units[name] = ensure_unit(

@@ -39,6 +39,7 @@ def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m
             "plan": plan_layers,
             "finetune": cfg.members.finetune.model_dump(exclude={"max_parallel"}),
             "batch": cfg.finetune.batch_size,
+            "lr": cfg.member_lr,
             "max_length": cfg.model.max_length,
             "seed": member_seed(cfg, m),
         }
@@ -63,7 +64,7 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 model = models_io.load_base(root / BASE)
             else:
                 model = models_io.pruned_copy(root / BASE, unit_plan)
-            report = models_io.fine_tune(cfg, root, model, epochs=ft.epochs, lr=ft.lr, seed=seed)
+            report = models_io.fine_tune(cfg, root, model, epochs=ft.epochs, lr=cfg.member_lr, seed=seed)
             info = {"kind": kind, "member": m, "seed": seed, "train": report}
             models_io.save_member(model, tmp, unit_plan, root / BASE, info)
             return info

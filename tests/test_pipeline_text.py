@@ -1,0 +1,205 @@
+"""The quick text pipeline end to end (MiniLM on BBC News, circuit variant), in a temp git repo with
+real DVC, real GTO and a real ephemeral Prefect server. One project is shared by the tests of this
+module, which run in order: first run, no-op rerun, gate change, param change, forced promotion,
+registry round trip, serve."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from tasks.common import STAGES
+from tests.conftest import REPO, git, make_project
+
+pytestmark = pytest.mark.slow
+
+PASSING_GATES = [
+    {"metric": "accuracy", "split": "id_test", "threshold": 0.0},
+    {"metric": "auroc", "split": "near_ood", "baseline": "deep_ensemble", "tolerance": 1.0},
+    {"metric": "nll", "split": "id_test", "baseline": "prod", "tolerance": 100.0},
+    {"metric": "compile_argmax_agreement", "threshold": 1.0},
+]
+FAILING_GATES = [{"metric": "accuracy", "split": "id_test", "threshold": 1.5}]
+
+ALL_CLASSIFICATION = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc")
+ALL_OOD = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
+
+runner = CliRunner()
+
+
+def cli(*args: str, code: int | None = 0):
+    result = runner.invoke(app, list(args), catch_exceptions=False)
+    if code is not None:
+        assert result.exit_code == code, result.output
+    return result
+
+
+def last_run(root: Path) -> dict:
+    return json.loads((root / ".hydra-ens" / "last_run.json").read_text())
+
+
+def tags(root: Path) -> list[str]:
+    return sorted(git(root, "tag", "-l").split())
+
+
+@pytest.fixture(scope="module")
+def project(prefect_server, tmp_path_factory) -> Path:
+    root = make_project(tmp_path_factory.mktemp("text") / "proj", {"gates": PASSING_GATES})
+    cli("run", "-C", str(root))
+    return root
+
+
+def test_first_run_runs_every_stage_and_promotes(project):
+    summary = last_run(project)
+    assert summary["ran"] == list(STAGES)
+    assert summary["gate"]["verdict"] == "passed"
+    assert summary["promotion"]["promoted"] is True
+    assert tags(project) == ["hydra#prod#1", "hydra@v0.0.1"]
+    assert summary["push"] == "pushed" and (project / ".dvc-remote" / "files").is_dir()
+
+
+def test_dvc_lock_lists_every_artifact_with_a_hash(project):
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    declared = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]
+    assert list(declared) == list(STAGES)
+    assert set(lock) == set(STAGES)
+    for name, stage in declared.items():
+        outs = []
+        for key in ("outs", "metrics", "plots"):
+            for item in stage.get(key, []):
+                outs.append(next(iter(item)) if isinstance(item, dict) else item)
+        locked = {o["path"]: o for o in lock[name].get("outs", [])}
+        for out in outs:
+            assert out in locked, (name, out)
+            assert len(locked[out]["md5"].removesuffix(".dir")) == 32, (name, out)
+        for dep in lock[name].get("deps", []):
+            assert dep.get("md5"), (name, dep["path"])
+
+
+def test_report_has_every_metric(project):
+    ev = json.loads((project / "metrics" / "evaluate.json").read_text())
+    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble"}
+    for entry in ev["models"].values():
+        for variant in ("raw", "calibrated"):
+            for split in ("id_test", "shift"):
+                assert set(entry[variant][split]) >= set(ALL_CLASSIFICATION)
+            for split in ("near_ood", "far_ood"):
+                assert set(entry[variant][split]) >= set(ALL_OOD)
+        assert entry["parameters"] > 0 and entry["latency_ms"] > 0 and entry["temperature"] > 0
+    assert set(ev["bootstrap"]) == {"single", "naive_pruned", "deep_ensemble"}
+    interval = ev["bootstrap"]["single"]["calibrated"]["near_ood"]["auroc"]
+    assert interval["low"] <= interval["difference"] <= interval["high"]
+    assert "word-shuffled" in ev["ood_validation_set"]
+    report = (project / "reports" / "evaluate.md").read_text()
+    for metric in ALL_CLASSIFICATION + ALL_OOD + ("parameters", "latency_ms"):
+        assert metric in report
+    for model in ev["models"]:
+        assert f"| {model} |" in report
+    gate = json.loads((project / "reports" / "gate.json").read_text())
+    assert [c["status"] for c in gate["checks"]] == ["passed", "passed", "skipped", "passed"]
+    for plot in ("reliability.json", "roc.json"):
+        assert json.loads((project / "plots" / plot).read_text())
+
+
+def test_status_and_predict_use_the_registry(project):
+    out = cli("status", "-C", str(project)).output
+    assert "v0.0.1" in out and "stale" not in out
+    res = cli("predict", "-C", str(project), "--json", "Shares rose on strong profits",
+              "The band's new album")
+    rows = [json.loads(line) for line in res.output.strip().splitlines()]
+    assert len(rows) == 2
+    classes = {"business", "entertainment", "politics", "sports"}
+    for row in rows:
+        assert row["class"] in classes and 0 < row["prob"] <= 1
+        assert row["entropy"] >= row["mutual_information"] >= 0
+        assert 0 <= row["disagreement"] <= 1
+
+
+def test_second_run_recomputes_nothing(project):
+    lock_before = (project / "dvc.lock").read_bytes()
+    mtime = (project / "models" / "hydra" / "model.safetensors").stat().st_mtime_ns
+    cli("run", "-C", str(project))
+    assert last_run(project)["ran"] == []
+    assert (project / "dvc.lock").read_bytes() == lock_before
+    assert (project / "models" / "hydra" / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_failing_gate_blocks_promotion(project):
+    before = tags(project)
+    res = cli("run", "-C", str(project), "--set", f"gates={json.dumps(FAILING_GATES)}", code=3)
+    summary = last_run(project)
+    assert summary["ran"] == ["gate", "promote"]  # only the stages downstream of the change
+    assert summary["gate"]["verdict"] == "failed"
+    assert json.loads((project / "registry" / "promotion.json").read_text())["promoted"] is False
+    assert tags(project) == before
+    assert "FAILED" in res.output
+
+
+def test_param_change_reruns_only_downstream_stages(project):
+    cli("run", "-C", str(project), "--set", "merge.mode=average", code=3)
+    assert last_run(project)["ran"] == [
+        "merge", "compile", "calibrate", "evaluate", "gate", "promote"
+    ]
+
+
+def test_force_needs_reason_and_records_it(project):
+    before = tags(project)
+    res = cli("promote", "-C", str(project), "--force", code=2)
+    assert "--reason" in res.output
+    assert tags(project) == before
+    cli("promote", "-C", str(project), "--force", "--reason", "hotfix approved by QA")
+    assert tags(project) == sorted([*before, "hydra@v0.0.2", "hydra#prod#2"])
+    message = git(project, "for-each-ref", "refs/tags/hydra@v0.0.2", "--format=%(contents)")
+    assert "reason: hotfix approved by QA" in message and "FAILED (forced)" in message
+    assert "v0.0.2" in cli("status", "-C", str(project)).output
+
+
+def test_old_version_rebuilds_from_the_dvc_cache(project, tmp_path):
+    from hydra_ops.serialization import load_hydra
+    from tasks.registry import materialise_from_cache, parse_message
+
+    fields = parse_message(
+        git(project, "for-each-ref", "refs/tags/hydra@v0.0.1", "--format=%(contents)")
+    )
+    target = materialise_from_cache(project, fields["dvc_md5"], tmp_path / "v1")
+    assert load_hydra(target).num_members == 3
+
+
+def test_serve_runs_a_triggered_deployment(project, prefect_server):
+    """`hydra-ens serve --cron` against the 127.0.0.1 server; one triggered run completes."""
+    from prefect.deployments import run_deployment
+
+    assert "127.0.0.1" in prefect_server
+    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "-C", str(project), "--cron", "0 3 * * *",
+         "--name", "nightly"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    try:
+        run = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                run = run_deployment("hydra-pipeline/nightly", timeout=180)
+                break
+            except Exception as err:  # deployment not registered yet
+                if "not found" not in str(err).lower() and "404" not in str(err):
+                    raise
+                time.sleep(2)
+        assert run is not None, "the served deployment never appeared"
+        assert run.state.is_completed(), run.state
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
