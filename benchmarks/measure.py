@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import statistics
@@ -32,10 +33,8 @@ def _sync(device: torch.device) -> None:
 
 def _trim() -> None:
     gc.collect()
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def peak_memory_mb(fn: Callable[[], object], device: torch.device) -> float:
@@ -86,8 +85,13 @@ class Timing:
 
     def summary(self) -> dict[str, float | int | None]:
         if not self.samples_s:
-            return {"latency_ms_median": None, "latency_ms_p25": None, "latency_ms_p75": None,
-                    "latency_ms_min": None, "repeats": 0}
+            return {
+                "latency_ms_median": None,
+                "latency_ms_p25": None,
+                "latency_ms_p75": None,
+                "latency_ms_min": None,
+                "repeats": 0,
+            }
         ms = sorted(1e3 * s for s in self.samples_s)
         q = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else [ms[0]] * 3
         return {

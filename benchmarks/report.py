@@ -52,8 +52,13 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         base = _get(rows, "base")
         if hydra and hydra["latency_ratio"] and hydra["flops_ratio"]:
             rel = hydra["latency_ratio"] / hydra["flops_ratio"]
-            add(case, f"hydra[{default}] latency ratio / FLOP ratio", rel, "0.9–1.1",
-                0.9 <= rel <= 1.1)
+            add(
+                case,
+                f"hydra[{default}] latency ratio / FLOP ratio",
+                rel,
+                "0.9–1.1",
+                0.9 <= rel <= 1.1,
+            )
         if hydra and de and hydra["latency_ms_median"] and de["latency_ms_median"]:
             rel = hydra["latency_ms_median"] / de["latency_ms_median"]
             add(case, "hydra / sequential Deep Ensemble latency", rel, "≤ 0.8", rel <= 0.8)
@@ -62,19 +67,34 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             if compiled:
                 best = min(compiled, key=lambda r: r["latency_ms_median"])
                 speed = hydra["latency_ms_median"] / best["latency_ms_median"]
-                add(case, f"best compiled ({best['backend']}) speed-up over eager hydra", speed,
-                    "≥ 1.25", speed >= 1.25)
+                add(
+                    case,
+                    f"best compiled ({best['backend']}) speed-up over eager hydra",
+                    speed,
+                    "≥ 1.25",
+                    speed >= 1.25,
+                )
         avg = _get(rows, "hydra_average")
         if avg and avg["params_ratio"]:
-            add(case, "hydra_average params / single", avg["params_ratio"], "≤ 1.1",
-                avg["params_ratio"] <= 1.1)
+            add(
+                case,
+                "hydra_average params / single",
+                avg["params_ratio"],
+                "≤ 1.1",
+                avg["params_ratio"] <= 1.1,
+            )
         shared = [r for r in rows if r["kind"] == "hydra_shared" and r["latency_ms_median"]]
         if shared and de and base and de["latency_ms_median"]:
             half = max(shared, key=lambda r: r["shared_layers"])
             rel_de = half["latency_ms_median"] / de["latency_ms_median"]
             add(case, f"{half['row']} / sequential Deep Ensemble", rel_de, "≤ 0.6", rel_de <= 0.6)
-            add(case, f"{half['row']} / single", half["latency_ratio"], "≤ 1.8",
-                half["latency_ratio"] <= 1.8)
+            add(
+                case,
+                f"{half['row']} / single",
+                half["latency_ratio"],
+                "≤ 1.8",
+                half["latency_ratio"] <= 1.8,
+            )
     return out
 
 
@@ -90,10 +110,11 @@ def markdown(results: dict[str, Any]) -> str:
         "",
     ]
     for model, info in results.get("models", {}).items():
-        lines.append(f"- `{model}`: default grouped implementation here: "
-                     f"`{info['default_implementation']}`"
-                     + (f"; compile errors: {info['compile_errors']}" if info["compile_errors"]
-                        else ""))
+        lines.append(
+            f"- `{model}`: default grouped implementation here: "
+            f"`{info['default_implementation']}`"
+            + (f"; compile errors: {info['compile_errors']}" if info["compile_errors"] else "")
+        )
     lines.append("")
     for case, rows in _cases(results).items():
         lines.append(f"### {case}")
@@ -104,20 +125,34 @@ def markdown(results: dict[str, Any]) -> str:
             cells = []
             for key, _ in TABLE_COLUMNS:
                 if key == "spread":
-                    cells.append(f"{_fmt(row['latency_ms_p25'], 1)}–{_fmt(row['latency_ms_p75'], 1)}")
+                    cells.append(
+                        f"{_fmt(row['latency_ms_p25'], 1)}–{_fmt(row['latency_ms_p75'], 1)}"
+                    )
                 elif key == "row" and row.get("error"):
                     cells.append(f"{row['row']} (error: {row['error'][:80]})")
                 else:
-                    cells.append(_fmt(row.get(key), 1 if key in ("latency_ms_median",
-                                                             "peak_mem_mb", "throughput_per_s")
-                                      else 2))
+                    cells.append(
+                        _fmt(
+                            row.get(key),
+                            1
+                            if key in ("latency_ms_median", "peak_mem_mb", "throughput_per_s")
+                            else 2,
+                        )
+                    )
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if results.get("targets"):
-        lines += ["### Targets", "", "| case | target | value | limit | met |", "|---|---|---|---|---|"]
+        lines += [
+            "### Targets",
+            "",
+            "| case | target | value | limit | met |",
+            "|---|---|---|---|---|",
+        ]
         for t in results["targets"]:
             met = {True: "yes", False: "**no**", None: "—"}[t["met"]]
-            lines.append(f"| {t['case']} | {t['target']} | {_fmt(t['value'])} | {t['limit']} | {met} |")
+            lines.append(
+                f"| {t['case']} | {t['target']} | {_fmt(t['value'])} | {t['limit']} | {met} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 import typer
-from torch import Tensor, nn
+from torch import Tensor
 
 from benchmarks import measure
 from benchmarks.workloads import (
@@ -38,11 +38,33 @@ from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmMLP
 from hydra_ops.merge import HydraEnsemble, merge_members
 
 COLUMNS = (
-    "case", "model", "batch", "seq", "row", "kind", "implementation", "backend", "shared_layers",
-    "latency_ms_median", "latency_ms_p25", "latency_ms_p75", "latency_ms_min", "repeats",
-    "throughput_per_s", "peak_mem_mb", "params", "flops", "warmup_s",
-    "latency_ratio", "throughput_ratio", "memory_ratio", "params_ratio", "flops_ratio", "error",
+    "case",
+    "model",
+    "batch",
+    "seq",
+    "row",
+    "kind",
+    "implementation",
+    "backend",
+    "shared_layers",
+    "latency_ms_median",
+    "latency_ms_p25",
+    "latency_ms_p75",
+    "latency_ms_min",
+    "repeats",
+    "throughput_per_s",
+    "peak_mem_mb",
+    "params",
+    "flops",
+    "warmup_s",
+    "latency_ratio",
+    "throughput_ratio",
+    "memory_ratio",
+    "params_ratio",
+    "flops_ratio",
+    "error",
 )
+DEFAULT_OUT = Path("benchmarks/results")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -136,13 +158,19 @@ def case_rows(
     default = bench.pick_default(inputs)
     rows: list[dict[str, Any]] = []
 
-    def add(name: str, kind: str, make: Callable[[], Callable[..., Tensor]], params: int,
-            flop_model: Callable[..., Tensor] | None = None, **facts: Any) -> None:
+    def add(
+        name: str,
+        kind: str,
+        make: Callable[[], Callable[..., Tensor]],
+        params: int,
+        flop_model: Callable[..., Tensor] | None = None,
+        **facts: Any,
+    ) -> None:
         row = {"row": name, "kind": kind, "params": params, **facts}
         try:
             fn = make()
             row["fn"] = lambda f=fn: f(*inputs)
-            row["flops_fn"] = (lambda f=flop_model or fn: f(*one))
+            row["flops_fn"] = lambda f=flop_model or fn: f(*one)
         except Exception as error:
             row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
         rows.append(row)
@@ -154,33 +182,75 @@ def case_rows(
     de_params = sum(count(m) for m in bench.deep)
     seq_fn = sequential_ensemble_fn(bench.deep, fam)
     add("deep_ensemble_seq", "deep_ensemble", lambda: seq_fn, de_params)
-    add("deep_ensemble_vmap", "deep_ensemble", lambda: vmap_ensemble_fn(bench.deep, fam),
-        de_params, flop_model=seq_fn)
+    add(
+        "deep_ensemble_vmap",
+        "deep_ensemble",
+        lambda: vmap_ensemble_fn(bench.deep, fam),
+        de_params,
+        flop_model=seq_fn,
+    )
     for impl, hydra in bench.hydras.items():
-        add(f"hydra[{impl}]", "hydra", lambda h=hydra: h, hydra.num_parameters(),
-            implementation=impl)
-    add("hydra[member_gemm+gemm_mlp]", "hydra", lambda: bench.hydra_gemm_mlp,
-        bench.hydra_gemm_mlp.num_parameters(), implementation="member_gemm+gemm_mlp")
-    add("hydra_average", "hydra", lambda: bench.average, bench.average.num_parameters(),
-        implementation=default)
+        add(
+            f"hydra[{impl}]",
+            "hydra",
+            lambda h=hydra: h,
+            hydra.num_parameters(),
+            implementation=impl,
+        )
+    add(
+        "hydra[member_gemm+gemm_mlp]",
+        "hydra",
+        lambda: bench.hydra_gemm_mlp,
+        bench.hydra_gemm_mlp.num_parameters(),
+        implementation="member_gemm+gemm_mlp",
+    )
+    add(
+        "hydra_average",
+        "hydra",
+        lambda: bench.average,
+        bench.average.num_parameters(),
+        implementation=default,
+    )
     eager_default = bench.hydras[default]
     for backend in backends:
+
         def make(b: str = backend) -> Callable[..., Tensor]:
             artifact = bench.compiled_fn(b, inputs, max_batch)
             if artifact is None:
                 raise RuntimeError(bench.compile_errors[b])
             return artifact
-        add(f"hydra+{backend}", "hydra_compiled", make, eager_default.num_parameters(),
-            flop_model=eager_default, implementation=default, backend=backend)
+
+        add(
+            f"hydra+{backend}",
+            "hydra_compiled",
+            make,
+            eager_default.num_parameters(),
+            flop_model=eager_default,
+            implementation=default,
+            backend=backend,
+        )
     for k, hydra in sorted(bench.shared.items()):
-        add(f"hydra_shared{k}", "hydra_shared", lambda h=hydra: h, hydra.num_parameters(),
-            implementation=default, shared_layers=k)
+        add(
+            f"hydra_shared{k}",
+            "hydra_shared",
+            lambda h=hydra: h,
+            hydra.num_parameters(),
+            implementation=default,
+            shared_layers=k,
+        )
     return rows
 
 
 def run_case(
-    bench: ModelBench, batch: int, seq: int | None, backends: list[str], budget_s: float,
-    min_rounds: int, max_rounds: int, max_batch: int, log: Callable[[str], None],
+    bench: ModelBench,
+    batch: int,
+    seq: int | None,
+    backends: list[str],
+    budget_s: float,
+    min_rounds: int,
+    max_rounds: int,
+    max_batch: int,
+    log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
     spec, dev = bench.spec, bench.device
     case = f"{spec.key} b{batch}" + (f" s{seq}" if seq else "")
@@ -209,17 +279,26 @@ def run_case(
         row.pop("flops_fn", None)
         med = row.get("latency_ms_median")
         row["throughput_per_s"] = batch / (med / 1e3) if med else None
-        for ratio, key in (("latency_ratio", "latency_ms_median"),
-                           ("throughput_ratio", "throughput_per_s"),
-                           ("memory_ratio", "peak_mem_mb"), ("params_ratio", "params"),
-                           ("flops_ratio", "flops")):
+        for ratio, key in (
+            ("latency_ratio", "latency_ms_median"),
+            ("throughput_ratio", "throughput_per_s"),
+            ("memory_ratio", "peak_mem_mb"),
+            ("params_ratio", "params"),
+            ("flops_ratio", "flops"),
+        ):
             value, ref = row.get(key), base.get(key)
             row[ratio] = value / ref if value is not None and ref else None
         full = {c: row.get(c) for c in COLUMNS}
         full.update(case=case, model=spec.key, batch=batch, seq=seq)
         out.append(full)
-        log(f"  {case:16s} {row['row']:28s} "
-            + (f"{med:10.2f} ms  x{row['latency_ratio']:.2f}" if med else f"error: {row.get('error')}"))
+        log(
+            f"  {case:16s} {row['row']:28s} "
+            + (
+                f"{med:10.2f} ms  x{row['latency_ratio']:.2f}"
+                if med
+                else f"error: {row.get('error')}"
+            )
+        )
     return out
 
 
@@ -261,23 +340,30 @@ def default_backends(device: torch.device) -> list[str]:
 
 
 def _csv(value: str | None) -> list[str]:
-    return [] if not value or value == "none" else [v.strip() for v in value.split(",") if v.strip()]
+    return (
+        [] if not value or value == "none" else [v.strip() for v in value.split(",") if v.strip()]
+    )
 
 
 def main(
     models: str = typer.Option(None, help=f"comma list of {sorted(MODELS)} (default: full set)"),
     smoke: bool = typer.Option(False, help="tiny models, 1 round: for tests (no timing claims)"),
-    backends: str = typer.Option(None, help="compile backends, comma list or 'none' (default: "
-                                 "every available one; 'none' with --smoke)"),
+    backends: str = typer.Option(
+        None,
+        help="compile backends, comma list or 'none' (default: "
+        "every available one; 'none' with --smoke)",
+    ),
     batches: str = typer.Option(None, help="override the batch sizes, e.g. 1,64"),
     members: int = typer.Option(3, help="M, number of members"),
     threads: int = typer.Option(2, help="torch.set_num_threads"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     dtype: str = typer.Option("float32", help=f"one of {sorted(DTYPES)}"),
-    budget: float = typer.Option(20.0, help="seconds of timed round-robin per case (after warm-up)"),
+    budget: float = typer.Option(
+        20.0, help="seconds of timed round-robin per case (after warm-up)"
+    ),
     min_rounds: int = typer.Option(3, help="at least this many timed calls per row"),
     max_rounds: int = typer.Option(30, help="at most this many timed calls per row"),
-    out: Path = typer.Option(Path("benchmarks/results"), help="output directory"),
+    out: Path = typer.Option(DEFAULT_OUT, help="output directory"),
     tag: str = typer.Option("", help="suffix of the output file names (results<tag>.json)"),
 ) -> None:
     """Run the benchmark and write ``results.json`` + ``results.md`` to ``--out``."""
@@ -301,9 +387,18 @@ def main(
     results: dict[str, Any] = {
         "format": "hydra-ens-bench/1",
         "machine": machine_info(dev),
-        "config": {"members": members, "threads": threads, "dtype": dtype, "device": device,
-                   "budget_s": budget, "min_rounds": min_rounds, "max_rounds": max_rounds,
-                   "backends": chosen_backends, "smoke": smoke, "models": keys},
+        "config": {
+            "members": members,
+            "threads": threads,
+            "dtype": dtype,
+            "device": device,
+            "budget_s": budget,
+            "min_rounds": min_rounds,
+            "max_rounds": max_rounds,
+            "backends": chosen_backends,
+            "smoke": smoke,
+            "models": keys,
+        },
         "columns": list(COLUMNS),
         "models": {},
         "rows": [],
@@ -317,15 +412,28 @@ def main(
         max_batch = max(64, *case_batches)
         for seq in spec.seqs:
             for batch in case_batches:
-                results["rows"] += run_case(bench, batch, seq, chosen_backends, budget,
-                                            min_rounds, max_rounds, max_batch, typer.echo)
+                results["rows"] += run_case(
+                    bench,
+                    batch,
+                    seq,
+                    chosen_backends,
+                    budget,
+                    min_rounds,
+                    max_rounds,
+                    max_batch,
+                    typer.echo,
+                )
         results["models"][key] = {
             "default_implementation": bench.default_impl,
             "expected_rows": expected_rows(spec, chosen_backends),
             "compile_errors": bench.compile_errors,
-            "compiled": {b: {k: a.metadata.get(k) for k in ("backend", "compile_seconds",
-                                                             "bench_compile_s", "input_names")}
-                         for b, a in bench.compiled.items()},
+            "compiled": {
+                b: {
+                    k: a.metadata.get(k)
+                    for k in ("backend", "compile_seconds", "bench_compile_s", "input_names")
+                }
+                for b, a in bench.compiled.items()
+            },
         }
     results["machine"]["load_average_end"] = os.getloadavg()
     results["elapsed_s"] = time.perf_counter() - started
@@ -335,7 +443,9 @@ def main(
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / f"results{tag}.json", json.dumps(results, indent=2, default=str))
     _atomic_write(out / f"results{tag}.md", markdown(results))
-    typer.echo(f"[bench] wrote {out / f'results{tag}.json'} and .md in {results['elapsed_s']:.0f} s")
+    typer.echo(
+        f"[bench] wrote {out / f'results{tag}.json'} and .md in {results['elapsed_s']:.0f} s"
+    )
 
 
 def _atomic_write(path: Path, text: str) -> None:

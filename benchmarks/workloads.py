@@ -40,7 +40,9 @@ class ModelSpec:
     vocab: int = 30522
 
 
-def _bert(hidden: int, layers: int, heads: int, ffn: int, vocab: int, pretrained: bool) -> nn.Module:
+def _bert(
+    hidden: int, layers: int, heads: int, ffn: int, vocab: int, pretrained: bool
+) -> nn.Module:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
@@ -70,14 +72,23 @@ def _vit(img: int, patch: int, dim: int, depth: int, heads: int, classes: int) -
 
     torch.manual_seed(0)
     return VisionTransformer(
-        img_size=img, patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads,
+        img_size=img,
+        patch_size=patch,
+        embed_dim=dim,
+        depth=depth,
+        num_heads=heads,
         num_classes=classes,
     ).eval()
 
 
 MODELS: dict[str, ModelSpec] = {
     "minilm": ModelSpec(
-        "minilm", "bert", 6, 12, (1, 32), (64, 128),
+        "minilm",
+        "bert",
+        6,
+        12,
+        (1, 32),
+        (64, 128),
         lambda: _bert(384, 6, 12, 1536, 30522, pretrained=True),
     ),
     "vit_s": ModelSpec(
@@ -88,11 +99,23 @@ MODELS: dict[str, ModelSpec] = {
     ),
     # --smoke: tiny shapes, 6 heads so that M = 3 members get 2 heads each.
     "tiny_bert": ModelSpec(
-        "tiny_bert", "bert", 3, 6, (1, 2), (8,),
-        lambda: _bert(48, 3, 6, 64, 100, pretrained=False), vocab=100,
+        "tiny_bert",
+        "bert",
+        3,
+        6,
+        (1, 2),
+        (8,),
+        lambda: _bert(48, 3, 6, 64, 100, pretrained=False),
+        vocab=100,
     ),
     "tiny_vit": ModelSpec(
-        "tiny_vit", "timm_vit", 3, 6, (1, 2), (None,), lambda: _vit(16, 4, 48, 3, 6, 3),
+        "tiny_vit",
+        "timm_vit",
+        3,
+        6,
+        (1, 2),
+        (None,),
+        lambda: _vit(16, 4, 48, 3, 6, 3),
         image_size=16,
     ),
 }
@@ -177,12 +200,16 @@ def vmap_ensemble_fn(models: list[nn.Module], family: str) -> Callable[..., Tens
     call = single_fn(skeleton, family)
 
     def member(p: dict[str, Tensor], b: dict[str, Tensor], *x: Tensor) -> Tensor:
-        return functional_call(skeleton, (p, b), x) if family != "bert" else _bert_call(
-            skeleton, p, b, *x
+        return (
+            functional_call(skeleton, (p, b), x)
+            if family != "bert"
+            else _bert_call(skeleton, p, b, *x)
         )
 
     def _bert_call(module: nn.Module, p: Any, b: Any, ids: Tensor, mask: Tensor) -> Tensor:
-        return functional_call(module, (p, b), (), {"input_ids": ids, "attention_mask": mask}).logits
+        return functional_call(
+            module, (p, b), (), {"input_ids": ids, "attention_mask": mask}
+        ).logits
 
     del call
 

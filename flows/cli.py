@@ -158,16 +158,21 @@ def _print_summary(summary: dict[str, Any]) -> None:
         table.add_row(r["stage"], "ran" if r["ran"] else "up to date", f"{r['seconds']:.1f}")
     console.print(table)
     if "metrics_table" in summary:
-        console.print("\n[bold]metrics (calibrated)[/]\n" + summary["metrics_table"], soft_wrap=True)
+        console.print(
+            "\n[bold]metrics (calibrated)[/]\n" + summary["metrics_table"], soft_wrap=True
+        )
     gate = summary.get("gate")
     if gate:
         color = "green" if gate["verdict"] == "passed" else "red"
-        console.print(f"\n[bold]gate:[/] [{color}]{gate['verdict'].upper()}[/]"
-                      + (f" (failed: {', '.join(gate['failed'])})" if gate["failed"] else ""))
+        console.print(
+            f"\n[bold]gate:[/] [{color}]{gate['verdict'].upper()}[/]"
+            + (f" (failed: {', '.join(gate['failed'])})" if gate["failed"] else "")
+        )
         promo = summary.get("promotion") or {}
         if promo.get("promoted"):
-            console.print(f"[bold]promoted:[/] {promo['model']}@{promo['version']} -> "
-                          f"{promo['stage']}")
+            console.print(
+                f"[bold]promoted:[/] {promo['model']}@{promo['version']} -> {promo['stage']}"
+            )
         elif promo:
             console.print(f"[bold]not promoted:[/] {promo.get('why')}")
     console.print(f"[dim]total {summary['seconds']:.1f}s[/]")
@@ -202,7 +207,8 @@ def status(project: Project = None) -> None:
         console.print(
             f"{cfg.promote.model_name} {cfg.promote.stage}: [bold]{prod['version']}[/] "
             f"(commit {prod['commit'][:8]}, gate {f.get('gate', '?')}"
-            + (f", reason: {f['reason']}" if "reason" in f else "") + ")"
+            + (f", reason: {f['reason']}" if "reason" in f else "")
+            + ")"
         )
 
 
@@ -230,8 +236,14 @@ def predict(
     for col in ("input", "class", "prob", "entropy", "mutual_info", "disagreement"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["input"][:60], r["class"], f"{r['prob']:.3f}", f"{r['entropy']:.3f}",
-                      f"{r['mutual_information']:.3f}", f"{r['disagreement']:.3f}")
+        table.add_row(
+            r["input"][:60],
+            r["class"],
+            f"{r['prob']:.3f}",
+            f"{r['entropy']:.3f}",
+            f"{r['mutual_information']:.3f}",
+            f"{r['disagreement']:.3f}",
+        )
     console.print(table)
 
 
@@ -254,8 +266,10 @@ def promote(
     except (ConfigError, ValueError) as err:
         _fail(str(err))
     if result["promoted"]:
-        console.print(f"promoted {result['model']}@{result['version']} -> {result['stage']}"
-                      + (f" (forced: {reason})" if force else ""))
+        console.print(
+            f"promoted {result['model']}@{result['version']} -> {result['stage']}"
+            + (f" (forced: {reason})" if force else "")
+        )
     else:
         console.print(f"not promoted: {result['why']}")
         if result.get("why") == "gate failed":
@@ -278,8 +292,11 @@ def serve(
     """
     root = _root(project)
     if "PREFECT_API_URL" not in os.environ:
-        _fail("serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
-              "export PREFECT_API_URL=http://127.0.0.1:4200/api", 2)
+        _fail(
+            "serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
+            "export PREFECT_API_URL=http://127.0.0.1:4200/api",
+            2,
+        )
     from prefect.client.schemas.schedules import CronSchedule
 
     try:
@@ -291,7 +308,9 @@ def serve(
 
     target = hydra_smoke if smoke else hydra_pipeline
     console.print(f"serving {target.name}/{name} on cron {cron!r} for {root}")
-    target.serve(name=name, cron=cron, parameters={"project_dir": str(root)}, print_starting_message=True)
+    target.serve(
+        name=name, cron=cron, parameters={"project_dir": str(root)}, print_starting_message=True
+    )
 
 
 @app.command()

@@ -57,8 +57,12 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
     logger.info(
         "stage %s: %s in %.1fs", stage, "ran" if result.ran else "up to date", result.seconds
     )
-    return {"stage": stage, "ran": result.ran, "seconds": round(result.seconds, 2),
-            "outs": _locked_outs(root, stage)}
+    return {
+        "stage": stage,
+        "ran": result.ran,
+        "seconds": round(result.seconds, 2),
+        "outs": _locked_outs(root, stage),
+    }
 
 
 @task(
@@ -112,12 +116,19 @@ def _publish_artifacts(root: Path) -> dict[str, Any]:
             description="Hydra vs baselines (calibrated and raw) with bootstrap intervals",
         )
         rows = [
-            {"model": name, **{f"{s}.{k}": round(v, 4) for s in ("id_test", "near_ood", "far_ood",
-             "shift") for k, v in e["calibrated"][s].items()}}
+            {
+                "model": name,
+                **{
+                    f"{s}.{k}": round(v, 4)
+                    for s in ("id_test", "near_ood", "far_ood", "shift")
+                    for k, v in e["calibrated"][s].items()
+                },
+            }
             for name, e in ev["models"].items()
         ]
-        create_table_artifact(key="hydra-metrics-table", table=rows,
-                              description="calibrated metrics per model")
+        create_table_artifact(
+            key="hydra-metrics-table", table=rows, description="calibrated metrics per model"
+        )
         summary["metrics_table"] = metrics_table(ev)
     if gate_path.is_file():
         gate = json.loads(gate_path.read_text())

@@ -3,7 +3,12 @@
 Layout of a checkpoint folder::
 
     model.safetensors     the state dict (tied weights stored once)
-    checkpoint.json       {"format_version", "family", "config", "weights_sha256", "metadata"}
+    checkpoint.json       {"format_version", "family", "config", "weights_sha256", "head_plan",
+                           "metadata"}
+
+``head_plan`` (kept heads per layer, original indices) is set for a model pruned by
+:func:`hydra_ops.surgery.prune_heads`: loading rebuilds the unpruned architecture from ``config``,
+prunes it to that plan, then loads the weights.
 
 ``family`` is ``bert`` / ``hf_vit`` (``config`` = ``model.config.to_dict()``) or ``timm_vit``
 (``config`` = the ``VisionTransformer`` constructor kwargs, see
@@ -75,10 +80,14 @@ def _timm_kwargs(model: nn.Module) -> dict[str, Any]:
         "num_classes": int(model.num_classes),
         "embed_dim": embed_dim,
         "depth": len(blocks),
-        "num_heads": int(blocks[0].attn.num_heads),
+        # head_dim survives pruning, the head count does not
+        "num_heads": embed_dim // int(blocks[0].attn.head_dim),
         "mlp_ratio": blocks[0].mlp.fc1.out_features / embed_dim,
         "class_token": model.cls_token is not None,
         "global_pool": model.global_pool,
+        "qkv_bias": blocks[0].attn.qkv.bias is not None,
+        # LayerScale present or not; its values come from the weights file
+        "init_values": None if isinstance(blocks[0].ls1, nn.Identity) else 1.0,
     }
 
 
@@ -99,6 +108,14 @@ def _state_dict_for_save(model: nn.Module) -> dict[str, torch.Tensor]:
         seen.add(key)
         out[name] = tensor.detach().to("cpu").contiguous().clone()
     return out
+
+
+def _head_plan_dict(model: nn.Module) -> dict[str, list[int]] | None:
+    """The pruned model's kept heads (original indices), or None for an unpruned model."""
+    from .surgery import PLAN_ATTRIBUTE
+
+    plan = getattr(model, PLAN_ATTRIBUTE, None)
+    return None if plan is None else plan.to_dict()
 
 
 def save_model(
@@ -124,6 +141,7 @@ def save_model(
             "family": family,
             "config": _model_config(model, family),
             "weights_sha256": _sha256(tmp / WEIGHTS),
+            "head_plan": _head_plan_dict(model),
             "metadata": extra_metadata or {},
         }
         try:
@@ -212,6 +230,16 @@ def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Mod
             f"checkpoint file {str(folder / META)!r}: config cannot build a "
             f"{meta['family']} model: {exc}"
         ) from None
+    if meta.get("head_plan") is not None:
+        from .plans import HeadPlan
+        from .surgery import prune_heads
+
+        try:
+            prune_heads(model, HeadPlan.from_dict(meta["head_plan"]))
+        except ValueError as exc:
+            raise CheckpointError(
+                f"checkpoint file {str(folder / META)!r}: invalid head_plan: {exc}"
+            ) from None
     expected = model.state_dict()
     unexpected = sorted(set(state) - set(expected))
     missing = sorted(set(expected) - set(state))

@@ -13,15 +13,16 @@ Public API (the pipeline's ``tasks/compile`` stage codes against this)::
 
 Backends (``BACKENDS``):
 
-* ``tensorrt``: Torch-TensorRT, dynamo path (``torch_tensorrt.compile(ir="dynamo")``), precision
-  from the model's dtype (explicit typing; 2.13+ ignores ``enabled_precisions``), dynamic batch via
-  ``torch_tensorrt.Input(min_shape, opt_shape, max_shape)``, saved with ``torch_tensorrt.save`` as an
-  ExportedProgram. A dry run first checks that attention is not partitioned back to PyTorch.
+* ``tensorrt``: Torch-TensorRT, dynamo path (``torch_tensorrt.compile(ir="dynamo")``),
+  precision from the model's dtype (explicit typing; 2.13+ ignores ``enabled_precisions``),
+  dynamic batch via ``torch_tensorrt.Input(min_shape, opt_shape, max_shape)``, saved with
+  ``torch_tensorrt.save`` as an ExportedProgram. A dry run first checks that attention is not partitioned back to PyTorch.
   Imported lazily, only when CUDA is present; otherwise one log line says so and the next backend
   of ``CPU_BACKEND_PREFERENCE`` is used.
-* ``inductor``: the ``torch.export`` program below, run through ``torch.compile`` (inductor) on load.
-* ``export``: a ``torch.export`` program saved with ``torch.export.save`` (``program.pt2``); it loads
-  with ``torch.export.load`` without importing ``hydra_ops`` (no project classes in the file).
+* ``inductor``: the ``torch.export`` program below, run through ``torch.compile`` (inductor)
+  on load.
+* ``export``: a ``torch.export`` program saved with ``torch.export.save`` (``program.pt2``); it
+  loads with ``torch.export.load`` without importing ``hydra_ops`` (no project classes in the file).
 * ``onnxruntime``: ``torch.onnx.export`` (dynamo exporter) to ``model.onnx``, run by an ONNX Runtime
   ``InferenceSession``.
 * ``auto``: ``tensorrt`` on CUDA when importable, else the first of ``CPU_BACKEND_PREFERENCE``
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "tensorrt", "inductor", "export", "onnxruntime")
 CPU_BACKENDS = ("inductor", "export", "onnxruntime")
-# Fastest first on CPU fp32 (docs/benchmarks.md, MiniLM-L6 Hydra, 2 threads); `auto` walks this list.
+# Fastest first on CPU fp32 (docs/benchmarks.md, MiniLM-L6 Hydra, 2 threads); `auto` walks it.
 CPU_BACKEND_PREFERENCE: tuple[str, ...] = ("onnxruntime", "inductor", "export")
 METADATA_FILE = "compiled.json"
 VERIFICATION_FILE = "verification.json"
@@ -678,7 +679,9 @@ def load_compiled(
         raise ValueError(f"{artifact}: missing or its SHA-256 does not match {METADATA_FILE}")
     run_device = torch.device(device) if device is not None else torch.device(metadata["device"])
     metadata = {**metadata, "device": str(run_device)}
-    return CompiledArtifact(backend, directory, metadata, _build_runner(backend, directory, run_device))
+    return CompiledArtifact(
+        backend, directory, metadata, _build_runner(backend, directory, run_device)
+    )
 
 
 def _batches(

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-
-from hydra_ops.data.config import DataSourceConfig, OODSourceConfig
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -30,6 +28,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from hydra_ops.data.config import DataSourceConfig, OODSourceConfig
 
 IMAGE_SOURCES = ("mnist5k", "digits")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -159,6 +159,8 @@ class EvaluateConfig(_Strict):
     ood_score: Literal["msp", "entropy", "mutual_information", "energy"] = "msp"
     bootstrap_samples: int = Field(default=1000, ge=10)
     bootstrap_seed: int = 0
+    bootstrap_raw: bool = False
+    """Also bootstrap the raw (uncalibrated) differences (the calibrated ones always are)."""
     batch_size: int = Field(default=64, ge=1)
     latency_batch: int = Field(default=32, ge=1)
     latency_repeats: int = Field(default=5, ge=1)
@@ -347,7 +349,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "finetune": {"epochs": 1, "batch_size": 16},
         "scoring": {"max_batches": 2},
         "members": {"finetune": {"epochs": 1}},
-        "evaluate": {"bootstrap_samples": 200, "latency_repeats": 2, "latency_batch": 8},
+        "evaluate": {"bootstrap_samples": 100, "latency_repeats": 2, "latency_batch": 8},
     },
 }
 

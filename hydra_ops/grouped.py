@@ -429,7 +429,7 @@ class MemberGemmAttention(GroupedAttention):
         return result
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        b, m, t, d = x.shape
+        b, _, t, _ = x.shape
         dh = self.head_dim
         outs = []
         for member, h in enumerate(self.head_counts):

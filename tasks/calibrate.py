@@ -25,7 +25,9 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
     hydra = load_hydra(root / MERGED)
     val = models_io.split(root, "val")
-    member_logits = models_io.hydra_logits(hydra, models_io.batches(cfg, val, cfg.evaluate.batch_size))
+    member_logits = models_io.hydra_logits(
+        hydra, models_io.batches(cfg, val, cfg.evaluate.batch_size)
+    )
     labels = models_io.labels_of(val)
     log_probs = ensemble_log_probs(member_logits)
     t = fit_temperature(log_probs, labels)

@@ -77,7 +77,9 @@ def set_threads() -> None:
 # ---- atomic writes ----
 def write_json(path: Path, obj: Any) -> Path:
     """Write JSON atomically (temp file in the same folder + ``os.replace``)."""
-    return write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    return write_text(
+        path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+    )
 
 
 def write_text(path: Path, text: str) -> Path:
@@ -170,7 +172,9 @@ def dir_sha256(path: Path, exclude: tuple[str, ...] = ()) -> str:
 
 def fingerprint(obj: Any) -> str:
     """sha256 of a JSON-serialisable description (what a cached unit of work was computed from)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(obj, sort_keys=True, default=_json_default).encode()
+    ).hexdigest()
 
 
 # ---- params ----

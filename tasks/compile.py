@@ -54,7 +54,9 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             fn = _eager_fn(hydra)
         else:
             meta = dict(
-                hcompile.compile_model(hydra, backend=requested, example_inputs=check[0], out_dir=tmp)
+                hcompile.compile_model(
+                    hydra, backend=requested, example_inputs=check[0], out_dir=tmp
+                )
             )
             fn = hcompile.load_compiled(tmp)
         meta.update(
@@ -70,7 +72,9 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "check_examples": int(p_e.shape[0]),
             "tolerance": cfg.compile.tolerance,
         }
-        check_result["within_tolerance"] = check_result["compile_max_abs_diff"] <= cfg.compile.tolerance
+        check_result["within_tolerance"] = (
+            check_result["compile_max_abs_diff"] <= cfg.compile.tolerance
+        )
         meta["check"] = check_result
         write_json(tmp / "compile.json", meta)
     write_json(root / METRICS / "compile.json", {"backend": meta["backend"], **check_result})

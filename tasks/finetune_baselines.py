@@ -37,7 +37,10 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         )
         name = f"seed_{seed}"
         units[name] = ensure_unit(
-            out / name, fp, lambda tmp, s=seed: train_base(cfg, root, s, tmp), f"deep ensemble {name}"
+            out / name,
+            fp,
+            lambda tmp, s=seed: train_base(cfg, root, s, tmp),
+            f"deep ensemble {name}",
         )
     finalise(out, units, {"deep_ensemble_size": cfg.deep_ensemble_size, "base_is_member_0": True})
     return {"units": list(units)}

@@ -64,7 +64,9 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 model = models_io.load_base(root / BASE)
             else:
                 model = models_io.pruned_copy(root / BASE, unit_plan)
-            report = models_io.fine_tune(cfg, root, model, epochs=ft.epochs, lr=cfg.member_lr, seed=seed)
+            report = models_io.fine_tune(
+                cfg, root, model, epochs=ft.epochs, lr=cfg.member_lr, seed=seed
+            )
             info = {"kind": kind, "member": m, "seed": seed, "train": report}
             models_io.save_member(model, tmp, unit_plan, root / BASE, info)
             return info
@@ -76,8 +78,9 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
 
 def run(cfg: PipelineConfig, root: Path, member: int | None = None) -> dict[str, Any]:
     if not cfg.finetune_members:
-        log.info("finetune_members: skipped (variant %s does not fine-tune members)",
-                 cfg.scoring.method)
+        log.info(
+            "finetune_members: skipped (variant %s does not fine-tune members)", cfg.scoring.method
+        )
         finalise(root / MEMBERS, {}, {"finetuned": False, "variant": cfg.scoring.method})
         return {"finetuned": False}
     if member is not None:

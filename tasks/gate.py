@@ -51,8 +51,12 @@ def evaluate_check(
     if check.threshold is not None:
         ok = value >= check.threshold if gib else value <= check.threshold
         rule = f"{'>=' if gib else '<='} {check.threshold:g}"
-        return {**rec, "threshold": check.threshold, "rule": rule,
-                "status": "passed" if ok else "failed"}
+        return {
+            **rec,
+            "threshold": check.threshold,
+            "rule": rule,
+            "status": "passed" if ok else "failed",
+        }
     rec["baseline"] = check.baseline
     if check.baseline == "prod":
         base_value = None if prod is None else _value(prod, check)
@@ -61,8 +65,11 @@ def evaluate_check(
     else:
         entry = ev["models"].get(check.baseline)
         if entry is None:
-            return {**rec, "status": "skipped",
-                    "note": f"baseline {check.baseline!r} not evaluated in this variant"}
+            return {
+                **rec,
+                "status": "skipped",
+                "note": f"baseline {check.baseline!r} not evaluated in this variant",
+            }
         base_value = _value(entry, check)
     rec["baseline_value"] = base_value
     diff = value - base_value
@@ -73,8 +80,11 @@ def evaluate_check(
         b = ev.get("bootstrap", {}).get(check.baseline, {}).get(variant, {})
         interval = b.get(check.split, {}).get(check.metric)
         if interval is None:
-            return {**rec, "status": "failed",
-                    "note": f"no bootstrap interval for {check.split}.{check.metric}"}
+            return {
+                **rec,
+                "status": "failed",
+                "note": f"no bootstrap interval for {check.split}.{check.metric}",
+            }
         compared = interval["low"] if gib else interval["high"]
         rec["bootstrap_interval"] = [interval["low"], interval["high"]]
         rec["compared"] = "bootstrap bound"
@@ -93,9 +103,11 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from tasks.registry import prod_metrics
 
     ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
-    prod = prod_metrics(root, cfg.promote.model_name, cfg.promote.stage) if any(
-        c.baseline == "prod" for c in cfg.gates
-    ) else None
+    prod = (
+        prod_metrics(root, cfg.promote.model_name, cfg.promote.stage)
+        if any(c.baseline == "prod" for c in cfg.gates)
+        else None
+    )
     checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
     failed = [c["name"] for c in checks if c["status"] == "failed"]
     verdict = {
@@ -108,8 +120,13 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     write_json(root / REPORTS / "gate.json", verdict)
     write_text(root / REPORTS / "gate.md", render_gate(verdict))
     for c in checks:
-        log.info("gate %-40s %s (value %s, %s)", c["name"], c["status"].upper(),
-                 _f(c.get("value")), c.get("rule", c.get("note", "")))
+        log.info(
+            "gate %-40s %s (value %s, %s)",
+            c["name"],
+            c["status"].upper(),
+            _f(c.get("value")),
+            c.get("rule", c.get("note", "")),
+        )
     log.info("gate verdict: %s", verdict["verdict"].upper())
     return verdict
 

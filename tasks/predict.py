@@ -43,7 +43,10 @@ def predict(
     if cfg.modality == "text":
         batch = next(
             make_text_batches(
-                inputs, None, models_io.tokenizer_for(cfg.model.path), cfg.model.max_length,
+                inputs,
+                None,
+                models_io.tokenizer_for(cfg.model.path),
+                cfg.model.max_length,
                 batch_size=len(inputs),
             )
         )

@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.config import PipelineConfig
-from tasks.common import HYDRA, METRICS, REGISTRY, REPORTS, dir_sha256, read_json, stage_main, write_json
+from tasks.common import (
+    HYDRA,
+    METRICS,
+    REGISTRY,
+    REPORTS,
+    dir_sha256,
+    read_json,
+    stage_main,
+    write_json,
+)
 from tasks.registry import has_commit, locked_md5, prod_version
 
 log = logging.getLogger("hydra_ens")
@@ -39,8 +48,12 @@ def promote(
         raise ValueError("--force needs --reason TEXT (the reason is recorded in the registry)")
     name, stage = cfg.promote.model_name, cfg.promote.stage
     gate = read_json(root / REPORTS / "gate.json", "gate output")
-    record: dict[str, Any] = {"model": name, "stage": stage, "gate": gate["verdict"],
-                              "failed_checks": gate["failed"]}
+    record: dict[str, Any] = {
+        "model": name,
+        "stage": stage,
+        "gate": gate["verdict"],
+        "failed_checks": gate["failed"],
+    }
     if not gate["passed"] and not force:
         log.info("promote: gate FAILED (%s); not promoted", ", ".join(gate["failed"]))
         return {**record, "promoted": False, "why": "gate failed"}
@@ -53,8 +66,13 @@ def promote(
     current = prod_version(root, name, stage)
     if current is not None and current["fields"].get("sha256") == sha and not force:
         log.info("promote: this model is already %s %s (%s)", name, stage, current["version"])
-        return {**record, "promoted": False, "why": "already in stage", "version":
-                current["version"], "sha256": sha}
+        return {
+            **record,
+            "promoted": False,
+            "why": "already in stage",
+            "version": current["version"],
+            "sha256": sha,
+        }
     md5 = locked_md5(root, HYDRA)
     lines = [
         f"hydra-ens promotion of {HYDRA}",
@@ -74,10 +92,22 @@ def promote(
         f" (forced past failed gate; reason: {reason.strip()})" if force else ""
     )
     gto.api.assign(str(root), name, stage, version=version, message=assign_msg)
-    log.info("promote: registered %s@%s and assigned stage %s%s", name, version, stage,
-             " (FORCED: " + reason.strip() + ")" if force else "")
-    return {**record, "promoted": True, "forced": force, "reason": reason, "version": version,
-            "dvc_md5": md5, "sha256": sha}
+    log.info(
+        "promote: registered %s@%s and assigned stage %s%s",
+        name,
+        version,
+        stage,
+        " (FORCED: " + reason.strip() + ")" if force else "",
+    )
+    return {
+        **record,
+        "promoted": True,
+        "forced": force,
+        "reason": reason,
+        "version": version,
+        "dvc_md5": md5,
+        "sha256": sha,
+    }
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, git, make_project
 from typer.testing import CliRunner
 
 from flows.cli import app
 from tasks.common import STAGES
-from tests.conftest import REPO, git, make_project
 
 pytestmark = pytest.mark.slow
 
@@ -114,8 +114,14 @@ def test_report_has_every_metric(project):
 def test_status_and_predict_use_the_registry(project):
     out = cli("status", "-C", str(project)).output
     assert "v0.0.1" in out and "stale" not in out
-    res = cli("predict", "-C", str(project), "--json", "Shares rose on strong profits",
-              "The band's new album")
+    res = cli(
+        "predict",
+        "-C",
+        str(project),
+        "--json",
+        "Shares rose on strong profits",
+        "The band's new album",
+    )
     rows = [json.loads(line) for line in res.output.strip().splitlines()]
     assert len(rows) == 2
     classes = {"business", "entertainment", "politics", "sports"}
@@ -148,7 +154,12 @@ def test_failing_gate_blocks_promotion(project):
 def test_param_change_reruns_only_downstream_stages(project):
     cli("run", "-C", str(project), "--set", "merge.mode=average", code=3)
     assert last_run(project)["ran"] == [
-        "merge", "compile", "calibrate", "evaluate", "gate", "promote"
+        "merge",
+        "compile",
+        "calibrate",
+        "evaluate",
+        "gate",
+        "promote",
     ]
 
 
@@ -182,9 +193,23 @@ def test_serve_runs_a_triggered_deployment(project, prefect_server):
     assert "127.0.0.1" in prefect_server
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", "-C", str(project), "--cron", "0 3 * * *",
-         "--name", "nightly"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "serve",
+            "-C",
+            str(project),
+            "--cron",
+            "0 3 * * *",
+            "--name",
+            "nightly",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     try:

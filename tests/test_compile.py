@@ -1,0 +1,179 @@
+"""Compile backends: each CPU backend round-trips through save/load and matches eager."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_models import FAMILIES, make_members, member_plans, positional, tiny_inputs
+from torch import nn
+
+from hydra_ops import compile as hc
+from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
+from hydra_ops.merge import merge_members
+from hydra_ops.serialization import load_hydra, save_hydra
+
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def hydra():
+    return merge_members(make_members("bert", member_plans(3), fine_tuned=True), mode="stack")
+
+
+def heldout():
+    return [tiny_inputs("bert", 3, seed=11), tiny_inputs("bert", 5, seed=12)]
+
+
+@pytest.mark.parametrize("backend", hc.CPU_BACKENDS)
+def test_cpu_backend_round_trips_and_matches_eager(hydra, backend, tmp_path):
+    example = tiny_inputs("bert", 4, seed=3)
+    artifact = hc.compile_model(hydra, backend, example, tmp_path, max_batch=8)
+    assert artifact.backend == backend
+    meta = json.loads((tmp_path / hc.METADATA_FILE).read_text())
+    assert meta["backend"] == backend and meta["requested_backend"] == backend
+    assert meta["input_names"] == ["input_ids", "attention_mask"]
+    assert meta["library_versions"]["torch"] == torch.__version__
+    assert meta["device"] == "cpu" and meta["dtype"] == "float32"
+    assert dict(artifact)["artifact_sha256"] == meta["artifact_sha256"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp files left"
+
+    loaded = hc.load_compiled(tmp_path)
+    for batch in heldout():
+        with torch.no_grad():
+            eager = hydra(*positional(batch))
+        assert (loaded(batch) - eager).abs().max().item() <= ATOL
+        assert (loaded(*positional(batch)) - eager).abs().max().item() <= ATOL
+    report = hc.verify_compiled(loaded, hydra, heldout(), out_path=tmp_path / "check.json")
+    assert report["passed"] and report["argmax_agreement"] == 1.0
+    assert report["num_examples"] == 8
+    assert json.loads((tmp_path / "check.json").read_text())["passed"] is True
+
+
+def test_export_program_loads_without_project_classes(hydra, tmp_path):
+    batch = tiny_inputs("bert", 3, seed=7)
+    hc.compile_model(hydra, "export", batch, tmp_path, max_batch=8)
+    with torch.no_grad():
+        expected = hydra(*positional(batch))
+    torch.save(
+        {"ids": batch["input_ids"], "mask": batch["attention_mask"], "out": expected},
+        tmp_path / "io.pt",
+    )
+    script = (
+        "import sys\n"
+        "sys.modules['hydra_ops'] = None  # any import of the project now fails\n"
+        "import torch\n"
+        f"io = torch.load({str(tmp_path / 'io.pt')!r}, weights_only=True)\n"
+        f"module = torch.export.load({str(tmp_path / 'program.pt2')!r}).module()\n"
+        "out = module(io['ids'], io['mask'])\n"
+        "print((out - io['out']).abs().max().item())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.strip().splitlines()[-1]) <= ATOL
+
+
+def test_auto_falls_back_without_cuda(hydra, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert hc.tensorrt_unavailable_reason() == "no CUDA device"
+    assert hc.resolve_backend("auto") == hc.CPU_BACKEND_PREFERENCE[0]
+    assert hc.resolve_backend("tensorrt") == hc.CPU_BACKEND_PREFERENCE[0]
+    artifact = hc.compile_model(hydra, "auto", tiny_inputs("bert", 2), tmp_path, max_batch=8)
+    assert artifact.backend == hc.CPU_BACKEND_PREFERENCE[0]
+    assert artifact["requested_backend"] == "auto"
+    assert "no CUDA device" in artifact["fallback_reason"]
+    assert hc.verify_compiled(artifact, hydra, heldout())["passed"]
+
+
+def test_tensorrt_request_falls_back_with_one_line(hydra, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hc, "CPU_BACKEND_PREFERENCE", ("export",))
+    with caplog.at_level(logging.WARNING, logger="hydra_ops.compile"):
+        artifact = hc.compile_model(hydra, "tensorrt", tiny_inputs("bert", 2), tmp_path)
+    lines = [r.getMessage() for r in caplog.records if r.name == "hydra_ops.compile"]
+    assert len(lines) == 1 and "tensorrt unavailable" in lines[0] and "\n" not in lines[0]
+    assert artifact.backend == "export" and artifact["requested_backend"] == "tensorrt"
+    assert "torch_tensorrt" not in sys.modules or torch.cuda.is_available()
+
+
+def test_bad_arguments_and_tampered_artifact(hydra, tmp_path):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        hc.compile_model(hydra, "tvm", tiny_inputs("bert", 2), tmp_path)
+    with pytest.raises(ValueError, match="max_batch must be"):
+        hc.compile_model(hydra, "export", tiny_inputs("bert", 4), tmp_path, max_batch=2)
+    with pytest.raises(ValueError, match="input_ids"):
+        hc.compile_model(hydra, "export", {"labels": torch.zeros(2)}, tmp_path)
+    with pytest.raises(ValueError, match=r"no compiled\.json"):
+        hc.load_compiled(tmp_path)
+    hc.compile_model(hydra, "export", tiny_inputs("bert", 2), tmp_path, max_batch=8)
+    with open(tmp_path / "program.pt2", "ab") as handle:
+        handle.write(b"x")
+    with pytest.raises(ValueError, match="SHA-256"):
+        hc.load_compiled(tmp_path)
+
+
+def test_verify_flags_a_wrong_artifact(hydra):
+    wrong = lambda *x: 2.0 * hydra(*x)  # noqa: E731 - sharper softmax, same argmax
+    report = hc.verify_compiled(wrong, hydra, heldout())
+    assert not report["passed"] and report["max_abs_diff_probs"] > ATOL
+    with pytest.raises(ValueError, match="min_agreement"):
+        hc.verify_compiled(wrong, hydra, heldout(), min_agreement=2.0)
+
+
+def test_missing_mask_is_filled_exactly(hydra):
+    ids = tiny_inputs("bert", 3, padded=False)["input_ids"]
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    ids_, mask, types = hc.arrange_inputs({"input_ids": ids}, names)
+    assert mask.eq(1).all() and types.eq(0).all() and ids_ is ids
+    with torch.no_grad():
+        assert torch.allclose(hydra(ids, mask, types), hydra(ids), atol=1e-6)
+
+
+class _Attn(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_attention_fallback_report_finds_pytorch_partitions():
+    outer = nn.Module()
+    outer.add_module("_run_on_acc_0", torch.fx.symbolic_trace(_Attn()))
+    assert hc.attention_fallback_report(outer) == []
+    outer.add_module("_run_on_gpu_1", torch.fx.symbolic_trace(_Attn()))
+    report = hc.attention_fallback_report(outer)
+    assert len(report) == 1 and report[0].startswith("_run_on_gpu_1")
+
+
+# ----- the member_gemm implementation ----------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_member_gemm_equals_other_implementations(family, tmp_path):
+    members = make_members(family, member_plans(3, unequal=True), fine_tuned=True)
+    batch = tiny_inputs(family, 5)
+    outs = {}
+    for name in sorted(ATTENTION_IMPLEMENTATIONS):
+        with torch.no_grad():
+            outs[name] = merge_members(members, attention=name)(*positional(batch))
+    for name, out in outs.items():
+        assert (out - outs["member_gemm"]).abs().max().item() <= 1e-5, name
+    hydra = merge_members(members, attention="member_gemm")
+    assert isinstance(hydra.blocks[0].attention, MemberGemmAttention)
+    assert hydra.num_parameters() == merge_members(members).num_parameters()
+    loaded = load_hydra(save_hydra(hydra, tmp_path / "h"))
+    switched = merge_members(members).set_attention_implementation("member_gemm")
+    gemm_mlp = merge_members(members, attention="member_gemm")
+    for block in gemm_mlp.blocks:
+        block.mlp = MemberGemmMLP.from_grouped(block.mlp)
+    with torch.no_grad():
+        for other in (loaded, switched, gemm_mlp):
+            assert (other(*positional(batch)) - outs["member_gemm"]).abs().max().item() <= 1e-5
