@@ -10,8 +10,8 @@ Design (see docs/pipeline.md):
 * Tasks pass paths and hashes, never tensors. Transient failures (DVC lock busy, a killed stage
   process) are retried; a bad parameter or a bug is not.
 * ``finetune_members`` (Taylor variant): the members are mapped Prefect tasks, each running
-  ``python -m tasks.finetune_members --member m``; each member is a resumable, hash-verified unit, so
-  the stage's own ``dvc repro`` that follows only verifies them and records the lock.
+  ``python -m tasks.finetune_members --member m``; each member is a resumable, hash-verified
+  unit, so the stage's own ``dvc repro`` that follows only verifies them and records the lock.
 * Prefect artifacts: the metrics table (Markdown + table artifact) and the gate verdict.
 """
 
@@ -73,7 +73,7 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
     retry_condition_fn=_retry_if_transient,
 )
 def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
-    """Build (or verify) member ``member`` and its control; a resumable unit, see tasks.resumable."""
+    """Build (or verify) member ``member`` and its control (resumable units, tasks.resumable)."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     proc = subprocess.run(

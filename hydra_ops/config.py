@@ -35,7 +35,8 @@ IMAGE_SOURCES = ("mnist5k", "digits")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 #: Metrics a gate may name. Classification metrics apply to ``id_test`` and ``shift``; OOD metrics
-#: (OOD = positive class) to ``near_ood`` and ``far_ood``; the rest are model-level (split ``model``).
+#: (OOD = positive class) to ``near_ood`` and ``far_ood``; the rest are model-level
+#: (split ``model``).
 CLASSIFICATION_METRICS = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc")
 OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 MODEL_METRICS = ("parameters", "latency_ms", "compile_max_abs_diff", "compile_argmax_agreement")
@@ -110,7 +111,7 @@ class FinetuneConfig(_Strict):
 
 class BaselinesConfig(_Strict):
     deep_ensemble_size: int | None = Field(default=None, ge=1)
-    """Members of the Deep Ensemble baseline (the base is member 0); ``None`` = ``members.num_members``."""
+    """Members of the Deep Ensemble baseline (the base is member 0); ``None``: M."""
 
 
 class ScoringConfig(_Strict):
@@ -344,10 +345,11 @@ class PipelineConfig(_Strict):
 PROFILES: dict[str, dict[str, Any]] = {
     "default": {},
     "quick": {
-        "data": {"max_per_split": 240, "far_ood_size": 120},
+        "data": {"max_per_split": 160, "far_ood_size": 100},
         "model": {"max_length": 32},
         "finetune": {"epochs": 1, "batch_size": 16},
-        "scoring": {"max_batches": 2},
+        "scoring": {"max_batches": 1, "batch_size": 16},
+        "baselines": {"deep_ensemble_size": 2},
         "members": {"finetune": {"epochs": 1}},
         "evaluate": {"bootstrap_samples": 100, "latency_repeats": 2, "latency_batch": 8},
     },
@@ -416,7 +418,7 @@ def resolve_params(
     overrides: Mapping[str, Any] | None = None,
     sets: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
-    """Defaults, then ``PROFILES[profile]``, then ``overrides`` (a params file), then dotted ``sets``."""
+    """Defaults, then ``PROFILES[profile]``, then ``overrides`` (a params file), then ``sets``."""
     if profile not in PROFILES:
         raise ConfigError(f"profile: unknown profile {profile!r}; allowed: {', '.join(PROFILES)}")
     raw = deep_merge({"profile": profile}, PROFILES[profile])

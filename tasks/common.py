@@ -1,9 +1,9 @@
 """Shared plumbing for the stage modules: paths, params, atomic writes, hashing, stage entry points.
 
-Every stage module ``tasks/<stage>.py`` has one plain function ``run(cfg, root) -> dict`` holding the
-stage's logic and a ``main()`` for ``python -m tasks.<stage>`` (the DVC stage command). The Prefect
-tasks in :mod:`flows.pipeline` never call ``run`` directly: they invoke DVC, which calls ``main``,
-so every stage's logic is written exactly once.
+Every stage module ``tasks/<stage>.py`` has one plain function ``run(cfg, root) -> dict`` holding
+the stage's logic and a ``main()`` for ``python -m tasks.<stage>`` (the DVC stage command). The
+Prefect tasks in :mod:`flows.pipeline` never call ``run`` directly: they invoke DVC, which
+calls ``main``, so every stage's logic is written exactly once.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def load_config(root: Path | None = None) -> PipelineConfig:
 
 
 def stage_main(name: str, fn: Callable[[PipelineConfig, Path], dict[str, Any] | None]) -> None:
-    """Entry point of ``python -m tasks.<name>``: validate params, run, turn errors into one line."""
+    """Entry point of ``python -m tasks.<name>``: validate params, run, errors as one line."""
     setup_logging()
     root = Path.cwd()
     t0 = time.perf_counter()

@@ -48,7 +48,8 @@ VARIANTS = ("calibrated", "raw")
 
 
 class Candidate:
-    """A model under evaluation: ``logits(batch) -> [B, K, C]`` (K members; 1 for a single model)."""
+    """A model under evaluation: ``logits(batch) -> [B, K, C]`` (K members; 1 for a single
+    model)."""
 
     def __init__(self, name: str, fn: Callable[[dict], torch.Tensor], parameters: int, k: int):
         self.name, self.fn, self.parameters, self.members = name, fn, parameters, k
@@ -212,7 +213,7 @@ def _roc(name: str, split: str, id_scores: torch.Tensor, ood_scores: torch.Tenso
     s = torch.cat([id_scores, ood_scores]).numpy()
     fpr, tpr, _ = roc_curve(y, s)
     step = max(1, len(fpr) // 200)
-    idx = list(range(0, len(fpr), step)) + [len(fpr) - 1]
+    idx = [*range(0, len(fpr), step), len(fpr) - 1]
     return [
         {"model": name, "split": split, "fpr": float(fpr[i]), "tpr": float(tpr[i])} for i in idx
     ]

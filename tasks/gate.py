@@ -7,7 +7,8 @@ calibrated probabilities unless it says ``calibrated: false``. With a baseline t
 worse by at most ``tolerance`` (or must be better by at least ``min_absolute_change``); with
 ``use_bootstrap_bound`` the conservative end of the paired bootstrap interval of
 (Hydra - baseline) replaces the point difference. A comparison whose baseline does not exist (no
-``control`` without member fine-tuning, no ``prod`` model yet) is recorded as ``skipped`` and does not
+``control`` without member fine-tuning, no ``prod`` model yet) is recorded as ``skipped`` and
+does not
 block. Writes ``reports/gate.json`` (every check, its values and verdict) and ``reports/gate.md``.
 """
 

@@ -1,11 +1,12 @@
 """Glue between the stages and hydra_ops: data splits as batches, base models, pruned members.
 
-* Batches follow the contract (``input_ids``/``attention_mask``/... or ``pixel_values``, + ``labels``).
-* Base models are ``hydra_ops.checkpoints`` folders (safetensors + checkpoint.json, sha256-verified).
+* Batches follow the contract (``input_ids``/``attention_mask``/... or ``pixel_values``,
+  + ``labels``).
+* Base models are ``hydra_ops.checkpoints`` folders (safetensors + checkpoint.json, verified).
 * Pruned members (small adapter, ``hydra_ops.checkpoints`` stores unpruned models only): a folder
-  with ``model.safetensors`` (the pruned state dict) and ``member.json`` (the plan, the base
-  checkpoint's weights hash and the weights' sha256). Loading rebuilds the base architecture from the
-  base checkpoint, prunes it with the plan and loads the member weights.
+  with ``model.safetensors`` (the pruned state dict) and ``member.json`` (the plan, the
+  base checkpoint's weights hash and the weights' sha256). Loading rebuilds the base architecture
+  from the base checkpoint, prunes it with the plan and loads the member weights.
 """
 
 from __future__ import annotations

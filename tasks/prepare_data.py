@@ -1,7 +1,8 @@
 """Stage ``prepare_data``: materialise the versioned splits under ``data/prepared``.
 
 Splits (``hydra_ops.data``): ID train/val/test, shift (ID test with noise), near-OOD (held-out
-classes), far-OOD (another source) and ``ood_val``, the circuit scorer's OOD validation set, which is
+classes), far-OOD (another source) and ``ood_val``, the circuit scorer's OOD validation set,
+which is
 built from ID validation data and is never an OOD test set. ``manifest.json`` holds the per-class
 counts and a sha256 per file; ``metrics/data.json`` the counts.
 """

@@ -3,7 +3,8 @@ only if every gate passed (``reports/gate.json``).
 
 ``hydra-ens promote --force --reason TEXT`` promotes past a failed gate; the reason is recorded in
 both tags' messages. A forced promotion is recorded only in the registry (the tags), not in
-``registry/promotion.json``, which stays the DVC stage's own output. Promoting a model that is already
+``registry/promotion.json``, which stays the DVC stage's own output. Promoting a model that is
+already
 in the stage (same content hash) is a no-op. GTO tags the current git commit, so the project must
 have one.
 """

@@ -110,7 +110,8 @@ def _cache_object(root: Path, md5: str) -> Path | None:
 
 
 def materialise_from_cache(root: Path, md5: str, target: Path) -> Path:
-    """Rebuild a DVC-tracked folder with md5 ``md5`` (``xxx.dir``) from the cache or local remote."""
+    """Rebuild a DVC-tracked folder with md5 ``md5`` (``xxx.dir``) from the cache or local
+    remote."""
     listing = _cache_object(root, md5)
     if listing is None:
         raise ValueError(
