@@ -64,7 +64,7 @@ COLUMNS = (
     "flops_ratio",
     "error",
 )
-DEFAULT_OUT = Path("benchmarks/results")
+OUT_OPTION = typer.Option(Path("benchmarks/results"), help="output directory")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -363,7 +363,7 @@ def main(
     ),
     min_rounds: int = typer.Option(3, help="at least this many timed calls per row"),
     max_rounds: int = typer.Option(30, help="at most this many timed calls per row"),
-    out: Path = typer.Option(DEFAULT_OUT, help="output directory"),
+    out: Path = OUT_OPTION,
     tag: str = typer.Option("", help="suffix of the output file names (results<tag>.json)"),
 ) -> None:
     """Run the benchmark and write ``results.json`` + ``results.md`` to ``--out``."""
@@ -423,29 +423,31 @@ def main(
                     max_batch,
                     typer.echo,
                 )
-        results["models"][key] = {
-            "default_implementation": bench.default_impl,
-            "expected_rows": expected_rows(spec, chosen_backends),
-            "compile_errors": bench.compile_errors,
-            "compiled": {
-                b: {
-                    k: a.metadata.get(k)
-                    for k in ("backend", "compile_seconds", "bench_compile_s", "input_names")
-                }
-                for b, a in bench.compiled.items()
-            },
-        }
-    results["machine"]["load_average_end"] = os.getloadavg()
-    results["elapsed_s"] = time.perf_counter() - started
+                results["models"][key] = _model_info(bench, chosen_backends)
+                _write(results, out, tag, started)  # partial results survive an interruption
+    _write(results, out, tag, started)
+    typer.echo(f"[bench] wrote {out}/results{tag}.json and .md in {results['elapsed_s']:.0f} s")
+
+
+def _model_info(bench: ModelBench, backends: list[str]) -> dict[str, Any]:
+    keys = ("backend", "compile_seconds", "bench_compile_s", "input_names")
+    return {
+        "default_implementation": bench.default_impl,
+        "expected_rows": expected_rows(bench.spec, backends),
+        "compile_errors": bench.compile_errors,
+        "compiled": {b: {k: a.metadata.get(k) for k in keys} for b, a in bench.compiled.items()},
+    }
+
+
+def _write(results: dict[str, Any], out: Path, tag: str, started: float) -> None:
     from benchmarks.report import evaluate_targets, markdown
 
+    results["machine"]["load_average_end"] = os.getloadavg()
+    results["elapsed_s"] = time.perf_counter() - started
     results["targets"] = evaluate_targets(results)
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / f"results{tag}.json", json.dumps(results, indent=2, default=str))
     _atomic_write(out / f"results{tag}.md", markdown(results))
-    typer.echo(
-        f"[bench] wrote {out / f'results{tag}.json'} and .md in {results['elapsed_s']:.0f} s"
-    )
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -16,7 +16,8 @@ Backends (``BACKENDS``):
 * ``tensorrt``: Torch-TensorRT, dynamo path (``torch_tensorrt.compile(ir="dynamo")``),
   precision from the model's dtype (explicit typing; 2.13+ ignores ``enabled_precisions``),
   dynamic batch via ``torch_tensorrt.Input(min_shape, opt_shape, max_shape)``, saved with
-  ``torch_tensorrt.save`` as an ExportedProgram. A dry run first checks that attention is not partitioned back to PyTorch.
+  ``torch_tensorrt.save`` as an ExportedProgram. A dry run first checks that attention is not
+  partitioned back to PyTorch.
   Imported lazily, only when CUDA is present; otherwise one log line says so and the next backend
   of ``CPU_BACKEND_PREFERENCE`` is used.
 * ``inductor``: the ``torch.export`` program below, run through ``torch.compile`` (inductor)
@@ -319,11 +320,20 @@ def resolve_backend(backend: str = "auto") -> str:
 
 
 # ----- export programs --------------------------------------------------------------------------
+def _trace_inputs(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Example tensors for tracing: a batch of 1 is repeated to 2 (a size-1 dim would be
+    specialised and the dynamic batch refused)."""
+    if tensors[0].shape[0] != 1:
+        return tensors
+    return tuple(torch.cat([t, t]) for t in tensors)
+
+
 def _export_program(
     model: nn.Module, tensors: tuple[Tensor, ...], names: Sequence[str], max_batch: int
 ) -> torch.export.ExportedProgram:
     """``torch.export`` with a dynamic batch (and, for text, sequence) dimension."""
-    batch = torch.export.Dim("batch", min=1, max=max_batch)
+    tensors = _trace_inputs(tensors)
+    batch = torch.export.Dim("batch", min=1, max=max(2, max_batch))
     seq = torch.export.Dim.AUTO
     dims = _dynamic_dims(names)
     shapes = tuple(
@@ -353,17 +363,18 @@ def _compile_onnxruntime(
     model: nn.Module, tensors: tuple[Tensor, ...], names: list[str], out: Path, max_batch: int
 ) -> dict[str, Any]:
     dims = _dynamic_dims(names)
-    batch = torch.export.Dim("batch", min=1, max=max_batch)
+    batch = torch.export.Dim("batch", min=1, max=max(2, max_batch))
     shapes = tuple(
         {i: (batch if label == "batch" else torch.export.Dim.AUTO) for i, label in dims[n].items()}
         for n in names
     )
     target = out / ARTIFACT_FILES["onnxruntime"]
+    traced = _trace_inputs(tensors)
 
     def write(path: Path) -> None:
         program = torch.onnx.export(
             model,
-            tensors,
+            traced,
             input_names=list(names),
             output_names=["logits"],
             dynamic_shapes=shapes,
@@ -490,7 +501,7 @@ def _build_runner(backend: str, directory: Path, device: torch.device) -> Callab
         return _no_grad(module)
     if backend == "inductor":
         module = _load_program_module(path)
-        return _no_grad(torch.compile(module, backend="inductor", dynamic=None))
+        return _no_grad(torch.compile(module, backend="inductor", dynamic=True))
     if backend == "tensorrt":
         import torch_tensorrt
 

@@ -2,7 +2,8 @@
 
 ``hydra-ens demo`` runs :func:`run_demo`. It uses the library alone (no Prefect, no DVC) and takes a
 few minutes on 2 CPU cores: fine-tune MiniLM-L6 briefly, score heads with Taylor importance,
-select 3 overlap-penalised members of 4 heads per layer, merge them (``stack``: the merged model is
+select 3 overlap-penalised members of 4 heads per layer, fine-tune each pruned member for one
+short epoch, merge them (``stack``: the merged model is
 exactly the ensemble of its members) and compare single model vs Hydra on the ID test split and
 on near-OOD (the held-out ``tech`` class). The full, gated pipeline is ``hydra-ens run``.
 """
@@ -29,8 +30,10 @@ from .training import evaluate_logits, fine_tune
 
 def run_demo(
     *,
-    max_per_split: int = 240,
-    epochs: int = 2,
+    max_per_split: int = 300,
+    epochs: int = 3,
+    lr: float = 1e-4,
+    member_epochs: int = 1,
     max_length: int = 64,
     num_members: int = 3,
     heads_per_layer: int = 4,
@@ -61,6 +64,18 @@ def run_demo(
         f"mean pairwise Jaccard overlap {plan_overlap(plans).overall:.3f}"
     )
     members = [prune_heads(copy.deepcopy(model), plan) for plan in plans]
+    for index, member in enumerate(members):
+        if member_epochs:
+            log(f"fine-tuning member {index} ({member_epochs} epoch(s))")
+            fine_tune(
+                member,
+                lambda epoch, index=index: batches(train, True, 100 * (index + 1) + epoch),
+                epochs=member_epochs,
+                lr=lr,
+                seed=seed + 100 * (index + 1),
+                log_fn=log,
+            )
+        member.eval()
     hydra = merge_members(members, mode="stack")
 
     def hydra_logits(split) -> torch.Tensor:

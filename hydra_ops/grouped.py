@@ -365,10 +365,11 @@ class GroupedMLP(nn.Module):
 class MemberGemmAttention(GroupedAttention):
     """Per-member weights with no padding; each projection is M plain GEMMs (``F.linear``).
 
-    On small-core CPUs M separate GEMMs beat one ``bmm`` over ``[M, B*T, D]`` at these shapes
-    (see docs/benchmarks.md). Member ``m`` holds ``qkv_weight_m [3*h_m*dh, D]`` (rows: q heads,
-    then k, then v) and ``out_weight_m [D, h_m*dh]``. Exactly the same computation as the other
-    implementations; attention is one ``scaled_dot_product_attention`` per member.
+    On small-core CPUs M separate GEMMs can beat one ``bmm`` over ``[M, B*T, D]`` (see
+    docs/benchmarks.md). Member ``m`` holds ``qkv_weight_{m} [3*h_m*dh, D]`` (rows: q heads,
+    then k, then v), ``qkv_bias_{m}``, ``out_weight_{m} [D, h_m*dh]`` and ``out_bias_{m} [D]``.
+    Exactly the same computation as the other implementations; attention is one
+    ``scaled_dot_product_attention`` per member.
     """
 
     name = "member_gemm"
@@ -376,16 +377,21 @@ class MemberGemmAttention(GroupedAttention):
     def __init__(self, head_counts: Sequence[int], head_dim: int, hidden_size: int) -> None:
         super().__init__(head_counts, head_dim, hidden_size)
         d, dh = self.hidden_size, self.head_dim
-        self.qkv_weight = nn.ParameterList(
-            nn.Parameter(torch.zeros(3 * h * dh, d)) for h in self.head_counts
+        # Plain attributes (not ParameterList) so parameter counting sees them on this module.
+        for m, h in enumerate(self.head_counts):
+            self.register_parameter(f"qkv_weight_{m}", nn.Parameter(torch.zeros(3 * h * dh, d)))
+            self.register_parameter(f"qkv_bias_{m}", nn.Parameter(torch.zeros(3 * h * dh)))
+            self.register_parameter(f"out_weight_{m}", nn.Parameter(torch.zeros(d, h * dh)))
+            self.register_parameter(f"out_bias_{m}", nn.Parameter(torch.zeros(d)))
+
+    def _member(self, m: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(qkv_weight, qkv_bias, out_weight, out_bias)`` of member ``m``."""
+        return (
+            getattr(self, f"qkv_weight_{m}"),
+            getattr(self, f"qkv_bias_{m}"),
+            getattr(self, f"out_weight_{m}"),
+            getattr(self, f"out_bias_{m}"),
         )
-        self.qkv_bias = nn.ParameterList(
-            nn.Parameter(torch.zeros(3 * h * dh)) for h in self.head_counts
-        )
-        self.out_weight = nn.ParameterList(
-            nn.Parameter(torch.zeros(d, h * dh)) for h in self.head_counts
-        )
-        self.out_bias = nn.ParameterList(nn.Parameter(torch.zeros(d)) for _ in self.head_counts)
 
     def load_members(self, members: Sequence[AttentionWeights]) -> None:
         with torch.no_grad():
@@ -394,8 +400,9 @@ class MemberGemmAttention(GroupedAttention):
                     raise ValueError(
                         f"member {m} has {w.num_heads} heads, expected {self.head_counts[m]}"
                     )
-                self.qkv_weight[m].copy_(torch.cat([w.q_weight, w.k_weight, w.v_weight]))
-                self.qkv_bias[m].copy_(
+                qkv_weight, qkv_bias, out_weight, out_bias = self._member(m)
+                qkv_weight.copy_(torch.cat([w.q_weight, w.k_weight, w.v_weight]))
+                qkv_bias.copy_(
                     torch.cat(
                         [
                             _bias_or_zeros(w.q_bias, w.q_weight),
@@ -404,14 +411,14 @@ class MemberGemmAttention(GroupedAttention):
                         ]
                     )
                 )
-                self.out_weight[m].copy_(w.o_weight)
-                self.out_bias[m].copy_(_bias_or_zeros(w.o_bias, w.o_weight))
+                out_weight.copy_(w.o_weight)
+                out_bias.copy_(_bias_or_zeros(w.o_bias, w.o_weight))
 
     def member_weights(self) -> list[AttentionWeights]:
         result = []
         for m, count in enumerate(self.head_counts):
             n = count * self.head_dim
-            qkv, bias = self.qkv_weight[m].detach(), self.qkv_bias[m].detach()
+            qkv, bias, out_weight, out_bias = (p.detach() for p in self._member(m))
             result.append(
                 AttentionWeights(
                     q_weight=qkv[:n].clone(),
@@ -420,8 +427,8 @@ class MemberGemmAttention(GroupedAttention):
                     k_bias=bias[n : 2 * n].clone(),
                     v_weight=qkv[2 * n :].clone(),
                     v_bias=bias[2 * n :].clone(),
-                    o_weight=self.out_weight[m].detach().clone(),
-                    o_bias=self.out_bias[m].detach().clone(),
+                    o_weight=out_weight.clone(),
+                    o_bias=out_bias.clone(),
                     num_heads=count,
                     head_dim=self.head_dim,
                 )
@@ -433,10 +440,11 @@ class MemberGemmAttention(GroupedAttention):
         dh = self.head_dim
         outs = []
         for member, h in enumerate(self.head_counts):
-            qkv = F.linear(x[:, member], self.qkv_weight[member], self.qkv_bias[member])
+            qkv_weight, qkv_bias, out_weight, out_bias = self._member(member)
+            qkv = F.linear(x[:, member], qkv_weight, qkv_bias)
             q, k, v = qkv.view(b, t, 3, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
             context = self._attend(q, k, v, key_padding_mask).transpose(1, 2).reshape(b, t, h * dh)
-            outs.append(F.linear(context, self.out_weight[member], self.out_bias[member]))
+            outs.append(F.linear(context, out_weight, out_bias))
         return torch.stack(outs, dim=1)
 
 

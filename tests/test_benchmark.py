@@ -6,11 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.report import evaluate_targets, markdown
-from benchmarks.run import COLUMNS, expected_rows, shared_values
-from benchmarks.workloads import MODELS, member_plans
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks/ is a repo folder, not an installed package
+
+from benchmarks.report import evaluate_targets, markdown  # noqa: E402
+from benchmarks.run import COLUMNS, expected_rows, shared_values  # noqa: E402
+from benchmarks.workloads import MODELS, member_plans  # noqa: E402
 
 
 def test_smoke_benchmark_writes_every_row_and_column(tmp_path):

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,14 +16,27 @@ from torch import nn
 from hydra_ops import compile as hc
 from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
 from hydra_ops.merge import merge_members
+from hydra_ops.plans import HeadPlan
 from hydra_ops.serialization import load_hydra, save_hydra
 
 ATOL = 1e-4
 
 
+# One layer keeps inductor's compile short on 2 cores; member head counts differ (1, 2, 3).
+PLANS = [HeadPlan(((0,),)), HeadPlan(((1, 2),)), HeadPlan(((0, 2, 3),))]
+
+
 @pytest.fixture(scope="module")
 def hydra():
-    return merge_members(make_members("bert", member_plans(3), fine_tuned=True), mode="stack")
+    members = make_members("bert", PLANS, fine_tuned=True, num_hidden_layers=1)
+    return merge_members(members, mode="stack")
+
+
+@pytest.fixture(scope="module")
+def export_dir(hydra, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export")
+    hc.compile_model(hydra, "export", tiny_inputs("bert", 3, seed=7), out, max_batch=8)
+    return out
 
 
 def heldout():
@@ -54,9 +68,8 @@ def test_cpu_backend_round_trips_and_matches_eager(hydra, backend, tmp_path):
     assert json.loads((tmp_path / "check.json").read_text())["passed"] is True
 
 
-def test_export_program_loads_without_project_classes(hydra, tmp_path):
-    batch = tiny_inputs("bert", 3, seed=7)
-    hc.compile_model(hydra, "export", batch, tmp_path, max_batch=8)
+def test_export_program_loads_without_project_classes(hydra, export_dir, tmp_path):
+    batch = tiny_inputs("bert", 6, seed=8)
     with torch.no_grad():
         expected = hydra(*positional(batch))
     torch.save(
@@ -68,7 +81,7 @@ def test_export_program_loads_without_project_classes(hydra, tmp_path):
         "sys.modules['hydra_ops'] = None  # any import of the project now fails\n"
         "import torch\n"
         f"io = torch.load({str(tmp_path / 'io.pt')!r}, weights_only=True)\n"
-        f"module = torch.export.load({str(tmp_path / 'program.pt2')!r}).module()\n"
+        f"module = torch.export.load({str(export_dir / 'program.pt2')!r}).module()\n"
         "out = module(io['ids'], io['mask'])\n"
         "print((out - io['out']).abs().max().item())\n"
     )
@@ -90,8 +103,12 @@ def test_auto_falls_back_without_cuda(hydra, tmp_path, monkeypatch):
     assert hc.tensorrt_unavailable_reason() == "no CUDA device"
     assert hc.resolve_backend("auto") == hc.CPU_BACKEND_PREFERENCE[0]
     assert hc.resolve_backend("tensorrt") == hc.CPU_BACKEND_PREFERENCE[0]
+    # the compile itself walks the preference list; a failing first choice falls through
+    monkeypatch.setattr(hc, "CPU_BACKEND_PREFERENCE", ("no_such_backend", "export"))
+    monkeypatch.setitem(hc.ARTIFACT_FILES, "no_such_backend", "x.bin")
     artifact = hc.compile_model(hydra, "auto", tiny_inputs("bert", 2), tmp_path, max_batch=8)
-    assert artifact.backend == hc.CPU_BACKEND_PREFERENCE[0]
+    assert artifact.backend == "export"
+    assert artifact["failed_backends"] and "no_such_backend" in artifact["failed_backends"][0]
     assert artifact["requested_backend"] == "auto"
     assert "no CUDA device" in artifact["fallback_reason"]
     assert hc.verify_compiled(artifact, hydra, heldout())["passed"]
@@ -108,7 +125,7 @@ def test_tensorrt_request_falls_back_with_one_line(hydra, tmp_path, monkeypatch,
     assert "torch_tensorrt" not in sys.modules or torch.cuda.is_available()
 
 
-def test_bad_arguments_and_tampered_artifact(hydra, tmp_path):
+def test_bad_arguments_and_tampered_artifact(hydra, export_dir, tmp_path):
     with pytest.raises(ValueError, match="backend must be one of"):
         hc.compile_model(hydra, "tvm", tiny_inputs("bert", 2), tmp_path)
     with pytest.raises(ValueError, match="max_batch must be"):
@@ -117,7 +134,9 @@ def test_bad_arguments_and_tampered_artifact(hydra, tmp_path):
         hc.compile_model(hydra, "export", {"labels": torch.zeros(2)}, tmp_path)
     with pytest.raises(ValueError, match=r"no compiled\.json"):
         hc.load_compiled(tmp_path)
-    hc.compile_model(hydra, "export", tiny_inputs("bert", 2), tmp_path, max_batch=8)
+    for name in (hc.METADATA_FILE, "program.pt2"):
+        shutil.copy(export_dir / name, tmp_path / name)
+    assert hc.load_compiled(tmp_path).backend == "export"
     with open(tmp_path / "program.pt2", "ab") as handle:
         handle.write(b"x")
     with pytest.raises(ValueError, match="SHA-256"):
