@@ -22,7 +22,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0])
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Hydra Ensembles: the reproducible pipeline (Prefect flow over a DVC DAG) and its registry.",
+)
 console = Console()
 err_console = Console(stderr=True)
 

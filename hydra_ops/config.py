@@ -117,7 +117,9 @@ class BaselinesConfig(_Strict):
 class ScoringConfig(_Strict):
     method: Literal["circuit", "taylor", "magnitude", "random"] = "circuit"
     objective: Literal["nll", "ood", "avg"] = "ood"
-    max_batches: int | None = Field(default=None, ge=1)
+    max_batches: int | None = Field(default=4, ge=1)
+    """Batches of ``batch_size`` per objective evaluation (circuit: layers x heads x M of them)
+    or per gradient pass (taylor); ``None`` = the whole split."""
     batch_size: int = Field(default=32, ge=1)
     seed: int = 0
 
@@ -151,7 +153,9 @@ class MergeConfig(_Strict):
 
 
 class CompileConfig(_Strict):
-    backend: Literal["eager", "auto", "inductor", "export", "onnxruntime", "tensorrt"] = "eager"
+    backend: Literal["eager", "auto", "inductor", "export", "onnxruntime", "tensorrt"] = "auto"
+    """``auto``: tensorrt on CUDA, else the fastest CPU backend (hydra_ops.compile); ``eager``:
+    no compilation (the artifact records that)."""
     tolerance: float = Field(default=1e-4, gt=0)
     check_examples: int = Field(default=64, ge=1)
 
@@ -351,6 +355,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "scoring": {"max_batches": 1, "batch_size": 16},
         "baselines": {"deep_ensemble_size": 2},
         "members": {"finetune": {"epochs": 1}},
+        "compile": {"backend": "eager"},
         "evaluate": {"bootstrap_samples": 100, "latency_repeats": 2, "latency_batch": 8},
     },
 }

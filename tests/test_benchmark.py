@@ -60,10 +60,10 @@ def test_smoke_benchmark_writes_every_row_and_column(tmp_path):
 def test_member_plans_are_disjoint_slices():
     plans = member_plans(MODELS["minilm"], 3)
     for layer in range(6):
-        heads = [set(p.layers[layer]) for p in plans]
+        heads = [set(p.kept[layer]) for p in plans]
         assert all(len(h) == 4 for h in heads) and set.union(*heads) == set(range(12))
     shared = member_plans(MODELS["minilm"], 3, shared_layers=3)
-    assert all(p.layers[2] == tuple(range(12)) and len(p.layers[3]) == 4 for p in shared)
+    assert all(p.kept[2] == tuple(range(12)) and len(p.kept[3]) == 4 for p in shared)
     assert shared_values(6) == [0, 2, 3] and shared_values(12) == [0, 4, 6]
 
 

@@ -1,0 +1,127 @@
+"""Fast checks of the pipeline's pieces without running it: gate rules, resumable units, the DAG
+declaration, the CLI's refusal paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from hydra_ops.config import GateCheck
+from tasks.common import STAGES
+from tasks.gate import evaluate_check
+from tasks.resumable import ensure_unit, finalise, unit_is_done
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _ev(hydra_acc=0.90, single_acc=0.92, low=-0.03, high=0.01):
+    def entry(acc):
+        return {
+            "calibrated": {"id_test": {"accuracy": acc, "ece": 0.05}},
+            "raw": {"id_test": {"accuracy": acc - 0.1, "ece": 0.2}},
+            "latency_ms": 10.0,
+        }
+
+    return {
+        "models": {"hydra": entry(hydra_acc), "single": entry(single_acc)},
+        "bootstrap": {
+            "single": {"calibrated": {"id_test": {"accuracy": {"low": low, "high": high}}}}
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("check", "status"),
+    [
+        ({"metric": "accuracy", "threshold": 0.9}, "passed"),
+        ({"metric": "accuracy", "threshold": 0.91}, "failed"),
+        ({"metric": "accuracy", "threshold": 0.85, "calibrated": False}, "failed"),  # raw 0.80
+        ({"metric": "accuracy", "baseline": "single", "tolerance": 0.03}, "passed"),
+        ({"metric": "accuracy", "baseline": "single", "tolerance": 0.01}, "failed"),
+        ({"metric": "accuracy", "baseline": "single", "min_absolute_change": -0.03}, "passed"),
+        ({"metric": "accuracy", "baseline": "single", "min_absolute_change": 0.0}, "failed"),
+        (
+            {
+                "metric": "accuracy",
+                "baseline": "single",
+                "tolerance": 0.025,
+                "use_bootstrap_bound": True,
+            },
+            "failed",  # point diff -0.02 passes, the bound -0.03 does not
+        ),
+        ({"metric": "ece", "baseline": "single", "tolerance": 0.0}, "passed"),  # lower is better
+        ({"metric": "latency_ms", "threshold": 5.0}, "failed"),
+        ({"metric": "accuracy", "baseline": "control", "tolerance": 0.0}, "skipped"),
+        ({"metric": "accuracy", "baseline": "prod", "tolerance": 0.0}, "skipped"),
+    ],
+)
+def test_gate_rules(check, status):
+    rec = evaluate_check(GateCheck(**check), _ev(), prod=None)
+    assert rec["status"] == status, rec
+
+
+def test_gate_against_prod_uses_recorded_metrics():
+    prod = _ev(hydra_acc=0.95)["models"]["hydra"]
+    rec = evaluate_check(
+        GateCheck(metric="accuracy", baseline="prod", tolerance=0.01), _ev(), prod=prod
+    )
+    assert rec["status"] == "failed" and rec["baseline_value"] == 0.95
+
+
+def test_resumable_unit_skips_verified_and_rebuilds_tampered(tmp_path):
+    calls = []
+
+    def build(d: Path):
+        calls.append(1)
+        (d / "w.bin").write_bytes(b"weights")
+        return {"n": len(calls)}
+
+    unit = tmp_path / "out" / "member_0"
+    ensure_unit(unit, "fp1", build, "m0")
+    ensure_unit(unit, "fp1", build, "m0")
+    assert len(calls) == 1 and unit_is_done(unit, "fp1")
+    assert not unit_is_done(unit, "fp2")  # other inputs: recompute
+    (unit / "w.bin").write_bytes(b"weightz")  # tampered: recompute
+    assert not unit_is_done(unit, "fp1")
+    ensure_unit(unit, "fp1", build, "m0")
+    assert len(calls) == 2 and (unit / "w.bin").read_bytes() == b"weights"
+    (tmp_path / "out" / "member_9").mkdir()
+    finalise(tmp_path / "out", {"member_0": {"sha256": "x"}}, {})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["index.json", "member_0"]
+
+
+def test_a_failing_build_leaves_no_unit(tmp_path):
+    def build(d: Path):
+        (d / "partial").write_text("x")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        ensure_unit(tmp_path / "u", "fp", build, "u")
+    assert not (tmp_path / "u").exists()
+
+
+def test_dvc_yaml_declares_the_stages_in_order_and_as_python_modules():
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    assert list(stages) == list(STAGES)
+    for name, stage in stages.items():
+        assert stage["cmd"] == f"python -m tasks.{name}"
+        assert f"tasks/{name}.py" in stage["deps"]
+        assert (REPO / "tasks" / f"{name}.py").is_file()
+    for name in ("finetune_members", "finetune_baselines"):
+        assert stages[name]["outs"][0][next(iter(stages[name]["outs"][0]))]["persist"] is True
+
+
+def test_cli_refuses_force_without_reason_and_bad_cron(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["promote", "-C", str(tmp_path), "--force"])
+    assert res.exit_code == 2 and "--reason" in res.output
+    res = runner.invoke(
+        app,
+        ["serve", "-C", str(tmp_path), "--cron", "every day"],
+        env={"PREFECT_API_URL": "http://127.0.0.1:1/api"},
+    )
+    assert res.exit_code == 2 and "cron" in res.output
