@@ -25,7 +25,7 @@ def main(
     threads: int = typer.Option(2),
     rows: int = typer.Option(12, help="ops to show per model"),
 ) -> None:
-    """Print the top ops of base vs Hydra (self CPU time, 3 profiled calls after 1 warm-up)."""
+    """Print the top ops of base vs Hydra (self CPU time, 2 profiled calls after 1 warm-up)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(threads)
     spec = MODELS[model]
@@ -39,9 +39,9 @@ def main(
         for name, fn in runs.items():
             fn(*inputs)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(3):
+                for _ in range(2):
                     fn(*inputs)
-            typer.echo(f"== {name} (3 calls)")
+            typer.echo(f"== {name} (2 calls)")
             typer.echo(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 

@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 BACKENDS = ("auto", "tensorrt", "inductor", "export", "onnxruntime")
 CPU_BACKENDS = ("inductor", "export", "onnxruntime")
 # Fastest first on CPU fp32 (docs/benchmarks.md, MiniLM-L6 Hydra, 2 threads); `auto` walks it.
-CPU_BACKEND_PREFERENCE: tuple[str, ...] = ("onnxruntime", "inductor", "export")
+CPU_BACKEND_PREFERENCE: tuple[str, ...] = ("inductor", "export", "onnxruntime")
 METADATA_FILE = "compiled.json"
 VERIFICATION_FILE = "verification.json"
 FORMAT = "hydra-ens-compiled/1"
