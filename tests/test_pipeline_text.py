@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, git, make_project
-from typer.testing import CliRunner
 
-from flows.cli import app
 from tasks.common import STAGES
 
 pytestmark = pytest.mark.slow
@@ -34,13 +32,29 @@ FAILING_GATES = [{"metric": "accuracy", "split": "id_test", "threshold": 1.5}]
 ALL_CLASSIFICATION = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc")
 ALL_OOD = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 
-runner = CliRunner()
 
+def cli(*args: str, code: int | None = 0) -> subprocess.CompletedProcess:
+    """Run ``hydra-ens ARGS`` as a real process against the session's Prefect server.
 
-def cli(*args: str, code: int | None = 0):
-    result = runner.invoke(app, list(args), catch_exceptions=False)
+    (In-process ``CliRunner`` runs break on the second flow run: Prefect's console log handler
+    keeps the first run's captured, since closed, stream.)
+    """
+    from prefect.settings import PREFECT_API_URL
+
+    env = dict(os.environ)
+    if PREFECT_API_URL.value():
+        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    result.output = result.stdout + result.stderr
     if code is not None:
-        assert result.exit_code == code, result.output
+        assert result.returncode == code, result.output[-4000:]
     return result
 
 
