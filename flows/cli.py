@@ -25,7 +25,7 @@ from rich.table import Table
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="Hydra Ensembles: the reproducible pipeline (Prefect flow over a DVC DAG) and its registry.",
+    help="Hydra Ensembles: the pipeline (Prefect flow over a DVC DAG) and its model registry.",
 )
 console = Console()
 err_console = Console(stderr=True)
