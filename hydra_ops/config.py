@@ -235,6 +235,7 @@ def default_gates() -> list[dict[str, Any]]:
         {"metric": "auroc", "split": "far_ood", "threshold": 0.98},
         {"metric": "accuracy", "split": "shift", "baseline": "single", "tolerance": 0.02},
         {"metric": "compile_argmax_agreement", "threshold": 1.0},
+        {"metric": "compile_max_abs_diff", "threshold": 1e-4, "greater_is_better": False},
     ]
 
 

@@ -113,13 +113,13 @@ def _probs(member_logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def _ood_score(cfg: PipelineConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
-    from hydra_ops.calibration import ensemble_log_probs
     from hydra_ops.metrics import ood_scores
 
+    # energy needs raw member logits [N, M, C] (log-probabilities have logsumexp 0)
     return ood_scores(
         _probs(member_logits, t),
         member_probs=member_logits.softmax(-1),
-        logits=ensemble_log_probs(member_logits) / t,
+        logits=member_logits / t,
         kind=cfg.evaluate.ood_score,
     )
 
