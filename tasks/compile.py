@@ -59,9 +59,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
                 )
             )
             fn = hcompile.load_compiled(tmp)
-        meta.update(
-            torch=torch.__version__, machine=platform.machine(), source=str(MERGED)
-        )
+        meta.update(torch=torch.__version__, machine=platform.machine(), source=str(MERGED))
         meta.setdefault("device", "cpu")
         with torch.no_grad():
             eager = torch.cat([models_io.hydra_logits(hydra, [b]) for b in check]).softmax(-1)

@@ -44,6 +44,7 @@ def promote(
 ) -> dict[str, Any]:
     """Register + assign if the gate passed (or ``force`` with a ``reason``); returns the record."""
     import gto.api
+    import gto.exceptions
 
     if force and not (reason and reason.strip()):
         raise ValueError("--force needs --reason TEXT (the reason is recorded in the registry)")
@@ -87,8 +88,13 @@ def promote(
             lines.append(f"failed_checks: {', '.join(gate['failed'])}")
     lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
     message = "\n".join(lines)
-    reg = gto.api.register(str(root), name, ref="HEAD", message=message)
-    version = getattr(reg, "version", None) or str(reg)
+    try:
+        reg = gto.api.register(str(root), name, ref="HEAD", message=message)
+        version = getattr(reg, "version", None) or str(reg)
+    except gto.exceptions.VersionExistsForCommit as err:
+        # this commit already carries a version (e.g. promoted, then forced): assign that one
+        version = str(err).split("version '")[-1].rstrip("'")
+        log.info("promote: %s is already registered at this commit as %s", name, version)
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (
         f" (forced past failed gate; reason: {reason.strip()})" if force else ""
     )

@@ -203,6 +203,7 @@ def test_old_version_rebuilds_from_the_dvc_cache(project, tmp_path):
 def test_serve_runs_a_triggered_deployment(project, prefect_server):
     """`hydra-ens serve --cron` against the 127.0.0.1 server; one triggered run completes."""
     from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
 
     assert "127.0.0.1" in prefect_server
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
@@ -233,12 +234,16 @@ def test_serve_runs_a_triggered_deployment(project, prefect_server):
             try:
                 run = run_deployment("hydra-pipeline/nightly", timeout=180)
                 break
-            except Exception as err:  # deployment not registered yet
-                if "not found" not in str(err).lower() and "404" not in str(err):
-                    raise
+            except ObjectNotFound:  # deployment not registered yet
+                if proc.poll() is not None:
+                    break
                 time.sleep(2)
-        assert run is not None, "the served deployment never appeared"
+        if run is None:
+            proc.terminate()
+            output = proc.communicate(timeout=30)[0]
+            raise AssertionError(f"the served deployment never appeared; serve said:\n{output}")
         assert run.state.is_completed(), run.state
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
