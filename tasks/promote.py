@@ -89,16 +89,19 @@ def promote(
     lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
     message = "\n".join(lines)
     try:
-        reg = gto.api.register(str(root), name, ref="HEAD", message=message)
+        # a forced promotion registers its own version (its tag message carries the reason)
+        reg = gto.api.register(str(root), name, ref="HEAD", message=message, force=force)
         version = getattr(reg, "version", None) or str(reg)
     except gto.exceptions.VersionExistsForCommit as err:
-        # this commit already carries a version (e.g. promoted, then forced): assign that one
+        # this commit already carries a version (an earlier promotion): assign that one
         version = str(err).split("version '")[-1].rstrip("'")
         log.info("promote: %s is already registered at this commit as %s", name, version)
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (
         f" (forced past failed gate; reason: {reason.strip()})" if force else ""
     )
-    gto.api.assign(str(root), name, stage, version=version, message=assign_msg)
+    # force: a forced promotion always leaves its own tag (with the reason), even when this
+    # version already holds the stage
+    gto.api.assign(str(root), name, stage, version=version, message=assign_msg, force=force)
     log.info(
         "promote: registered %s@%s and assigned stage %s%s",
         name,
