@@ -39,25 +39,6 @@ def _metrics_snapshot(root: Path) -> dict[str, Any]:
     return {k: hydra[k] for k in hydra if k != "members"}
 
 
-def _next_version(root: Path, name: str) -> str:
-    """The patch bump of the highest ``name@vX.Y.Z`` tag (``v0.0.1`` when there is none)."""
-    import subprocess
-
-    out = subprocess.run(
-        ["git", "-C", str(root), "tag", "--list", f"{name}@v*"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    versions = []
-    for tag in out:
-        parts = tag.split("@v", 1)[1].split(".")
-        if len(parts) == 3 and all(p.isdigit() for p in parts):
-            versions.append(tuple(int(p) for p in parts))
-    major, minor, patch = max(versions, default=(0, 0, 0))
-    return f"v{major}.{minor}.{patch + 1}"
-
-
 def promote(
     cfg: PipelineConfig, root: Path, force: bool = False, reason: str | None = None
 ) -> dict[str, Any]:
@@ -108,18 +89,11 @@ def promote(
     lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
     message = "\n".join(lines)
     try:
-        # a forced promotion registers its own version (its tag message carries the reason)
-        reg = gto.api.register(
-            str(root),
-            name,
-            ref="HEAD",
-            version=_next_version(root, name) if force else None,
-            message=message,
-            force=force,
-        )
+        reg = gto.api.register(str(root), name, ref="HEAD", message=message)
         version = getattr(reg, "version", None) or str(reg)
     except gto.exceptions.VersionExistsForCommit as err:
-        # this commit already carries a version (an earlier promotion): assign that one
+        # GTO allows one version per commit: reuse it; the (forced) stage tag below carries the
+        # reason
         version = str(err).split("version '")[-1].rstrip("'")
         log.info("promote: %s is already registered at this commit as %s", name, version)
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (

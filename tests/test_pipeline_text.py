@@ -183,10 +183,11 @@ def test_force_needs_reason_and_records_it(project):
     assert "--reason" in res.output
     assert tags(project) == before
     cli("promote", "-C", str(project), "--force", "--reason", "hotfix approved by QA")
-    assert tags(project) == sorted([*before, "hydra@v0.0.2", "hydra#prod#2"])
-    message = git(project, "for-each-ref", "refs/tags/hydra@v0.0.2", "--format=%(contents)")
-    assert "reason: hotfix approved by QA" in message and "FAILED (forced)" in message
-    assert "v0.0.2" in cli("status", "-C", str(project)).output
+    # GTO keeps one version per commit: the forced promotion is a new stage tag with the reason
+    assert tags(project) == sorted([*before, "hydra#prod#2"])
+    message = git(project, "for-each-ref", "refs/tags/hydra#prod#2", "--format=%(contents)")
+    assert "reason: hotfix approved by QA" in message and "forced past failed gate" in message
+    assert "v0.0.1" in cli("status", "-C", str(project)).output
 
 
 def test_old_version_rebuilds_from_the_dvc_cache(project, tmp_path):
