@@ -22,12 +22,13 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from .atomic import replace_dir
 
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
@@ -150,13 +151,7 @@ def save_model(
             raise ValueError(f"extra_metadata is not JSON-serialisable: {exc}") from None
         (tmp / META).write_text(text + "\n", encoding="utf-8")
         os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -50,7 +50,6 @@ import json
 import logging
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +58,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from .atomic import atomic_write_bytes, atomic_write_file
 
 log = logging.getLogger(__name__)
 
@@ -201,28 +202,7 @@ def _sha256(path: Path) -> str:
 
 
 def _atomic_json(path: Path, payload: Mapping[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _atomic_artifact(path: Path, write: Callable[[Path], None]) -> None:
-    """Run ``write(tmp_path)`` for a temp file next to ``path`` (same suffix), then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
 
 
 def library_versions() -> dict[str, str | None]:
@@ -355,7 +335,7 @@ def _compile_export(
 ) -> dict[str, Any]:
     program = _export_program(model, tensors, names, max_batch)
     target = out / ARTIFACT_FILES["export"]
-    _atomic_artifact(target, lambda p: torch.export.save(program, str(p)))
+    atomic_write_file(target, lambda p: torch.export.save(program, str(p)))
     return {}
 
 
@@ -388,7 +368,7 @@ def _compile_onnxruntime(
         program.save(str(path), external_data=False)
 
     try:
-        _atomic_artifact(target, write)
+        atomic_write_file(target, write)
     except CompileError:
         raise
     except Exception as error:
@@ -484,7 +464,7 @@ def _compile_tensorrt(
             trt_module, str(path), output_format="exported_program", arg_inputs=list(specs)
         )
 
-    _atomic_artifact(target, write)
+    atomic_write_file(target, write)
     return {
         "tensorrt_partitions": sorted(
             n for n, _ in trt_module.named_children() if n.startswith("_run_on_acc")

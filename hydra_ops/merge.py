@@ -631,9 +631,3 @@ def _load_head(head: HydraClassifier, hws: Sequence[ClassifierWeights]) -> None:
         head.classifier, [h.classifier_weight for h in hws], [h.classifier_bias for h in hws]
     )
 
-
-def embedding_stage_of(hydra: HydraEnsemble, member: int = 0) -> EmbeddingStage:
-    """The embedding stage that feeds ``member``'s stream."""
-    if isinstance(hydra.embeddings, nn.ModuleList):
-        return hydra.embeddings[member]
-    return hydra.embeddings

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .atomic import atomic_write_bytes, atomic_write_file
 from .merge import HydraEnsemble
 
 WEIGHTS_FILE = "model.safetensors"
@@ -83,20 +83,6 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_hydra(
     model: HydraEnsemble,
     directory: str | os.PathLike[str],
@@ -117,15 +103,10 @@ def save_hydra(
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    fd, tmp_weights = tempfile.mkstemp(dir=out, prefix=f".{WEIGHTS_FILE}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file(state, tmp_weights, metadata={"format": FORMAT})
-        weights_sha = sha256_file(tmp_weights)
-        os.replace(tmp_weights, out / WEIGHTS_FILE)
-    except BaseException:
-        Path(tmp_weights).unlink(missing_ok=True)
-        raise
+    atomic_write_file(
+        out / WEIGHTS_FILE, lambda tmp: save_file(state, str(tmp), metadata={"format": FORMAT})
+    )
+    weights_sha = sha256_file(out / WEIGHTS_FILE)
     config = {
         "format": FORMAT,
         "architecture": model.architecture,

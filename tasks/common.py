@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hydra_ops.atomic import replace_dir
 from hydra_ops.config import ConfigError, PipelineConfig, load_params
 
 log = logging.getLogger("hydra_ens")
@@ -128,13 +129,7 @@ def publish_dir(target: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
     try:
         yield tmp
-        if target.exists():
-            old = target.parent / f".{target.name}.tmp-old-{os.getpid()}"
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -68,7 +68,7 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 cfg, root, model, epochs=ft.epochs, lr=cfg.member_lr, seed=seed
             )
             info = {"kind": kind, "member": m, "seed": seed, "train": report}
-            models_io.save_member(model, tmp, unit_plan, root / BASE, info)
+            models_io.save_member(model, tmp, root / BASE, info)
             return info
 
         fp = _unit_fingerprint(cfg, root, kind, layers if unit_plan is not None else None, m)

@@ -3,10 +3,8 @@
 * Batches follow the contract (``input_ids``/``attention_mask``/... or ``pixel_values``,
   + ``labels``).
 * Base models are ``hydra_ops.checkpoints`` folders (safetensors + checkpoint.json, verified).
-* Pruned members (small adapter, ``hydra_ops.checkpoints`` stores unpruned models only): a folder
-  with ``model.safetensors`` (the pruned state dict) and ``member.json`` (the plan, the
-  base checkpoint's weights hash and the weights' sha256). Loading rebuilds the base architecture
-  from the base checkpoint, prunes it with the plan and loads the member weights.
+* Pruned members are ``hydra_ops.checkpoints`` folders too (the checkpoint records the head plan
+  and loading re-prunes); their metadata holds the base checkpoint's weights hash.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from torch import nn
 
 from hydra_ops.config import PipelineConfig
 from hydra_ops.plans import HeadPlan
-from tasks.common import DATA, file_sha256, write_json
+from tasks.common import DATA
 
 Batch = dict[str, torch.Tensor]
 
@@ -179,10 +177,7 @@ def base_weights_hash(directory: Path) -> str:
     return str(read_checkpoint_metadata(directory)["weights_sha256"])
 
 
-# ---- pruned members (adapter: hydra_ops.checkpoints stores unpruned models only) ----
-MEMBER_WEIGHTS, MEMBER_META = "model.safetensors", "member.json"
-
-
+# ---- pruned members: hydra_ops.checkpoints folders that record their head plan ----
 def pruned_copy(base_dir: Path, plan: HeadPlan) -> nn.Module:
     from hydra_ops.surgery import prune_heads
 
@@ -191,47 +186,26 @@ def pruned_copy(base_dir: Path, plan: HeadPlan) -> nn.Module:
     return model
 
 
-def save_member(
-    model: nn.Module, directory: Path, plan: HeadPlan | None, base_dir: Path, extra: dict
-) -> None:
-    """Write a (pruned) member into ``directory`` (which the caller publishes atomically)."""
-    from safetensors.torch import save_file
-
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / MEMBER_WEIGHTS))
-    meta = {
-        "plan_layers": None if plan is None else [list(h) for h in plan.kept],
-        "base_weights_sha256": base_weights_hash(base_dir),
-        "weights_sha256": file_sha256(directory / MEMBER_WEIGHTS),
-        **extra,
-    }
-    write_json(directory / MEMBER_META, meta)
+def save_member(model: nn.Module, directory: Path, base_dir: Path, extra: dict) -> None:
+    """Write a (pruned) member checkpoint into ``directory``; the plan is recorded by
+    ``hydra_ops.checkpoints`` from the model itself, the base's weights hash goes in metadata."""
+    save_base(model, directory, {"base_weights_sha256": base_weights_hash(base_dir), **extra})
 
 
 def load_member(directory: Path, base_dir: Path) -> nn.Module:
     """Rebuild a member saved by :func:`save_member` (ValueError on a corrupt/mismatched file)."""
-    from safetensors.torch import load_file
+    from hydra_ops.checkpoints import CheckpointError, read_checkpoint_metadata
 
-    meta_path = directory / MEMBER_META
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"member {directory}: unreadable {MEMBER_META} ({err})") from None
-    weights = directory / MEMBER_WEIGHTS
-    if not weights.is_file() or file_sha256(weights) != meta.get("weights_sha256"):
+        model = load_base(directory)
+    except CheckpointError as err:
         raise ValueError(
-            f"member {directory}: {MEMBER_WEIGHTS} is missing, truncated or tampered with "
-            "(sha256 differs from member.json); rerun finetune_members"
-        )
-    if meta.get("base_weights_sha256") != base_weights_hash(base_dir):
+            f"member {directory}: checkpoint is missing, truncated or tampered with ({err}); "
+            "rerun finetune_members"
+        ) from None
+    cut_from = read_checkpoint_metadata(directory)["metadata"].get("base_weights_sha256")
+    if cut_from != base_weights_hash(base_dir):
         raise ValueError(f"member {directory}: cut from a different base model than {base_dir}")
-    if meta.get("plan_layers") is None:
-        model = load_base(base_dir)
-    else:
-        model = pruned_copy(base_dir, HeadPlan.from_layers(meta["plan_layers"]))
-    model.load_state_dict(load_file(str(weights)), strict=True)
-    model.eval()
     return model
 
 

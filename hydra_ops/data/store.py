@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from hydra_ops.atomic import replace_dir
+
 from hydra_ops.data.build import ID_SPLITS, SplitData, build_splits
 from hydra_ops.data.config import DataSourceConfig
 
@@ -120,18 +122,6 @@ def _write_split(split: SplitData, directory: Path, modality: str) -> str:
     return name
 
 
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Move the finished ``tmp`` to ``out_dir``: a rename when out_dir is absent; otherwise the
-    old folder is renamed aside first (two renames, no window where out_dir is half-written)."""
-    if out_dir.exists():
-        old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out_dir)
-
-
 def materialise_splits(
     source_config: DataSourceConfig | Mapping[str, Any], out_dir: str | os.PathLike[str]
 ) -> Manifest:
@@ -186,7 +176,7 @@ def materialise_splits(
             json.dump(manifest.to_dict(), fh, indent=2, sort_keys=True)
             fh.write("\n")
         os.chmod(tmp, 0o755)
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
