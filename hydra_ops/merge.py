@@ -630,4 +630,3 @@ def _load_head(head: HydraClassifier, hws: Sequence[ClassifierWeights]) -> None:
     _load_linear(
         head.classifier, [h.classifier_weight for h in hws], [h.classifier_bias for h in hws]
     )
-

@@ -1,15 +1,11 @@
 """Stage ``compile``: the compiled artifact of the merged model, re-checked against eager.
 
-Seam for the compile/benchmark work (``hydra_ops.compile``, issue 4)::
-
-    compile_model(model, backend=str, example_inputs=batch, out_dir=Path) -> dict  # metadata
-    load_compiled(out_dir) -> Callable[[batch], Tensor [B, M, C]]
-
-Until that module exists (or when ``compile.backend`` is ``eager``) the stage is an eager
-passthrough: ``models/compiled/compile.json`` records ``backend: eager`` and why. Either way the
-compiled callable is compared with the eager model on held-out test inputs (max abs difference of
-ensemble probabilities, argmax agreement) and the result goes to ``metrics/compile.json``, which the
-gate checks.
+``hydra_ops.compile.compile_model`` builds the artifact for ``compile.backend`` (``auto``:
+TensorRT on CUDA when importable, else the fastest CPU backend; ``eager``: no compilation,
+recorded as such) and ``load_compiled`` loads it back. The loaded artifact is compared with the
+eager model on held-out test inputs (max abs difference of ensemble probabilities, argmax
+agreement); the result goes to ``metrics/compile.json``, which the gate checks, and the artifact's
+metadata records backend, versions and device.
 """
 
 from __future__ import annotations
@@ -44,15 +40,12 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     requested = cfg.compile.backend
     with publish_dir(root / COMPILED) as tmp:
         meta: dict[str, Any]
-        try:
-            from hydra_ops import compile as hcompile
-        except ImportError:
-            hcompile = None
-        if requested == "eager" or hcompile is None:
-            reason = "requested" if requested == "eager" else "hydra_ops.compile not available yet"
-            meta = {"backend": "eager", "requested": requested, "reason": reason}
+        if requested == "eager":
+            meta = {"backend": "eager", "requested": requested, "reason": "requested"}
             fn = _eager_fn(hydra)
         else:
+            from hydra_ops import compile as hcompile
+
             meta = dict(
                 hcompile.compile_model(
                     hydra, backend=requested, example_inputs=check[0], out_dir=tmp

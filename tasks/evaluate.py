@@ -49,13 +49,24 @@ VARIANTS = ("calibrated", "raw")
 
 class Candidate:
     """A model under evaluation: ``logits(batch) -> [B, K, C]`` (K members; 1 for a single
-    model)."""
+    model). ``split_logits``, when given, computes a whole split's ``[N, K, C]`` instead (so shared
+    models can reuse cached outputs); latency always times ``fn``."""
 
-    def __init__(self, name: str, fn: Callable[[dict], torch.Tensor], parameters: int, k: int):
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[dict], torch.Tensor],
+        parameters: int,
+        k: int,
+        split_logits: Callable[[list[dict]], torch.Tensor] | None = None,
+    ):
         self.name, self.fn, self.parameters, self.members = name, fn, parameters, k
+        self.split_logits = split_logits
 
     @torch.no_grad()
     def member_logits(self, data_batches: list[dict]) -> torch.Tensor:
+        if self.split_logits is not None:
+            return self.split_logits(data_batches)
         return torch.cat([self.fn(b).float() for b in data_batches])
 
     def latency_ms(self, batch: dict, repeats: int) -> float:
@@ -69,12 +80,27 @@ class Candidate:
         return statistics.median(times)
 
 
-def _singles(name: str, models: list[torch.nn.Module]) -> Candidate:
+def _singles(
+    name: str, models: list[torch.nn.Module], cache: dict[tuple[int, int], torch.Tensor]
+) -> Candidate:
+    """Independent models as one candidate. ``cache`` maps ``(id(model), id(split batches))`` to
+    ``[N, C]`` logits, shared between candidates: the base is both ``single`` and Deep Ensemble
+    member 0, and runs once per split."""
+
     def fn(b: dict) -> torch.Tensor:
         return torch.stack([models_io.logits_of(m, [b]) for m in models], dim=1)
 
+    def split_logits(batches: list[dict]) -> torch.Tensor:
+        per_model = []
+        for m in models:
+            key = (id(m), id(batches))
+            if key not in cache:
+                cache[key] = models_io.logits_of(m, batches)
+            per_model.append(cache[key])
+        return torch.stack(per_model, dim=1)
+
     params = sum(p.numel() for m in models for p in m.parameters())
-    return Candidate(name, fn, params, len(models))
+    return Candidate(name, fn, params, len(models), split_logits)
 
 
 def build_candidates(cfg: PipelineConfig, root: Path) -> tuple[list[Candidate], float]:
@@ -91,18 +117,19 @@ def build_candidates(cfg: PipelineConfig, root: Path) -> tuple[list[Candidate], 
             cfg.members.num_members,
         )
     ]
+    cache: dict[tuple[int, int], torch.Tensor] = {}
     base = models_io.load_base(root / BASE)
-    cands.append(_singles("single", [base]))
+    cands.append(_singles("single", [base], cache))
     naive_plan = models_io.read_plans(root / PLANS / "naive_plan.json")[0]
-    cands.append(_singles("naive_pruned", [models_io.pruned_copy(root / BASE, naive_plan)]))
+    cands.append(_singles("naive_pruned", [models_io.pruned_copy(root / BASE, naive_plan)], cache))
     ensemble = [base]
     index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
     for unit in index["units"]:
         ensemble.append(models_io.load_base(root / BASELINES / unit))
-    cands.append(_singles("deep_ensemble", ensemble))
+    cands.append(_singles("deep_ensemble", ensemble, cache))
     controls = load_members(cfg, root, kind="control")
     if controls:
-        cands.append(_singles("control", controls))
+        cands.append(_singles("control", controls, cache))
     return cands, temperature
 
 

@@ -3,7 +3,9 @@
 For the Taylor variant (``members.finetune.enabled: auto`` with ``scoring.method: taylor``, or
 ``true``) each member ``m`` is the base pruned with plan ``m`` and fine-tuned with seed
 ``finetune.seed + members.finetune.seed_offset + m``; ``control_m`` is an *unpruned* copy of the
-base given the same fine-tune (the control that separates pruning from extra training). The circuit
+base given the same fine-tune (the control that separates pruning from extra training). With
+``merge.shared_layers = k > 0`` both keep the embeddings and the first ``k`` layers frozen, so the
+merge can share them. The circuit
 variant skips this stage's work and writes only ``index.json`` (``finetuned: false``); the merge
 then prunes copies of the base.
 
@@ -42,6 +44,7 @@ def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m
             "lr": cfg.member_lr,
             "max_length": cfg.model.max_length,
             "seed": member_seed(cfg, m),
+            "frozen_layers": cfg.merge.shared_layers,
         }
     )
 
@@ -65,7 +68,13 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
             else:
                 model = models_io.pruned_copy(root / BASE, unit_plan)
             report = models_io.fine_tune(
-                cfg, root, model, epochs=ft.epochs, lr=cfg.member_lr, seed=seed
+                cfg,
+                root,
+                model,
+                epochs=ft.epochs,
+                lr=cfg.member_lr,
+                seed=seed,
+                frozen_layers=cfg.merge.shared_layers or None,
             )
             info = {"kind": kind, "member": m, "seed": seed, "train": report}
             models_io.save_member(model, tmp, root / BASE, info)

@@ -142,8 +142,17 @@ def new_base(cfg: PipelineConfig, root: Path, seed: int) -> nn.Module:
 
 
 def fine_tune(
-    cfg: PipelineConfig, root: Path, model: nn.Module, *, epochs: int, lr: float, seed: int
+    cfg: PipelineConfig,
+    root: Path,
+    model: nn.Module,
+    *,
+    epochs: int,
+    lr: float,
+    seed: int,
+    frozen_layers: int | None = None,
 ) -> dict[str, Any]:
+    """Fine-tune ``model`` in place on the train split; ``frozen_layers = k`` freezes the
+    embeddings and the first ``k`` layers (see :func:`hydra_ops.training.freeze_layers`)."""
     from hydra_ops.training import fine_tune as _fine_tune
 
     report = _fine_tune(
@@ -155,6 +164,7 @@ def fine_tune(
         warmup_ratio=cfg.finetune.warmup_ratio,
         seed=seed,
         progress=os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
+        frozen_layers=frozen_layers,
     )
     return report.to_dict()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,33 @@ from tasks.common import BASE, METRICS, SCORES, publish_dir, stage_main, write_j
 log = logging.getLogger("hydra_ens")
 
 
+def layer_progress_logger(num_heads: int) -> Any:
+    """A circuit-search callback that logs one line per finished (circuit, layer), with an ETA.
+
+    (The tqdm bar does not reach the Prefect log: DVC relays whole lines only.)
+    """
+    start = time.monotonic()
+
+    def callback(event: dict[str, Any]) -> None:
+        if event["head"] != num_heads - 1:
+            return
+        elapsed = time.monotonic() - start
+        eta = elapsed / event["done"] * (event["total"] - event["done"])
+        log.info(
+            "circuit %d layer %d: %d/%d head evaluations, %.0fs elapsed, about %.0fs left",
+            event["circuit"] + 1,
+            event["layer"] + 1,
+            event["done"],
+            event["total"],
+            elapsed,
+            eta,
+        )
+
+    return callback
+
+
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.adapters import get_adapter
     from hydra_ops.scoring import score_heads
 
     model = models_io.load_base(root / BASE)
@@ -44,6 +71,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             num_circuits=cfg.members.num_members,
             heads_per_layer=cfg.heads_per_member,
             objective=sc.objective,
+            callback=layer_progress_logger(get_adapter(model).num_heads(0)),
         )
         ood_val = models_io.manifest(root).ood_val_provenance
     log.info("score_heads: method %s (%s)", sc.method, "ood_val: " + ood_val if ood_val else "")

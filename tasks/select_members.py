@@ -1,5 +1,9 @@
 """Stage ``select_members``: M head plans (``artifacts/plans/plans.json``), the naive single pruned
-baseline's plan (top-k, one member, same per-layer budget) and the plans' diversity report."""
+baseline's plan (top-k, one member, same per-layer budget) and the plans' diversity report.
+
+With ``merge.shared_layers = k > 0`` the first ``k`` layers of every member plan keep all heads
+(the merge runs them once, unpruned, as a shared trunk); the scores and the plans' later layers are
+those of the configured scorer and strategy, unchanged."""
 
 from __future__ import annotations
 
@@ -29,12 +33,25 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         temperature=cfg.members.temperature,
         penalty=cfg.members.overlap_penalty,
     )
+    shared = cfg.merge.shared_layers
+    if shared:
+        all_heads = [scores.num_heads] * scores.num_layers
+        plans = [plan.with_full_layers(shared, all_heads) for plan in plans]
+        log.info(
+            "select_members: layers 0..%d kept whole (merge.shared_layers=%d)", shared - 1, shared
+        )
     naive = select_members(scores.scores, 1, k, "topk")
     diversity = diversity_report(plans, scores.num_heads)
     with publish_dir(root / PLANS) as tmp:
         write_json(tmp / "plans.json", {**plans_json(plans), "strategy": cfg.strategy})
         write_json(tmp / "naive_plan.json", {**plans_json(naive), "strategy": "topk"})
-    summary = {"strategy": cfg.strategy, "num_members": m, "heads_per_layer": k, **diversity}
+    summary = {
+        "strategy": cfg.strategy,
+        "num_members": m,
+        "heads_per_layer": k,
+        "shared_layers": shared,
+        **diversity,
+    }
     write_json(root / METRICS / "diversity.json", summary)
     log.info(
         "select_members: %d plans (%s, %d heads/layer), mean pairwise Jaccard %.3f",

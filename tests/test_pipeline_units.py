@@ -125,3 +125,44 @@ def test_cli_refuses_force_without_reason_and_bad_cron(tmp_path):
         env={"PREFECT_API_URL": "http://127.0.0.1:1/api"},
     )
     assert res.exit_code == 2 and "cron" in res.output
+
+
+def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path):
+    """select_members with merge.shared_layers = 2: layers 0-1 of every plan keep all heads, the
+    later layers are the strategy's; such members merge with a 2-layer trunk, exactly."""
+    import torch
+    from tiny_models import NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
+
+    from hydra_ops.config import resolve_params
+    from hydra_ops.merge import merge_members
+    from hydra_ops.scoring import random_scores
+    from hydra_ops.surgery import prune_heads
+    from tasks import select_members
+    from tasks.common import PLANS, SCORES
+    from tasks.models_io import read_plans
+
+    base = tiny_model("bert")
+    (tmp_path / SCORES).mkdir(parents=True)
+    random_scores(base, seed=3).save(tmp_path / SCORES / "scores.safetensors")
+    cfg = resolve_params(
+        "quick",
+        sets={"scoring.method": "taylor", "members.heads_per_layer": 2, "merge.shared_layers": 2},
+    )
+    summary = select_members.run(cfg, tmp_path)
+    plans = read_plans(tmp_path / PLANS / "plans.json")
+    assert summary["shared_layers"] == 2 and len(plans) == cfg.members.num_members
+    for plan in plans:
+        assert plan.num_layers == NUM_LAYERS
+        assert plan.heads(0) == plan.heads(1) == tuple(range(NUM_HEADS))
+        assert len(plan.heads(2)) == 2
+    members = []
+    for plan in plans:
+        member = tiny_model("bert")
+        prune_heads(member, plan)
+        members.append(member)
+    hydra = merge_members(members, shared_layers=2).eval()
+    batch = tiny_inputs("bert", 5)
+    with torch.no_grad():
+        merged = hydra(batch["input_ids"], batch["attention_mask"])
+        separate = torch.stack([m(**batch).logits for m in members], dim=1)
+    torch.testing.assert_close(merged, separate, rtol=0, atol=1e-5)

@@ -277,3 +277,35 @@ def test_head_scores_validation_and_bad_files(tmp_path) -> None:
     broken.write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match="readable"):
         HeadScores.load(broken)
+
+
+@pytest.mark.parametrize("family", ["bert", "hf_vit", "timm_vit"])
+def test_circuit_prefix_replay_changes_nothing(family) -> None:
+    """Replaying blocks 0..l-1 while scoring layer l gives the importances of full recomputes."""
+    from tiny_models import tiny_inputs, tiny_model
+
+    model = tiny_model(family)
+    label_gen = torch.Generator().manual_seed(5)
+    val = []
+    for seed in (11, 12):  # two batches: the replay must keep them in order
+        batch = tiny_inputs(family, 6, seed=seed)
+        batch["labels"] = torch.randint(3, (6,), generator=label_gen)
+        val.append(batch)
+    ood = [tiny_inputs(family, 6, seed=13)]
+    common = dict(val_batches=val, ood_val_batches=ood, num_circuits=2, heads_per_layer=2)
+    adapter = get_adapter(model)
+    first_layer_runs = []
+    hook = adapter.out_proj(0).register_forward_pre_hook(lambda *_: first_layer_runs.append(1))
+    replayed = score_heads(model, "circuit", progress=False, reuse_prefix=True, **common)
+    replayed_runs = len(first_layer_runs)
+    recomputed = score_heads(model, "circuit", progress=False, reuse_prefix=False, **common)
+    hook.remove()
+    assert replayed_runs < len(first_layer_runs) - replayed_runs  # layer 0 really was skipped
+    assert replayed.circuits == recomputed.circuits
+    torch.testing.assert_close(
+        torch.tensor(replayed.meta["per_circuit_importance"]),
+        torch.tensor(recomputed.meta["per_circuit_importance"]),
+        rtol=0,
+        atol=1e-6,
+    )
+    assert all("forward" not in vars(adapter.block(i)) for i in range(adapter.num_layers))

@@ -211,6 +211,10 @@ class ModelAdapter(abc.ABC):
     def heads_per_layer(self) -> list[int]:
         return [self.num_heads(layer) for layer in range(self.num_layers)]
 
+    @abc.abstractmethod
+    def block(self, layer: int) -> nn.Module:
+        """Transformer block ``layer``: the module the model's layer loop calls once per forward."""
+
     # ----- attention -------------------------------------------------------------------------
     @abc.abstractmethod
     def out_proj(self, layer: int) -> nn.Linear:

@@ -97,7 +97,7 @@ class BertAdapter(ModelAdapter):
     def matches(cls, model: nn.Module) -> bool:
         return isinstance(model, BertForSequenceClassification)
 
-    def _layer(self, layer: int) -> nn.Module:
+    def block(self, layer: int) -> nn.Module:
         return self.model.bert.encoder.layer[layer]
 
     @property
@@ -110,20 +110,20 @@ class BertAdapter(ModelAdapter):
 
     @property
     def head_dim(self) -> int:
-        return int(self._layer(0).attention.self.attention_head_size)
+        return int(self.block(0).attention.self.attention_head_size)
 
     @property
     def num_classes(self) -> int:
         return int(self.model.classifier.out_features)
 
     def num_heads(self, layer: int) -> int:
-        return int(self._layer(layer).attention.self.num_attention_heads)
+        return int(self.block(layer).attention.self.num_attention_heads)
 
     def out_proj(self, layer: int) -> nn.Linear:
-        return self._layer(layer).attention.output.dense
+        return self.block(layer).attention.output.dense
 
     def attention_weights(self, layer: int) -> AttentionWeights:
-        attn = self._layer(layer).attention
+        attn = self.block(layer).attention
         s, o = attn.self, attn.output.dense
         return AttentionWeights(
             q_weight=s.query.weight.detach(),
@@ -139,7 +139,7 @@ class BertAdapter(ModelAdapter):
         )
 
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
-        attn = self._layer(layer).attention
+        attn = self.block(layer).attention
         s = attn.self
         s.query = linear_from(weights.q_weight, weights.q_bias, s.query)
         s.key = linear_from(weights.k_weight, weights.k_bias, s.key)
@@ -149,7 +149,7 @@ class BertAdapter(ModelAdapter):
         s.all_head_size = weights.num_heads * weights.head_dim
 
     def block_weights(self, layer: int) -> BlockWeights:
-        block = self._layer(layer)
+        block = self.block(layer)
         return BlockWeights(
             norm_first=False,
             attn_norm=layer_norm_weights(block.attention.output.LayerNorm),

@@ -76,7 +76,7 @@ class HFViTAdapter(ModelAdapter):
     def matches(cls, model: nn.Module) -> bool:
         return isinstance(model, ViTForImageClassification)
 
-    def _layer(self, layer: int) -> nn.Module:
+    def block(self, layer: int) -> nn.Module:
         return self.model.vit.layers[layer]
 
     @property
@@ -89,20 +89,20 @@ class HFViTAdapter(ModelAdapter):
 
     @property
     def head_dim(self) -> int:
-        return int(self._layer(0).attention.head_dim)
+        return int(self.block(0).attention.head_dim)
 
     @property
     def num_classes(self) -> int:
         return int(self.model.classifier.out_features)
 
     def num_heads(self, layer: int) -> int:
-        return int(self._layer(layer).attention.num_attention_heads)
+        return int(self.block(layer).attention.num_attention_heads)
 
     def out_proj(self, layer: int) -> nn.Linear:
-        return self._layer(layer).attention.o_proj
+        return self.block(layer).attention.o_proj
 
     def attention_weights(self, layer: int) -> AttentionWeights:
-        a = self._layer(layer).attention
+        a = self.block(layer).attention
         return AttentionWeights(
             q_weight=a.q_proj.weight.detach(),
             q_bias=detached(a.q_proj.bias),
@@ -117,7 +117,7 @@ class HFViTAdapter(ModelAdapter):
         )
 
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
-        a = self._layer(layer).attention
+        a = self.block(layer).attention
         a.q_proj = linear_from(weights.q_weight, weights.q_bias, a.q_proj)
         a.k_proj = linear_from(weights.k_weight, weights.k_bias, a.k_proj)
         a.v_proj = linear_from(weights.v_weight, weights.v_bias, a.v_proj)
@@ -125,7 +125,7 @@ class HFViTAdapter(ModelAdapter):
         a.num_attention_heads = weights.num_heads
 
     def block_weights(self, layer: int) -> BlockWeights:
-        block = self._layer(layer)
+        block = self.block(layer)
         return BlockWeights(
             norm_first=True,
             attn_norm=layer_norm_weights(block.layernorm_before),

@@ -150,7 +150,7 @@ class TimmViTAdapter(ModelAdapter):
     def matches(cls, model: nn.Module) -> bool:
         return isinstance(model, VisionTransformer)
 
-    def _block(self, layer: int) -> nn.Module:
+    def block(self, layer: int) -> nn.Module:
         return self.model.blocks[layer]
 
     @property
@@ -163,20 +163,20 @@ class TimmViTAdapter(ModelAdapter):
 
     @property
     def head_dim(self) -> int:
-        return int(self._block(0).attn.head_dim)
+        return int(self.block(0).attn.head_dim)
 
     @property
     def num_classes(self) -> int:
         return int(self.model.head.out_features)
 
     def num_heads(self, layer: int) -> int:
-        return int(self._block(layer).attn.num_heads)
+        return int(self.block(layer).attn.num_heads)
 
     def out_proj(self, layer: int) -> nn.Linear:
-        return self._block(layer).attn.proj
+        return self.block(layer).attn.proj
 
     def attention_weights(self, layer: int) -> AttentionWeights:
-        attn = self._block(layer).attn
+        attn = self.block(layer).attn
         w = attn.qkv.weight.detach()
         b = detached(attn.qkv.bias)
         q_w, k_w, v_w = w.chunk(3, dim=0)
@@ -195,7 +195,7 @@ class TimmViTAdapter(ModelAdapter):
         )
 
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
-        attn = self._block(layer).attn
+        attn = self.block(layer).attn
         qkv_w = torch.cat([weights.q_weight, weights.k_weight, weights.v_weight], dim=0)
         qkv_b = None
         if weights.q_bias is not None:
@@ -206,7 +206,7 @@ class TimmViTAdapter(ModelAdapter):
         attn.attn_dim = weights.num_heads * weights.head_dim
 
     def block_weights(self, layer: int) -> BlockWeights:
-        block = self._block(layer)
+        block = self.block(layer)
         fc2_w = block.mlp.fc2.weight.detach()
         fc2_b = detached(block.mlp.fc2.bias)
         gamma = _layer_scale(block.ls2)
@@ -229,7 +229,7 @@ class TimmViTAdapter(ModelAdapter):
     def merge_attention_weights(self, layer: int) -> AttentionWeights:
         """``attention_weights`` with LayerScale ``ls1`` folded into the output projection."""
         weights = self.attention_weights(layer)
-        gamma = _layer_scale(self._block(layer).ls1)
+        gamma = _layer_scale(self.block(layer).ls1)
         if gamma is None:
             return weights
         weights.o_weight = weights.o_weight * gamma[:, None]
