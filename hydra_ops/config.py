@@ -149,7 +149,10 @@ class MembersConfig(_Strict):
 class MergeConfig(_Strict):
     mode: Literal["stack", "average"] = "stack"
     attention: Literal["padded_bmm", "block_diagonal"] = "padded_bmm"
-    shared_layers: int = Field(default=0, ge=0)
+    shared_layers: int | None = Field(default=None, ge=0)
+    """Leading layers that keep every head and run once, shared by all members (the streams fork
+    after them); ``None`` = half of the model's layers (``L // 2``), 0 = the paper's merge, every
+    layer pruned per member. docs/pipeline.md has the measurements behind the default."""
 
 
 class CompileConfig(_Strict):
@@ -279,6 +282,17 @@ class PipelineConfig(_Strict):
         return self.model.vit.num_heads if self.family == "timm_vit" else MINILM_HEADS
 
     @property
+    def model_layers(self) -> int:
+        return self.model.vit.depth if self.family == "timm_vit" else MINILM_LAYERS
+
+    @property
+    def shared_layers(self) -> int:
+        """``merge.shared_layers`` resolved: the unpruned trunk's depth."""
+        if self.merge.shared_layers is not None:
+            return self.merge.shared_layers
+        return self.model_layers // 2
+
+    @property
     def base_lr(self) -> float:
         if self.finetune.lr is not None:
             return self.finetune.lr
@@ -338,9 +352,10 @@ class PipelineConfig(_Strict):
                     f"{self.heads_per_member} > the model's {self.model_heads} heads per layer",
                 )
             )
-        layers = vit.depth if self.family == "timm_vit" else MINILM_LAYERS
-        if self.merge.shared_layers >= layers:
-            problems.append(("merge.shared_layers", f"must be < the model's {layers} layers"))
+        if self.shared_layers >= self.model_layers:
+            problems.append(
+                ("merge.shared_layers", f"must be < the model's {self.model_layers} layers")
+            )
         if problems:
             raise ValueError("; ".join(f"@{k}: {m}" for k, m in problems))
         return self

@@ -474,6 +474,7 @@ def circuit_scores(
     progress: bool = True,
     callback: ProgressCallback | None = None,
     reuse_prefix: bool = True,
+    shared_layers: int = 0,
 ) -> HeadScores:
     """Layer-conditioned greedy circuit search (HeadMap), ``num_circuits`` diverse circuits.
 
@@ -498,6 +499,9 @@ def circuit_scores(
         reuse_prefix: while scoring layer ``l``, replay the outputs of blocks ``0..l-1`` recorded
             on that layer's reference run instead of recomputing them (their inputs and gates do
             not change). Same result, about ``(L + 1) / (2L)`` of the compute; False recomputes.
+        shared_layers: ``k`` in ``0..L-1``: layers ``0..k-1`` keep every head in every circuit
+            (the unpruned trunk of a merge with ``shared_layers = k``) and are not searched; their
+            importances are 0. The search starts at layer ``k``, conditioned on the full trunk.
 
     Returns:
         ``HeadScores(method="circuit")``: ``scores`` = mean importance over circuits [L, H],
@@ -514,6 +518,14 @@ def circuit_scores(
     adapter = get_adapter(model)
     num_layers, num_heads = _uniform_heads(adapter)
     k = _check_heads_per_layer(heads_per_layer, num_heads, num_circuits)
+    if (
+        isinstance(shared_layers, bool)
+        or not isinstance(shared_layers, int)
+        or not 0 <= shared_layers < num_layers
+    ):
+        raise ValueError(
+            f"shared_layers must be an int in 0..{num_layers - 1}, got {shared_layers!r}"
+        )
     objectives = _objective_list(objective, ood_val_batches is not None)
     device = _model_device(model)
     need_labels = any(o in ("nll", "avg") for o in objectives)
@@ -528,7 +540,8 @@ def circuit_scores(
     dtype = adapter.out_proj(0).weight.dtype
     blocks = [adapter.block(layer) for layer in range(num_layers)]
 
-    total = num_circuits * num_layers * num_heads
+    searched = range(shared_layers, num_layers)
+    total = num_circuits * len(searched) * num_heads
     importance = torch.zeros(num_circuits, num_layers, num_heads, dtype=torch.float64)
     held = torch.zeros(num_layers, num_heads, dtype=torch.float64)
     plans: list[HeadPlan] = []
@@ -548,8 +561,8 @@ def circuit_scores(
             ood_set = None if ood_batches is None else _EvalSet.build(ood_batches, gen_ood)
             evaluate = _Objective(name, adapter, id_set, ood_set)
             gates = torch.ones(num_layers, num_heads, device=device, dtype=dtype)
-            kept: list[tuple[int, ...]] = []
-            for layer in range(num_layers):
+            kept: list[tuple[int, ...]] = [tuple(range(num_heads))] * shared_layers
+            for layer in searched:
                 prefix = blocks[:layer] if reuse_prefix else []
                 with _recording(prefix) as records:
                     current = evaluate(gates)
@@ -600,6 +613,7 @@ def circuit_scores(
         "objectives": objectives,
         "bootstrap": bootstrap,
         "overlap_penalty": float(overlap_penalty),
+        "shared_layers": shared_layers,
         "seed": seed,
         "num_val_batches": len(id_batches),
         "num_ood_val_batches": 0 if ood_batches is None else len(ood_batches),
@@ -667,15 +681,16 @@ def score_heads(
     progress: bool = True,
     callback: ProgressCallback | None = None,
     reuse_prefix: bool = True,
+    shared_layers: int = 0,
 ) -> HeadScores:
     """Score every attention head of ``model`` with ``method`` (one of ``METHODS``).
 
     ``taylor`` needs ``train_batches`` (with labels; ``normalize``); ``circuit`` needs
     ``val_batches`` (+ ``ood_val_batches`` for the ``ood``/``avg`` objectives) and takes
     ``num_circuits``, ``heads_per_layer``, ``objective``, ``bootstrap``, ``overlap_penalty``,
-    ``seed``, ``callback``, ``reuse_prefix`` (see :func:`circuit_scores`); ``magnitude`` needs
-    nothing; ``random`` takes ``seed``. Batches follow docs/architecture.md; they are cached on
-    the model's device once.
+    ``seed``, ``callback``, ``reuse_prefix``, ``shared_layers`` (see :func:`circuit_scores`);
+    ``magnitude`` needs nothing; ``random`` takes ``seed``. Batches follow docs/architecture.md;
+    they are cached on the model's device once.
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown; allowed: {', '.join(METHODS)}")
@@ -698,6 +713,7 @@ def score_heads(
             progress=progress,
             callback=callback,
             reuse_prefix=reuse_prefix,
+            shared_layers=shared_layers,
         )
     if method == "magnitude":
         return magnitude_scores(model)

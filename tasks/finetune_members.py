@@ -44,7 +44,7 @@ def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m
             "lr": cfg.member_lr,
             "max_length": cfg.model.max_length,
             "seed": member_seed(cfg, m),
-            "frozen_layers": cfg.merge.shared_layers,
+            "frozen_layers": cfg.shared_layers,
         }
     )
 
@@ -74,7 +74,7 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 epochs=ft.epochs,
                 lr=cfg.member_lr,
                 seed=seed,
-                frozen_layers=cfg.merge.shared_layers or None,
+                frozen_layers=cfg.shared_layers or None,
             )
             info = {"kind": kind, "member": m, "seed": seed, "train": report}
             models_io.save_member(model, tmp, root / BASE, info)

@@ -43,7 +43,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         members,
         mode=cfg.merge.mode,
         attention=cfg.merge.attention,
-        shared_layers=cfg.merge.shared_layers,
+        shared_layers=cfg.shared_layers,
         class_names=classes,
     )
     params = sum(p.numel() for p in hydra.parameters())
@@ -51,7 +51,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "num_members": len(members),
         "mode": cfg.merge.mode,
         "attention": cfg.merge.attention,
-        "shared_layers": cfg.merge.shared_layers,
+        "shared_layers": cfg.shared_layers,
         "parameters": params,
         "variant": cfg.scoring.method,
     }

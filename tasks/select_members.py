@@ -1,9 +1,10 @@
 """Stage ``select_members``: M head plans (``artifacts/plans/plans.json``), the naive single pruned
 baseline's plan (top-k, one member, same per-layer budget) and the plans' diversity report.
 
-With ``merge.shared_layers = k > 0`` the first ``k`` layers of every member plan keep all heads
-(the merge runs them once, unpruned, as a shared trunk); the scores and the plans' later layers are
-those of the configured scorer and strategy, unchanged."""
+With ``merge.shared_layers = k > 0`` the first ``k`` layers of every member plan, and of the naive
+plan, keep all heads (the merge runs them once, unpruned, as a shared trunk; the circuit scorer does
+not search them); the plans' later layers are those of the configured scorer and strategy.
+``jaccard_mean_pruned_layers`` is the plans' overlap over the layers that are pruned."""
 
 from __future__ import annotations
 
@@ -33,15 +34,17 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         temperature=cfg.members.temperature,
         penalty=cfg.members.overlap_penalty,
     )
-    shared = cfg.merge.shared_layers
+    naive = select_members(scores.scores, 1, k, "topk")
+    shared = cfg.shared_layers
     if shared:
         all_heads = [scores.num_heads] * scores.num_layers
         plans = [plan.with_full_layers(shared, all_heads) for plan in plans]
+        naive = [plan.with_full_layers(shared, all_heads) for plan in naive]
         log.info(
             "select_members: layers 0..%d kept whole (merge.shared_layers=%d)", shared - 1, shared
         )
-    naive = select_members(scores.scores, 1, k, "topk")
     diversity = diversity_report(plans, scores.num_heads)
+    pruned_jaccard = diversity["jaccard_per_layer"][shared:]
     with publish_dir(root / PLANS) as tmp:
         write_json(tmp / "plans.json", {**plans_json(plans), "strategy": cfg.strategy})
         write_json(tmp / "naive_plan.json", {**plans_json(naive), "strategy": "topk"})
@@ -51,14 +54,17 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "heads_per_layer": k,
         "shared_layers": shared,
         **diversity,
+        "jaccard_mean_pruned_layers": sum(pruned_jaccard) / len(pruned_jaccard),
     }
     write_json(root / METRICS / "diversity.json", summary)
     log.info(
-        "select_members: %d plans (%s, %d heads/layer), mean pairwise Jaccard %.3f",
+        "select_members: %d plans (%s, %d heads/layer), mean pairwise Jaccard %.3f "
+        "(%.3f over the pruned layers)",
         m,
         cfg.strategy,
         k,
         diversity["jaccard_mean"],
+        summary["jaccard_mean_pruned_layers"],
     )
     return summary
 

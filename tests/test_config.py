@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
         ({"gates": [{"metric": "auroc", "split": "id_test", "threshold": 0.9}]}, "gates.0", "OOD"),
         ({"gates": [{"metric": "nll"}]}, "gates.0", "exactly one of"),
         ({"model": {"family": "timm_vit"}}, "model.family", "image data.source"),
+        ({"merge": {"shared_layers": 6}}, "merge.shared_layers", "6 layers"),
+        ({"merge": {"shared_layers": -1}}, "merge.shared_layers", "greater than or equal to 0"),
     ],
 )
 def test_bad_params_give_one_line_naming_the_key(raw, key, words):
@@ -61,6 +63,9 @@ def test_defaults_match_the_issue():
     assert cfg.members.num_members == 3 and cfg.heads_per_member == 4
     assert cfg.finetune.epochs == 3 and cfg.model.max_length == 64
     assert cfg.scoring.method == "circuit" and not cfg.finetune_members
+    assert cfg.merge.shared_layers is None and cfg.shared_layers == 3  # half of MiniLM's 6 layers
+    assert validate_params({"data": {"name": "digits"}}).shared_layers == 2  # ViT depth 4
+    assert validate_params({"merge": {"shared_layers": 0}}).shared_layers == 0  # the paper's merge
     names = {(g.split, g.metric, g.baseline, g.threshold) for g in cfg.gates}
     assert ("far_ood", "auroc", None, 0.98) in names
     assert ("near_ood", "auroc", "deep_ensemble", None) in names

@@ -151,10 +151,13 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path):
     summary = select_members.run(cfg, tmp_path)
     plans = read_plans(tmp_path / PLANS / "plans.json")
     assert summary["shared_layers"] == 2 and len(plans) == cfg.members.num_members
-    for plan in plans:
+    naive = read_plans(tmp_path / PLANS / "naive_plan.json")
+    for plan in [*plans, *naive]:
         assert plan.num_layers == NUM_LAYERS
         assert plan.heads(0) == plan.heads(1) == tuple(range(NUM_HEADS))
         assert len(plan.heads(2)) == 2
+    pruned = summary["jaccard_per_layer"][2:]
+    assert summary["jaccard_mean_pruned_layers"] == pytest.approx(sum(pruned) / len(pruned))
     members = []
     for plan in plans:
         member = tiny_model("bert")

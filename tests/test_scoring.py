@@ -215,6 +215,46 @@ def test_circuit_bad_input(model, val) -> None:
         score_heads(model, "circuit", val_batches=val, num_circuits=0)
     with pytest.raises(ValueError, match="overlap_penalty"):
         score_heads(model, "circuit", val_batches=val, overlap_penalty=-1.0)
+    for bad in (-1, L, 1.5):
+        with pytest.raises(ValueError, match=rf"shared_layers.*0\.\.{L - 1}"):
+            score_heads(model, "circuit", val_batches=val, shared_layers=bad)
+
+
+def test_circuit_with_a_shared_trunk_searches_only_the_later_layers(model, val, ood) -> None:
+    """shared_layers = 1: layer 0 keeps every head in every circuit and is never evaluated; layer
+    1 is searched with the whole trunk on, so its importances are those of gating it alone."""
+    events: list[dict] = []
+    hs = score_heads(
+        model,
+        "circuit",
+        val_batches=val,
+        num_circuits=2,
+        heads_per_layer=1,
+        objective="nll",
+        bootstrap=False,
+        progress=False,
+        shared_layers=1,
+        callback=events.append,
+    )
+    assert {e["layer"] for e in events} == {1} and events[-1]["total"] == 2 * (L - 1) * H
+    assert all(plan.heads(0) == tuple(range(H)) for plan in hs.circuits)
+    assert all(len(plan.heads(1)) == 1 for plan in hs.circuits)
+    assert torch.equal(hs.scores[0], torch.zeros(H)) and hs.meta["shared_layers"] == 1
+    adapter = get_adapter(model)
+    batch = val[0]
+
+    def nll(gates: torch.Tensor) -> float:
+        with torch.no_grad(), head_gates(model, gates):
+            return float(F.cross_entropy(adapter.logits(batch), batch["labels"]))
+
+    full = nll(torch.ones(L, H))
+    first = []
+    for h in range(H):
+        gates = torch.ones(L, H)
+        gates[1, h] = 0
+        first.append((nll(gates) - full) / full)
+    per_circuit = torch.tensor(hs.meta["per_circuit_importance"])
+    assert torch.allclose(per_circuit[0, 1].float(), torch.tensor(first), atol=1e-5)
 
 
 # ----- baselines, dispatch --------------------------------------------------------------------
