@@ -61,18 +61,6 @@ class HeadPlan:
         """The plan that keeps every head."""
         return cls(tuple(tuple(range(n)) for n in heads_per_layer))
 
-    def with_full_layers(self, count: int, heads_per_layer: Sequence[int]) -> HeadPlan:
-        """This plan with layers ``0..count-1`` unpruned (every head of ``heads_per_layer``): the
-        plans of a merge with ``shared_layers = count``, whose first layers run once, unpruned."""
-        if not 0 <= count <= self.num_layers:
-            raise ValueError(f"count must be in 0..{self.num_layers}, got {count}")
-        if len(heads_per_layer) != self.num_layers:
-            raise ValueError(
-                f"plan has {self.num_layers} layers but heads_per_layer has {len(heads_per_layer)}"
-            )
-        full = [tuple(range(n)) for n in heads_per_layer[:count]]
-        return HeadPlan((*full, *self.kept[count:]))
-
     @property
     def num_layers(self) -> int:
         return len(self.kept)

@@ -28,7 +28,7 @@ from tasks.common import (
     stage_main,
     write_json,
 )
-from tasks.registry import has_commit, locked_md5, prod_version
+from tasks.registry import ensure_git_identity, has_commit, locked_md5, prod_version
 
 log = logging.getLogger("hydra_ens")
 
@@ -64,6 +64,9 @@ def promote(
             "promote: the git repo has no commit for GTO to tag; commit the project first "
             "(git add -A && git commit -m ...)"
         )
+    note = ensure_git_identity(root)
+    if note:
+        log.info("promote: %s", note)
     sha = dir_sha256(root / HYDRA)
     current = prod_version(root, name, stage)
     if current is not None and current["fields"].get("sha256") == sha and not force:

@@ -18,6 +18,7 @@ matches, else the folder rebuilt from the DVC cache (or the local DVC remote) by
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -35,6 +36,32 @@ def has_commit(root: Path) -> bool:
         ["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=root, capture_output=True, text=True
     )
     return r.returncode == 0
+
+
+#: Who tags a promotion when git has no identity configured (a fresh machine or CI runner).
+FALLBACK_IDENTITY = ("hydra-ens", "hydra-ens@localhost")
+
+
+def ensure_git_identity(root: Path) -> str | None:
+    """Make sure git can write annotated tags in ``root``.
+
+    When git has no committer identity (``git var GIT_COMMITTER_IDENT`` fails), sets the
+    ``GIT_{AUTHOR,COMMITTER}_{NAME,EMAIL}`` variables of this process to :data:`FALLBACK_IDENTITY`
+    and returns a line saying so; returns None when an identity is configured.
+    """
+    r = subprocess.run(
+        ["git", "var", "GIT_COMMITTER_IDENT"], cwd=root, capture_output=True, text=True
+    )
+    if r.returncode == 0:
+        return None
+    name, email = FALLBACK_IDENTITY
+    for role in ("AUTHOR", "COMMITTER"):
+        os.environ[f"GIT_{role}_NAME"] = name
+        os.environ[f"GIT_{role}_EMAIL"] = email
+    return (
+        f"git has no user.name/user.email here; registry tags are signed {name} <{email}> "
+        "(set git config user.name and user.email to sign them yourself)"
+    )
 
 
 def locked_md5(root: Path, path: Path = HYDRA) -> str | None:

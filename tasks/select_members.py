@@ -24,22 +24,20 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.selection import diversity_report, select_members
 
     scores = HeadScores.load(root / SCORES / "scores.safetensors")
-    m, k = cfg.members.num_members, cfg.heads_per_member
+    m, k, shared = cfg.members.num_members, cfg.heads_per_member, cfg.shared_layers
+    # the trunk's layers keep every head; the others keep k per member
+    budget = [scores.num_heads] * shared + [k] * (scores.num_layers - shared)
     plans = select_members(
         scores,
         m,
-        k,
+        budget,
         cfg.strategy,
         cfg.members.seed,
         temperature=cfg.members.temperature,
         penalty=cfg.members.overlap_penalty,
     )
-    naive = select_members(scores.scores, 1, k, "topk")
-    shared = cfg.shared_layers
+    naive = select_members(scores.scores, 1, budget, "topk")
     if shared:
-        all_heads = [scores.num_heads] * scores.num_layers
-        plans = [plan.with_full_layers(shared, all_heads) for plan in plans]
-        naive = [plan.with_full_layers(shared, all_heads) for plan in naive]
         log.info(
             "select_members: layers 0..%d kept whole (merge.shared_layers=%d)", shared - 1, shared
         )

@@ -127,30 +127,46 @@ def test_cli_refuses_force_without_reason_and_bad_cron(tmp_path):
     assert res.exit_code == 2 and "cron" in res.output
 
 
-def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path):
-    """select_members with merge.shared_layers = 2: layers 0-1 of every plan keep all heads, the
-    later layers are the strategy's; such members merge with a 2-layer trunk, exactly."""
+@pytest.mark.parametrize("method", ["taylor", "circuit"])
+def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path, method):
+    """select_members with merge.shared_layers = 2: layers 0-1 of every plan (and of the naive
+    plan) keep all heads, the later layers are the strategy's (circuits from a search that skipped
+    the trunk, or overlap-penalised top-k); such members merge with a 2-layer trunk, exactly."""
     import torch
     from tiny_models import NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
 
     from hydra_ops.config import resolve_params
     from hydra_ops.merge import merge_members
-    from hydra_ops.scoring import random_scores
+    from hydra_ops.scoring import random_scores, score_heads
     from hydra_ops.surgery import prune_heads
     from tasks import select_members
     from tasks.common import PLANS, SCORES
     from tasks.models_io import read_plans
 
     base = tiny_model("bert")
+    sets = {"scoring.method": method, "members.heads_per_layer": 2, "merge.shared_layers": 2}
+    cfg = resolve_params("quick", sets=sets)
+    if method == "circuit":
+        val = [{**tiny_inputs("bert", 6, seed=1), "labels": torch.tensor([0, 1, 2, 0, 1, 2])}]
+        scores = score_heads(
+            base,
+            "circuit",
+            val_batches=val,
+            objective="nll",
+            num_circuits=cfg.members.num_members,
+            heads_per_layer=2,
+            shared_layers=2,
+            progress=False,
+        )
+    else:
+        scores = random_scores(base, seed=3)
     (tmp_path / SCORES).mkdir(parents=True)
-    random_scores(base, seed=3).save(tmp_path / SCORES / "scores.safetensors")
-    cfg = resolve_params(
-        "quick",
-        sets={"scoring.method": "taylor", "members.heads_per_layer": 2, "merge.shared_layers": 2},
-    )
+    scores.save(tmp_path / SCORES / "scores.safetensors")
     summary = select_members.run(cfg, tmp_path)
     plans = read_plans(tmp_path / PLANS / "plans.json")
     assert summary["shared_layers"] == 2 and len(plans) == cfg.members.num_members
+    if method == "circuit":
+        assert plans == list(scores.circuits)
     naive = read_plans(tmp_path / PLANS / "naive_plan.json")
     for plan in [*plans, *naive]:
         assert plan.num_layers == NUM_LAYERS
@@ -169,3 +185,27 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path):
         merged = hydra(batch["input_ids"], batch["attention_mask"])
         separate = torch.stack([m(**batch).logits for m in members], dim=1)
     torch.testing.assert_close(merged, separate, rtol=0, atol=1e-5)
+
+
+def test_promotion_tags_get_an_identity_on_a_machine_without_one(tmp_path, monkeypatch):
+    import os
+    import subprocess
+
+    from tasks.registry import FALLBACK_IDENTITY, ensure_git_identity
+
+    for role in ("AUTHOR", "COMMITTER"):  # registered with monkeypatch, so restored afterwards
+        for field in ("NAME", "EMAIL"):
+            monkeypatch.setenv(f"GIT_{role}_{field}", "x")
+            monkeypatch.delenv(f"GIT_{role}_{field}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    tag = ["git", "tag", "-a", "t", "-m", "m", "4b825dc642cb6eb9a060e54bf8d69288fbee4904"]
+    assert subprocess.run(tag, cwd=repo, capture_output=True).returncode != 0  # no identity
+    note = ensure_git_identity(repo)
+    assert note is not None and FALLBACK_IDENTITY[1] in note
+    subprocess.run(tag, cwd=repo, check=True, capture_output=True)
+    assert ensure_git_identity(repo) is None  # now there is one

@@ -60,13 +60,3 @@ def test_pruned_member_checkpoint_round_trip(tmp_path, family):
     batch = tiny_inputs(family, 3)
     with torch.no_grad():
         assert torch.equal(get_adapter(loaded).logits(batch), get_adapter(pruned).logits(batch))
-
-
-def test_with_full_layers_unprunes_only_the_leading_layers():
-    from hydra_ops.plans import HeadPlan
-
-    plan = HeadPlan(((0,), (1, 2), (3,)))
-    assert plan.with_full_layers(2, [4, 4, 4]).kept == ((0, 1, 2, 3), (0, 1, 2, 3), (3,))
-    assert plan.with_full_layers(0, [4, 4, 4]) == plan
-    with pytest.raises(ValueError, match=r"count must be in 0\.\.3"):
-        plan.with_full_layers(4, [4, 4, 4])
