@@ -122,6 +122,9 @@ class ScoringConfig(_Strict):
     or per gradient pass (taylor); ``None`` = the whole split."""
     batch_size: int = Field(default=32, ge=1)
     seed: int = 0
+    search_trunk: bool = False
+    """Circuit scorer with ``merge.shared_layers > 0``: also search the unpruned trunk's layers,
+    so the later layers are chosen in the context of a pruned prefix (see docs/scoring.md)."""
 
 
 class MemberFinetuneConfig(_Strict):

@@ -475,6 +475,7 @@ def circuit_scores(
     callback: ProgressCallback | None = None,
     reuse_prefix: bool = True,
     shared_layers: int = 0,
+    search_trunk: bool = False,
 ) -> HeadScores:
     """Layer-conditioned greedy circuit search (HeadMap), ``num_circuits`` diverse circuits.
 
@@ -502,6 +503,10 @@ def circuit_scores(
         shared_layers: ``k`` in ``0..L-1``: layers ``0..k-1`` keep every head in every circuit
             (the unpruned trunk of a merge with ``shared_layers = k``) and are not searched; their
             importances are 0. The search starts at layer ``k``, conditioned on the full trunk.
+        search_trunk: with ``shared_layers = k > 0``, search every layer as if the trunk were
+            pruned too (later layers are chosen in the context of a pruned prefix, and the trunk's
+            importances are measured), then keep every head of the trunk in the returned
+            circuits. Costs the full search; docs/scoring.md has the measured trade-off.
 
     Returns:
         ``HeadScores(method="circuit")``: ``scores`` = mean importance over circuits [L, H],
@@ -540,7 +545,7 @@ def circuit_scores(
     dtype = adapter.out_proj(0).weight.dtype
     blocks = [adapter.block(layer) for layer in range(num_layers)]
 
-    searched = range(shared_layers, num_layers)
+    searched = range(0 if search_trunk else shared_layers, num_layers)
     total = num_circuits * len(searched) * num_heads
     importance = torch.zeros(num_circuits, num_layers, num_heads, dtype=torch.float64)
     held = torch.zeros(num_layers, num_heads, dtype=torch.float64)
@@ -561,7 +566,7 @@ def circuit_scores(
             ood_set = None if ood_batches is None else _EvalSet.build(ood_batches, gen_ood)
             evaluate = _Objective(name, adapter, id_set, ood_set)
             gates = torch.ones(num_layers, num_heads, device=device, dtype=dtype)
-            kept: list[tuple[int, ...]] = [tuple(range(num_heads))] * shared_layers
+            kept: list[tuple[int, ...]] = [tuple(range(num_heads))] * searched.start
             for layer in searched:
                 prefix = blocks[:layer] if reuse_prefix else []
                 with _recording(prefix) as records:
@@ -593,7 +598,9 @@ def circuit_scores(
                 kept.append(tuple(heads))
                 drop = [h for h in range(num_heads) if h not in heads]
                 gates[layer, drop] = 0
-            plans.append(HeadPlan(tuple(kept)))
+            trunk = [tuple(range(num_heads))] * shared_layers
+            plans.append(HeadPlan((*trunk, *kept[shared_layers:])))
+            gates[:shared_layers] = 1  # the circuit as returned (only differs with search_trunk)
             circuit_meta.append(
                 {
                     "objective": name,
@@ -614,6 +621,7 @@ def circuit_scores(
         "bootstrap": bootstrap,
         "overlap_penalty": float(overlap_penalty),
         "shared_layers": shared_layers,
+        "search_trunk": bool(search_trunk),
         "seed": seed,
         "num_val_batches": len(id_batches),
         "num_ood_val_batches": 0 if ood_batches is None else len(ood_batches),
@@ -682,13 +690,15 @@ def score_heads(
     callback: ProgressCallback | None = None,
     reuse_prefix: bool = True,
     shared_layers: int = 0,
+    search_trunk: bool = False,
 ) -> HeadScores:
     """Score every attention head of ``model`` with ``method`` (one of ``METHODS``).
 
     ``taylor`` needs ``train_batches`` (with labels; ``normalize``); ``circuit`` needs
     ``val_batches`` (+ ``ood_val_batches`` for the ``ood``/``avg`` objectives) and takes
     ``num_circuits``, ``heads_per_layer``, ``objective``, ``bootstrap``, ``overlap_penalty``,
-    ``seed``, ``callback``, ``reuse_prefix``, ``shared_layers`` (see :func:`circuit_scores`);
+    ``seed``, ``callback``, ``reuse_prefix``, ``shared_layers``, ``search_trunk`` (see
+    :func:`circuit_scores`);
     ``magnitude`` needs nothing; ``random`` takes ``seed``. Batches follow docs/architecture.md;
     they are cached on the model's device once.
     """
@@ -714,6 +724,7 @@ def score_heads(
             callback=callback,
             reuse_prefix=reuse_prefix,
             shared_layers=shared_layers,
+            search_trunk=search_trunk,
         )
     if method == "magnitude":
         return magnitude_scores(model)

@@ -72,6 +72,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             heads_per_layer=cfg.heads_per_member,
             objective=sc.objective,
             shared_layers=cfg.shared_layers,
+            search_trunk=sc.search_trunk,
             callback=layer_progress_logger(get_adapter(model).num_heads(0)),
         )
         ood_val = models_io.manifest(root).ood_val_provenance

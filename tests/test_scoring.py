@@ -257,6 +257,18 @@ def test_circuit_with_a_shared_trunk_searches_only_the_later_layers(model, val, 
     assert torch.allclose(per_circuit[0, 1].float(), torch.tensor(first), atol=1e-5)
 
 
+def test_circuit_search_trunk_is_the_full_search_with_the_trunk_restored(model, val, ood) -> None:
+    common = dict(val_batches=val, ood_val_batches=ood, num_circuits=3, heads_per_layer=1)
+    full = score_heads(model, "circuit", progress=False, **common)
+    kept = score_heads(
+        model, "circuit", progress=False, shared_layers=1, search_trunk=True, **common
+    )
+    assert [p.kept[1:] for p in kept.circuits] == [p.kept[1:] for p in full.circuits]
+    assert all(p.heads(0) == tuple(range(H)) for p in kept.circuits)
+    assert torch.equal(kept.scores, full.scores)  # the trunk was searched (and scored) too
+    assert kept.meta["search_trunk"] is True
+
+
 # ----- baselines, dispatch --------------------------------------------------------------------
 def test_magnitude_reacts_to_zeroed_head() -> None:
     model = _model()
