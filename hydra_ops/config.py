@@ -151,7 +151,7 @@ class MembersConfig(_Strict):
 
 class MergeConfig(_Strict):
     mode: Literal["stack", "average"] = "stack"
-    attention: Literal["padded_bmm", "block_diagonal"] = "padded_bmm"
+    attention: Literal["padded_bmm", "member_gemm", "block_diagonal"] = "padded_bmm"
     shared_layers: int | None = Field(default=None, ge=0)
     """Leading layers that keep every head and run once, shared by all members (the streams fork
     after them); ``None`` = half of the model's layers (``L // 2``), 0 = the paper's merge, every
