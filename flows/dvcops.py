@@ -98,6 +98,15 @@ class StageRun:
 
 
 _TRANSIENT = ("Unable to acquire lock", "is busy", "lock", "Killed", "Resource temporarily")
+#: DVC's after-stage advice (git add / autostage / dvc push): the flow pushes itself at the end,
+#: and committing dvc.lock is the user's call (docs/pipeline.md), so these lines are not relayed.
+_DVC_HINTS = (
+    "To track the changes with git",
+    "git add ",
+    "To enable auto staging",
+    "dvc config core.autostage",
+    "Use `dvc push` to send your updates",
+)
 
 
 def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> StageRun:
@@ -118,7 +127,8 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
         if not line.strip() or "it/s" in line or "s/it" in line:
             continue
         lines.append(line)
-        log(f"[{stage}] {line}")
+        if not line.strip().startswith(_DVC_HINTS):
+            log(f"[{stage}] {line}")
     rc = proc.wait()
     seconds = time.perf_counter() - t0
     text = "\n".join(lines)

@@ -698,9 +698,8 @@ def score_heads(
     ``val_batches`` (+ ``ood_val_batches`` for the ``ood``/``avg`` objectives) and takes
     ``num_circuits``, ``heads_per_layer``, ``objective``, ``bootstrap``, ``overlap_penalty``,
     ``seed``, ``callback``, ``reuse_prefix``, ``shared_layers``, ``search_trunk`` (see
-    :func:`circuit_scores`);
-    ``magnitude`` needs nothing; ``random`` takes ``seed``. Batches follow docs/architecture.md;
-    they are cached on the model's device once.
+    :func:`circuit_scores`); ``magnitude`` needs nothing; ``random`` takes ``seed``. Batches
+    follow docs/architecture.md; they are cached on the model's device once.
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown; allowed: {', '.join(METHODS)}")

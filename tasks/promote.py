@@ -4,9 +4,10 @@ only if every gate passed (``reports/gate.json``).
 ``hydra-ens promote --force --reason TEXT`` promotes past a failed gate; the reason is recorded in
 both tags' messages. A forced promotion is recorded only in the registry (the tags), not in
 ``registry/promotion.json``, which stays the DVC stage's own output. Promoting a model that is
-already
-in the stage (same content hash) is a no-op. GTO tags the current git commit, so the project must
-have one.
+already in the stage (same content hash) is a no-op. GTO tags the current git commit and keeps one
+version per commit, so the project must have a commit, and a model that differs from the one
+already registered at this commit is refused until the project is committed (its params.yaml and
+dvc.lock then describe the new version).
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from tasks.common import (
     stage_main,
     write_json,
 )
-from tasks.registry import ensure_git_identity, has_commit, locked_md5, prod_version
+from tasks.registry import (
+    ensure_git_identity,
+    has_commit,
+    locked_md5,
+    parse_message,
+    prod_version,
+    tag_message,
+)
 
 log = logging.getLogger("hydra_ens")
 
@@ -95,16 +103,26 @@ def promote(
         reg = gto.api.register(str(root), name, ref="HEAD", message=message)
         version = getattr(reg, "version", None) or str(reg)
     except gto.exceptions.VersionExistsForCommit as err:
-        # GTO allows one version per commit: reuse it; the (forced) stage tag below carries the
-        # reason
+        # GTO keeps one version per commit, and a version's tag message says which model it is:
+        # reuse the version only if it is this very model
         version = str(err).split("version '")[-1].rstrip("'")
+        registered = parse_message(tag_message(root, f"{name}@{version}"))
+        if registered.get("sha256") != sha:
+            raise ValueError(
+                f"promote: {name}@{version} is already registered at this git commit for a "
+                "different model (GTO keeps one version per commit); commit the project "
+                "(git add params.yaml dvc.lock && git commit -m ...) and promote again"
+            ) from None
         log.info("promote: %s is already registered at this commit as %s", name, version)
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (
         f" (forced past failed gate; reason: {reason.strip()})" if force else ""
     )
     # force: a forced promotion always leaves its own tag (with the reason), even when this
     # version already holds the stage
-    gto.api.assign(str(root), name, stage, version=version, message=assign_msg, force=force)
+    try:
+        gto.api.assign(str(root), name, stage, version=version, message=assign_msg, force=force)
+    except gto.exceptions.GTOException as err:
+        raise ValueError(f"promote: the registry (GTO) refused the assignment: {err}") from None
     log.info(
         "promote: registered %s@%s and assigned stage %s%s",
         name,

@@ -182,12 +182,22 @@ def test_force_needs_reason_and_records_it(project):
     res = cli("promote", "-C", str(project), "--force", code=2)
     assert "--reason" in res.output
     assert tags(project) == before
+    # the model changed (merge.mode=average) but v0.0.1 holds this commit: GTO keeps one version
+    # per commit, so promoting the new model needs a commit first
+    res = cli("promote", "-C", str(project), "--force", "--reason", "approved by QA", code=1)
+    assert "already registered at this git commit for a different model" in res.output
+    assert tags(project) == before
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "merge.mode=average")
     cli("promote", "-C", str(project), "--force", "--reason", "hotfix approved by QA")
-    # GTO keeps one version per commit: the forced promotion is a new stage tag with the reason
-    assert tags(project) == sorted([*before, "hydra#prod#2"])
-    message = git(project, "for-each-ref", "refs/tags/hydra#prod#2", "--format=%(contents)")
-    assert "reason: hotfix approved by QA" in message and "forced past failed gate" in message
-    assert "v0.0.1" in cli("status", "-C", str(project)).output
+    assert tags(project) == sorted([*before, "hydra#prod#2", "hydra@v0.0.2"])
+    for tag in ("hydra#prod#2", "hydra@v0.0.2"):
+        message = git(project, "for-each-ref", f"refs/tags/{tag}", "--format=%(contents)")
+        assert "hotfix approved by QA" in message
+    assert "forced past failed gate" in git(
+        project, "for-each-ref", "refs/tags/hydra#prod#2", "--format=%(contents)"
+    )
+    assert "v0.0.2" in cli("status", "-C", str(project)).output
 
 
 def test_old_version_rebuilds_from_the_dvc_cache(project, tmp_path):

@@ -209,3 +209,66 @@ def test_promotion_tags_get_an_identity_on_a_machine_without_one(tmp_path, monke
     assert note is not None and FALLBACK_IDENTITY[1] in note
     subprocess.run(tag, cwd=repo, check=True, capture_output=True)
     assert ensure_git_identity(repo) is None  # now there is one
+
+
+def test_stage_log_relays_dvc_output_without_its_git_advice(tmp_path, monkeypatch):
+    from flows import dvcops
+
+    fake = tmp_path / "dvc"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "echo \"Running stage 'merge':\"\n"
+        "echo '> python -m tasks.merge'\n"
+        "echo 'To track the changes with git, run:'\n"
+        "echo '        git add dvc.lock'\n"
+        "echo 'To enable auto staging, run:'\n"
+        "echo '        dvc config core.autostage true'\n"
+        "echo 'Use `dvc push` to send your updates to remote storage.'\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(dvcops, "bin_path", lambda name: str(fake))
+    logged: list[str] = []
+    result = dvcops.repro_stage(tmp_path, "merge", log=logged.append)
+    assert result.ran
+    assert logged == ["[merge] Running stage 'merge':", "[merge] > python -m tasks.merge"]
+    assert len(result.lines) == 7  # kept for error messages
+
+
+def test_promote_refuses_a_second_model_at_a_registered_commit(tmp_path):
+    """GTO keeps one version per commit: a different model passing its gate at a commit that
+    already holds a version gets a clear error (commit first), never a tag pointing at the old
+    model; after a commit it becomes the next version in prod."""
+    import json
+    import subprocess
+
+    from hydra_ops.config import resolve_params
+    from tasks.promote import promote
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "tests@hydra-ens.invalid")
+    git("config", "user.name", "hydra-ens tests")
+    for rel, obj in {
+        "reports/gate.json": {"verdict": "passed", "passed": True, "failed": []},
+        "metrics/evaluate.json": {"models": {"hydra": {"members": 3, "latency_ms": 1.0}}},
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(json.dumps(obj))
+    weights = tmp_path / "models" / "hydra" / "model.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"first model")
+    git("add", "-A")
+    git("commit", "-q", "-m", "first")
+    cfg = resolve_params("quick")
+    first = promote(cfg, tmp_path)
+    assert first["promoted"] and first["version"] == "v0.0.1"
+    assert promote(cfg, tmp_path)["why"] == "already in stage"
+    weights.write_bytes(b"second model")
+    with pytest.raises(ValueError, match=r"different model.*commit the project"):
+        promote(cfg, tmp_path)
+    git("add", "-A")
+    git("commit", "-q", "-m", "second")
+    second = promote(cfg, tmp_path)
+    assert second["promoted"] and second["version"] == "v0.0.2"
