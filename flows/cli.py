@@ -54,7 +54,8 @@ def _root(project: Path | None) -> Path:
 
 
 def _fail(msg: str, code: int = 1) -> None:
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False)
+    # soft_wrap: one error stays one line (greppable in logs), whatever the terminal width
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
