@@ -8,7 +8,6 @@ Public API (the pipeline's ``tasks/compile`` stage codes against this)::
     load_compiled(out_dir, device=None) -> CompiledArtifact
     verify_compiled(artifact, model, heldout_inputs, *, tolerance=None, min_agreement=1.0,
                     out_path=None) -> dict
-    resolve_backend(backend) -> str        # what "auto" means on this machine
     available_backends() -> dict[str, str | None]   # backend -> None if usable, else the reason
 
 Backends (``BACKENDS``):
@@ -18,16 +17,20 @@ Backends (``BACKENDS``):
   dynamic batch via ``torch_tensorrt.Input(min_shape, opt_shape, max_shape)``, saved with
   ``torch_tensorrt.save`` as an ExportedProgram. A dry run first checks that attention is not
   partitioned back to PyTorch.
-  Imported lazily, only when CUDA is present; otherwise one log line says so and the next backend
-  of ``CPU_BACKEND_PREFERENCE`` is used.
+  Imported lazily, only when CUDA is present; otherwise one log line says so and ``auto``'s
+  measured choice is used.
 * ``inductor``: the ``torch.export`` program below, run through ``torch.compile`` (inductor)
   on load.
 * ``export``: a ``torch.export`` program saved with ``torch.export.save`` (``program.pt2``); it
   loads with ``torch.export.load`` without importing ``hydra_ops`` (no project classes in the file).
 * ``onnxruntime``: ``torch.onnx.export`` (dynamo exporter) to ``model.onnx``, run by an ONNX Runtime
   ``InferenceSession``.
-* ``auto``: ``tensorrt`` on CUDA when importable, else the first of ``CPU_BACKEND_PREFERENCE``
-  (fastest first, from ``docs/benchmarks.md``) that compiles.
+* ``auto``: ``tensorrt`` on CUDA when importable. Otherwise *measured*: every available backend of
+  ``CPU_BACKENDS`` is built, checked against the eager model on the example inputs (max abs
+  difference of member probabilities within :func:`default_tolerance`) and timed on them (one
+  warm-up, then the median of ``auto_repeats`` calls); the fastest that agrees is kept, and every
+  trial is recorded under ``auto_selection`` in the metadata. Which backend wins depends on the
+  machine (docs/benchmarks.md: inductor on an AVX2 CPU, ONNX Runtime on an AVX-512 one).
 
 Every artifact directory holds the artifact file and ``compiled.json`` (backend, requested backend,
 fallback reason, input names, dynamic dims, dtype, device, library versions, SHA-256 of the
@@ -50,6 +53,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,9 +68,8 @@ from .atomic import atomic_write_bytes, atomic_write_file
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "tensorrt", "inductor", "export", "onnxruntime")
-CPU_BACKENDS = ("inductor", "export", "onnxruntime")
-# Fastest first on CPU fp32 (docs/benchmarks.md, MiniLM-L6 Hydra, 2 threads); `auto` walks it.
-CPU_BACKEND_PREFERENCE: tuple[str, ...] = ("inductor", "export", "onnxruntime")
+#: The backends ``auto`` measures when TensorRT is unavailable; on a tie the earlier one wins.
+CPU_BACKENDS: tuple[str, ...] = ("inductor", "export", "onnxruntime")
 METADATA_FILE = "compiled.json"
 VERIFICATION_FILE = "verification.json"
 FORMAT = "hydra-ens-compiled/1"
@@ -282,21 +285,6 @@ def available_backends() -> dict[str, str | None]:
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-
-
-def resolve_backend(backend: str = "auto") -> str:
-    """The concrete backend ``backend`` means here (``auto``/unavailable ``tensorrt`` resolved)."""
-    _check_backend(backend)
-    available = available_backends()
-    if backend == "auto":
-        if available["tensorrt"] is None:
-            return "tensorrt"
-        return next(b for b in CPU_BACKEND_PREFERENCE if available[b] is None)
-    if backend == "tensorrt" and available["tensorrt"] is not None:
-        return next(b for b in CPU_BACKEND_PREFERENCE if available[b] is None)
-    if available[backend] is not None:
-        raise CompileError(f"backend {backend!r} is unavailable: {available[backend]}")
-    return backend
 
 
 # ----- export programs --------------------------------------------------------------------------
@@ -532,30 +520,36 @@ def compile_model(
     *,
     max_batch: int = 64,
     opt_batch: int | None = None,
+    auto_repeats: int = 5,
 ) -> CompiledArtifact:
     """Compile ``model`` with ``backend``, save the artifact under ``out_dir`` and load it back.
 
     Args:
         model: a merged :class:`~hydra_ops.merge.HydraEnsemble` in eval mode (any module with the
             call signature ``(inputs, attention_mask=None, token_type_ids=None) -> Tensor`` works).
-        backend: one of ``BACKENDS``. ``tensorrt`` without CUDA / Torch-TensorRT logs one line and
-            falls back to ``auto``'s CPU choice; ``auto`` also falls through backends that fail.
+        backend: one of ``BACKENDS``. ``auto``: TensorRT when usable, else the fastest backend of
+            ``CPU_BACKENDS`` measured here (module docstring). ``tensorrt`` without CUDA /
+            Torch-TensorRT logs one line and falls back to ``auto``'s measured choice.
         example_inputs: one contract batch (mapping) or the model's positional tensors; sets the
-            input names and the non-batch shape (TensorRT) and is the export trace input.
+            input names and the non-batch shape (TensorRT), is the export trace input and what
+            ``auto`` times the backends on (use a batch of the size you will serve).
         out_dir: directory for the artifact and ``compiled.json`` (created if needed).
         max_batch: largest batch the artifact must accept (dynamic batch ``1..max_batch``).
         opt_batch: TensorRT's optimisation batch (default: the example's batch size).
+        auto_repeats: timed calls per backend when ``auto`` measures (after one warm-up).
 
     Returns:
         The loaded :class:`CompiledArtifact` (callable, and a mapping of its metadata).
 
     Raises:
-        ValueError: unknown ``backend``, bad ``example_inputs`` or ``max_batch``.
-        CompileError: the (explicitly requested) backend failed.
+        ValueError: unknown ``backend``, bad ``example_inputs``, ``max_batch`` or ``auto_repeats``.
+        CompileError: the (explicitly requested) backend failed, or no backend could compile.
     """
     _check_backend(backend)
     if not isinstance(max_batch, int) or max_batch < 1:
         raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+    if not isinstance(auto_repeats, int) or auto_repeats < 1:
+        raise ValueError(f"auto_repeats must be an int >= 1, got {auto_repeats!r}")
     names = input_names_of(example_inputs)
     tensors = arrange_inputs(example_inputs, names)
     if tensors[0].shape[0] > max_batch:
@@ -565,70 +559,180 @@ def compile_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.eval()
-    device, dtype = _model_device_dtype(model)
+    device, _ = _model_device_dtype(model)
     tensors = tuple(t.to(device) for t in tensors)
+    build = _Build(model, tensors, names, out, max_batch, opt_batch or tensors[0].shape[0], backend)
 
-    fallback_reason: str | None = None
-    if backend == "auto":
-        trt_reason = tensorrt_unavailable_reason()
-        candidates = ["tensorrt"] if trt_reason is None else []
-        candidates += list(CPU_BACKEND_PREFERENCE)
-        if trt_reason is not None:
-            fallback_reason = f"tensorrt unavailable ({trt_reason})"
-    elif backend == "tensorrt" and (trt_reason := tensorrt_unavailable_reason()) is not None:
-        choice = resolve_backend("auto")
-        log.warning("compile: tensorrt unavailable (%s); falling back to %s", trt_reason, choice)
-        fallback_reason = f"tensorrt unavailable ({trt_reason})"
-        candidates = [choice, *[b for b in CPU_BACKEND_PREFERENCE if b != choice]]
-    else:
-        candidates = [backend]
-
-    errors: list[str] = []
-    for concrete in candidates:
-        if concrete != "tensorrt" and (why := _cpu_backend_unavailable_reason(concrete)):
-            errors.append(f"{concrete}: {why}")
-            continue
-        start = time.perf_counter()
+    trt_reason = tensorrt_unavailable_reason() if backend in ("auto", "tensorrt") else None
+    if backend == "auto" and trt_reason is None:
         try:
-            extra = _compile_one(
-                concrete, model, tensors, names, out, max_batch, opt_batch or tensors[0].shape[0]
-            )
-            run_device = torch.device("cuda") if concrete == "tensorrt" else device
-            runner = _build_runner(concrete, out, run_device)
+            return build.one("tensorrt")
         except Exception as error:
-            if len(candidates) == 1:
-                if isinstance(error, CompileError):
-                    raise
-                raise CompileError(f"{concrete}: {type(error).__name__}: {error}") from error
-            errors.append(f"{concrete}: {type(error).__name__}: {error}")
-            log.warning("compile: %s failed (%s); trying the next backend", concrete, error)
-            continue
-        artifact_path = out / ARTIFACT_FILES[concrete]
+            log.warning("compile: tensorrt failed (%s); measuring the other backends", error)
+            build.errors.append(f"tensorrt: {type(error).__name__}: {error}")
+            return build.fastest(auto_repeats, "tensorrt failed")
+    if backend in ("auto", "tensorrt") and trt_reason is not None:
+        if backend == "tensorrt":
+            log.warning("compile: tensorrt unavailable (%s); falling back to auto", trt_reason)
+        return build.fastest(auto_repeats, f"tensorrt unavailable ({trt_reason})")
+    if (why := _cpu_backend_unavailable_reason(backend)) is not None:
+        raise CompileError(f"backend {backend!r} is unavailable: {why}")
+    try:
+        return build.one(backend)
+    except CompileError:
+        raise
+    except Exception as error:
+        raise CompileError(f"{backend}: {type(error).__name__}: {error}") from error
+
+
+@dataclass
+class _Build:
+    """One :func:`compile_model` call: builds backends into ``out`` and writes the metadata."""
+
+    model: nn.Module
+    tensors: tuple[Tensor, ...]
+    names: list[str]
+    out: Path
+    max_batch: int
+    opt_batch: int
+    requested: str
+    errors: list[str] = field(default_factory=list)
+    _exported: dict[str, Any] | None = None  # export and inductor share one program file
+
+    def build(self, backend: str) -> tuple[Callable[..., Tensor], dict[str, Any], torch.device]:
+        """Write ``backend``'s artifact (once per call for the shared program) and load it."""
+        device, _ = _model_device_dtype(self.model)
+        if backend in ("export", "inductor") and self._exported is not None:
+            extra = self._exported
+        else:
+            extra = _compile_one(
+                backend,
+                self.model,
+                self.tensors,
+                self.names,
+                self.out,
+                self.max_batch,
+                self.opt_batch,
+            )
+            if backend in ("export", "inductor"):
+                self._exported = extra
+        run_device = torch.device("cuda") if backend == "tensorrt" else device
+        return _build_runner(backend, self.out, run_device), extra, run_device
+
+    def one(self, backend: str) -> CompiledArtifact:
+        start = time.perf_counter()
+        runner, extra, run_device = self.build(backend)
+        return self.finish(backend, runner, extra, run_device, start, None)
+
+    def fastest(self, repeats: int, fallback_reason: str) -> CompiledArtifact:
+        """Build, check and time every available CPU backend; keep the fastest that agrees."""
+        start = time.perf_counter()
+        device, dtype = _model_device_dtype(self.model)
+        tolerance = default_tolerance(dtype)
+        with torch.no_grad():
+            reference = self.model(*self.tensors).float().softmax(-1)
+        trials: dict[str, dict[str, Any]] = {}
+        usable: dict[str, tuple[Callable[..., Tensor], dict[str, Any], torch.device]] = {}
+        for backend in CPU_BACKENDS:
+            if (why := _cpu_backend_unavailable_reason(backend)) is not None:
+                self.errors.append(f"{backend}: {why}")
+                continue
+            t0 = time.perf_counter()
+            try:
+                built = self.build(backend)
+                output, median_ms = _timed(built[0], self.tensors, repeats, device)
+            except Exception as error:
+                self.errors.append(f"{backend}: {type(error).__name__}: {error}")
+                log.warning("compile: %s failed (%s); measuring the others", backend, error)
+                continue
+            diff = float((output.float().softmax(-1) - reference).abs().max())
+            trials[backend] = {
+                "median_ms": round(median_ms, 3),
+                "max_abs_diff_member_probs": diff,
+                "build_and_time_seconds": round(time.perf_counter() - t0, 2),
+            }
+            if diff > tolerance:
+                self.errors.append(f"{backend}: max |dp| {diff:.2e} > {tolerance:g} vs eager")
+                continue
+            usable[backend] = built
+        if not usable:
+            raise CompileError("no backend could compile the model: " + "; ".join(self.errors))
+        choice = min(usable, key=lambda b: trials[b]["median_ms"])
+        for backend in trials:  # keep only the chosen artifact
+            if ARTIFACT_FILES[backend] != ARTIFACT_FILES[choice]:
+                (self.out / ARTIFACT_FILES[backend]).unlink(missing_ok=True)
+        log.info(
+            "compile: auto chose %s (%s)",
+            choice,
+            ", ".join(f"{b} {t['median_ms']:.1f} ms" for b, t in trials.items()),
+        )
+        runner, extra, run_device = usable[choice]
+        selection = {
+            "batch": int(self.tensors[0].shape[0]),
+            "repeats": repeats,
+            "tolerance": tolerance,
+            "trials": trials,
+        }
+        extra = {**extra, "auto_selection": selection}
+        return self.finish(choice, runner, extra, run_device, start, fallback_reason)
+
+    def finish(
+        self,
+        backend: str,
+        runner: Callable[..., Tensor],
+        extra: dict[str, Any],
+        run_device: torch.device,
+        start: float,
+        fallback_reason: str | None,
+    ) -> CompiledArtifact:
+        """Write ``compiled.json`` (after the artifact) and return the loaded artifact."""
+        _, dtype = _model_device_dtype(self.model)
+        artifact_path = self.out / ARTIFACT_FILES[backend]
         metadata: dict[str, Any] = {
             "format": FORMAT,
-            "backend": concrete,
-            "requested_backend": backend,
-            "fallback_reason": fallback_reason if concrete != backend else None,
-            "failed_backends": errors,
+            "backend": backend,
+            "requested_backend": self.requested,
+            "fallback_reason": fallback_reason if backend != self.requested else None,
+            "failed_backends": list(self.errors),
             "artifact": artifact_path.name,
             "artifact_sha256": _sha256(artifact_path),
-            "source_weights_sha256": _state_hash(model),
-            "input_names": names,
-            "dynamic_dims": {n: list(d.values()) for n, d in _dynamic_dims(names).items()},
-            "max_batch": max_batch,
+            "source_weights_sha256": _state_hash(self.model),
+            "input_names": self.names,
+            "dynamic_dims": {n: list(d.values()) for n, d in _dynamic_dims(self.names).items()},
+            "max_batch": self.max_batch,
             "dtype": str(dtype).removeprefix("torch."),
             "device": str(run_device),
             "device_name": device_description(run_device),
-            "num_members": getattr(model, "num_members", None),
-            "attention_implementation": getattr(model, "attention_implementation", None),
+            "num_members": getattr(self.model, "num_members", None),
+            "attention_implementation": getattr(self.model, "attention_implementation", None),
             "compile_seconds": round(time.perf_counter() - start, 3),
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "library_versions": library_versions(),
             **extra,
         }
-        _atomic_json(out / METADATA_FILE, metadata)
-        return CompiledArtifact(concrete, out, metadata, runner)
-    raise CompileError("no backend could compile the model: " + "; ".join(errors))
+        _atomic_json(self.out / METADATA_FILE, metadata)
+        return CompiledArtifact(backend, self.out, metadata, runner)
+
+
+def _timed(
+    runner: Callable[..., Tensor], tensors: tuple[Tensor, ...], repeats: int, device: torch.device
+) -> tuple[Tensor, float]:
+    """(output of a warm-up call, median milliseconds of ``repeats`` further calls)."""
+
+    def call() -> Tensor:
+        out = runner(*tensors)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return out
+
+    with torch.no_grad():
+        output = call()  # warm-up: inductor compiles, ONNX Runtime allocates its arena
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+    return output, statistics.median(times) * 1e3
 
 
 def _compile_one(

@@ -160,8 +160,8 @@ class MergeConfig(_Strict):
 
 class CompileConfig(_Strict):
     backend: Literal["eager", "auto", "inductor", "export", "onnxruntime", "tensorrt"] = "auto"
-    """``auto``: tensorrt on CUDA, else the fastest CPU backend (hydra_ops.compile); ``eager``:
-    no compilation (the artifact records that)."""
+    """``auto``: tensorrt on CUDA, else the fastest CPU backend measured here that agrees with
+    eager (hydra_ops.compile); ``eager``: no compilation (the artifact records that)."""
     tolerance: float = Field(default=1e-4, gt=0)
     check_examples: int = Field(default=64, ge=1)
 

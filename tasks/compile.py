@@ -1,11 +1,11 @@
 """Stage ``compile``: the compiled artifact of the merged model, re-checked against eager.
 
 ``hydra_ops.compile.compile_model`` builds the artifact for ``compile.backend`` (``auto``:
-TensorRT on CUDA when importable, else the fastest CPU backend; ``eager``: no compilation,
-recorded as such) and ``load_compiled`` loads it back. The loaded artifact is compared with the
-eager model on held-out test inputs (max abs difference of ensemble probabilities, argmax
-agreement); the result goes to ``metrics/compile.json``, which the gate checks, and the artifact's
-metadata records backend, versions and device.
+TensorRT on CUDA when importable, else the fastest CPU backend measured on the first check batch;
+``eager``: no compilation, recorded as such) and ``load_compiled`` loads it back. The loaded
+artifact is compared with the eager model on held-out test inputs (max abs difference of ensemble
+probabilities, argmax agreement); the result goes to ``metrics/compile.json``, which the gate
+checks, and the artifact's metadata records backend, versions and device.
 """
 
 from __future__ import annotations
@@ -70,6 +70,14 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         meta["check"] = check_result
         write_json(tmp / "compile.json", meta)
     write_json(root / METRICS / "compile.json", {"backend": meta["backend"], **check_result})
+    if "auto_selection" in meta:
+        sel = meta["auto_selection"]
+        log.info(
+            "compile: auto measured (batch %d, median of %d): %s",
+            sel["batch"],
+            sel["repeats"],
+            ", ".join(f"{b} {t['median_ms']:.0f} ms" for b, t in sel["trials"].items()),
+        )
     log.info(
         "compile: backend %s (requested %s), max |dp| %.2e, argmax agreement %.4f",
         meta["backend"],

@@ -98,25 +98,44 @@ def test_export_program_loads_without_project_classes(hydra, export_dir, tmp_pat
     assert float(done.stdout.strip().splitlines()[-1]) <= ATOL
 
 
-def test_auto_falls_back_without_cuda(hydra, tmp_path, monkeypatch):
+def test_auto_without_cuda_measures_and_keeps_the_fastest_that_agrees(hydra, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert hc.tensorrt_unavailable_reason() == "no CUDA device"
-    assert hc.resolve_backend("auto") == hc.CPU_BACKEND_PREFERENCE[0]
-    assert hc.resolve_backend("tensorrt") == hc.CPU_BACKEND_PREFERENCE[0]
-    # the compile itself walks the preference list; a failing first choice falls through
-    monkeypatch.setattr(hc, "CPU_BACKEND_PREFERENCE", ("no_such_backend", "export"))
+    # two quick backends (inductor's compile is slow on 2 cores) and one that cannot build
+    monkeypatch.setattr(hc, "CPU_BACKENDS", ("no_such_backend", "export", "onnxruntime"))
     monkeypatch.setitem(hc.ARTIFACT_FILES, "no_such_backend", "x.bin")
-    artifact = hc.compile_model(hydra, "auto", tiny_inputs("bert", 2), tmp_path, max_batch=8)
-    assert artifact.backend == "export"
-    assert artifact["failed_backends"] and "no_such_backend" in artifact["failed_backends"][0]
+    artifact = hc.compile_model(
+        hydra, "auto", tiny_inputs("bert", 4), tmp_path, max_batch=8, auto_repeats=3
+    )
+    trials = artifact["auto_selection"]["trials"]
+    assert set(trials) == {"export", "onnxruntime"}
+    assert artifact.backend == min(trials, key=lambda b: trials[b]["median_ms"])
+    assert all(t["max_abs_diff_member_probs"] <= ATOL for t in trials.values())
+    assert "no_such_backend" in artifact["failed_backends"][0]
     assert artifact["requested_backend"] == "auto"
     assert "no CUDA device" in artifact["fallback_reason"]
-    assert hc.verify_compiled(artifact, hydra, heldout())["passed"]
+    files = {p.name for p in tmp_path.iterdir()}
+    assert files == {hc.METADATA_FILE, hc.ARTIFACT_FILES[artifact.backend]}  # only the winner
+    assert hc.verify_compiled(hc.load_compiled(tmp_path), hydra, heldout())["passed"]
+
+
+def test_auto_never_keeps_a_backend_that_disagrees_with_eager(hydra, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
+    build_runner = hc._build_runner
+
+    def wrong(backend, directory, device):
+        runner = build_runner(backend, directory, device)
+        return lambda *tensors: runner(*tensors) + torch.arange(3.0)  # shifts the softmax
+
+    monkeypatch.setattr(hc, "_build_runner", wrong)
+    with pytest.raises(hc.CompileError, match=r"export: max \|dp\|"):
+        hc.compile_model(hydra, "auto", tiny_inputs("bert", 2), tmp_path, max_batch=8)
 
 
 def test_tensorrt_request_falls_back_with_one_line(hydra, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(hc, "CPU_BACKEND_PREFERENCE", ("export",))
+    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
     with caplog.at_level(logging.WARNING, logger="hydra_ops.compile"):
         artifact = hc.compile_model(hydra, "tensorrt", tiny_inputs("bert", 2), tmp_path)
     lines = [r.getMessage() for r in caplog.records if r.name == "hydra_ops.compile"]
@@ -130,6 +149,8 @@ def test_bad_arguments_and_tampered_artifact(hydra, export_dir, tmp_path):
         hc.compile_model(hydra, "tvm", tiny_inputs("bert", 2), tmp_path)
     with pytest.raises(ValueError, match="max_batch must be"):
         hc.compile_model(hydra, "export", tiny_inputs("bert", 4), tmp_path, max_batch=2)
+    with pytest.raises(ValueError, match="auto_repeats must be"):
+        hc.compile_model(hydra, "auto", tiny_inputs("bert", 2), tmp_path, auto_repeats=0)
     with pytest.raises(ValueError, match="input_ids"):
         hc.compile_model(hydra, "export", {"labels": torch.zeros(2)}, tmp_path)
     with pytest.raises(ValueError, match=r"no compiled\.json"):
