@@ -156,6 +156,23 @@ def test_circuit_is_deterministic_per_seed(model, val, ood, circuit_run) -> None
     assert torch.equal(again.scores, hs.scores)
 
 
+def _relative_nll_increase(model, batch, layer: int) -> torch.Tensor:
+    """[H]: ``(NLL with head h of ``layer`` gated off - NLL) / NLL``, all other heads on."""
+    adapter = get_adapter(model)
+
+    def nll(gates: torch.Tensor) -> float:
+        with torch.no_grad(), head_gates(model, gates):
+            return float(F.cross_entropy(adapter.logits(batch), batch["labels"]))
+
+    full = nll(torch.ones(L, H))
+    increases = []
+    for h in range(H):
+        gates = torch.ones(L, H)
+        gates[layer, h] = 0
+        increases.append((nll(gates) - full) / full)
+    return torch.tensor(increases)
+
+
 def test_circuit_matches_a_hand_computed_first_layer(model, val) -> None:
     hs = score_heads(
         model,
@@ -167,20 +184,7 @@ def test_circuit_matches_a_hand_computed_first_layer(model, val) -> None:
         bootstrap=False,
         progress=False,
     )
-    adapter = get_adapter(model)
-    batch = val[0]
-
-    def nll(gates: torch.Tensor) -> float:
-        with torch.no_grad(), head_gates(model, gates):
-            return float(F.cross_entropy(adapter.logits(batch), batch["labels"]))
-
-    full = nll(torch.ones(L, H))
-    expected = []
-    for h in range(H):
-        gates = torch.ones(L, H)
-        gates[0, h] = 0
-        expected.append((nll(gates) - full) / full)
-    expected_t = torch.tensor(expected)
+    expected_t = _relative_nll_increase(model, val[0], layer=0)
     assert torch.allclose(hs.scores[0], expected_t, atol=1e-5)
     assert hs.circuits[0].heads(0) == (int(expected_t.argmax()),)
 
@@ -240,21 +244,9 @@ def test_circuit_with_a_shared_trunk_searches_only_the_later_layers(model, val, 
     assert all(plan.heads(0) == tuple(range(H)) for plan in hs.circuits)
     assert all(len(plan.heads(1)) == 1 for plan in hs.circuits)
     assert torch.equal(hs.scores[0], torch.zeros(H)) and hs.meta["shared_layers"] == 1
-    adapter = get_adapter(model)
-    batch = val[0]
-
-    def nll(gates: torch.Tensor) -> float:
-        with torch.no_grad(), head_gates(model, gates):
-            return float(F.cross_entropy(adapter.logits(batch), batch["labels"]))
-
-    full = nll(torch.ones(L, H))
-    first = []
-    for h in range(H):
-        gates = torch.ones(L, H)
-        gates[1, h] = 0
-        first.append((nll(gates) - full) / full)
     per_circuit = torch.tensor(hs.meta["per_circuit_importance"])
-    assert torch.allclose(per_circuit[0, 1].float(), torch.tensor(first), atol=1e-5)
+    expected = _relative_nll_increase(model, val[0], layer=1)
+    assert torch.allclose(per_circuit[0, 1].float(), expected, atol=1e-5)
 
 
 def test_circuit_search_trunk_is_the_full_search_with_the_trunk_restored(model, val, ood) -> None:
