@@ -9,6 +9,7 @@ Public API (the pipeline's ``tasks/compile`` stage codes against this)::
     verify_compiled(artifact, model, heldout_inputs, *, tolerance=None, min_agreement=1.0,
                     out_path=None) -> dict
     available_backends() -> dict[str, str | None]   # backend -> None if usable, else the reason
+    median_latency_ms(call, repeats, device=None) -> (warm-up output, median ms)
 
 Backends (``BACKENDS``):
 
@@ -640,7 +641,10 @@ class _Build:
             t0 = time.perf_counter()
             try:
                 built = self.build(backend)
-                output, median_ms = _timed(built[0], self.tensors, repeats, device)
+                runner = built[0]
+                output, median_ms = median_latency_ms(
+                    lambda runner=runner: runner(*self.tensors), repeats, device
+                )
             except Exception as error:
                 self.errors.append(f"{backend}: {type(error).__name__}: {error}")
                 log.warning("compile: %s failed (%s); measuring the others", backend, error)
@@ -714,23 +718,27 @@ class _Build:
         return CompiledArtifact(backend, self.out, metadata, runner)
 
 
-def _timed(
-    runner: Callable[..., Tensor], tensors: tuple[Tensor, ...], repeats: int, device: torch.device
+def median_latency_ms(
+    call: Callable[[], Tensor], repeats: int, device: torch.device | None = None
 ) -> tuple[Tensor, float]:
-    """(output of a warm-up call, median milliseconds of ``repeats`` further calls)."""
+    """``(output of one warm-up call, median milliseconds of repeats further calls)``, no grad.
 
-    def call() -> Tensor:
-        out = runner(*tensors)
-        if device.type == "cuda":
+    The warm-up is where inductor compiles and ONNX Runtime allocates its arena; on CUDA each call
+    is synchronised before the clock stops.
+    """
+
+    def timed_call() -> Tensor:
+        out = call()
+        if device is not None and device.type == "cuda":
             torch.cuda.synchronize(device)
         return out
 
     with torch.no_grad():
-        output = call()  # warm-up: inductor compiles, ONNX Runtime allocates its arena
+        output = timed_call()
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            call()
+            timed_call()
             times.append(time.perf_counter() - t0)
     return output, statistics.median(times) * 1e3
 

@@ -15,7 +15,6 @@ Outputs: ``metrics/evaluate.json`` (DVC metrics), ``plots/reliability.json`` and
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,14 +69,9 @@ class Candidate:
         return torch.cat([self.fn(b).float() for b in data_batches])
 
     def latency_ms(self, batch: dict, repeats: int) -> float:
-        with torch.no_grad():
-            self.fn(batch)  # warm-up
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                self.fn(batch)
-                times.append((time.perf_counter() - t0) * 1000.0)
-        return statistics.median(times)
+        from hydra_ops.compile import median_latency_ms
+
+        return median_latency_ms(lambda: self.fn(batch), repeats)[1]
 
 
 def _singles(
