@@ -139,17 +139,26 @@ def run(
             console.print(f"[dim]project:[/] {action}")
     except dvcops.StageError as err:
         _fail(str(err), 2)
+    from rich.markup import escape
+
+    from flows import runlog
     from flows.pipeline import hydra_pipeline
 
+    # the full log (tracebacks included) goes to a file; the console keeps progress + one error
+    run_log = runlog.start_run_log(root)
     state = hydra_pipeline(project_dir=str(root), push=push, return_state=True)
     if not state.is_completed():
         try:
             state.result()
         except Exception as err:  # the stage's own one-line error
-            _fail(f"pipeline failed: {err}")
-        _fail(f"pipeline ended in state {state.name}")
+            line = runlog.error_line(err, run_log)
+        else:
+            line = f"pipeline ended in state {state.name}"
+        run_log.error(f"error: {line}")
+        _fail(f"{escape(line)} (full log: {escape(run_log.display_path())})")
     summary = state.result()
     _print_summary(summary)
+    console.print(f"[dim]full log: {escape(run_log.display_path())}[/]")
     if summary.get("gate", {}).get("verdict") == "failed":
         raise typer.Exit(3)
 
@@ -204,7 +213,12 @@ def status(project: Project = None) -> None:
     for stage in STAGES:
         mark = "[yellow]stale[/]" if stage in stale else "[green]up to date[/]"
         console.print(f"  {stage:<20} {mark}")
-    prod = prod_version(root, cfg.promote.model_name, cfg.promote.stage)
+    from tasks.registry import RegistryError
+
+    try:
+        prod = prod_version(root, cfg.promote.model_name, cfg.promote.stage)
+    except RegistryError as err:
+        _fail(f"registry: {err}")
     if prod is None:
         console.print(f"{cfg.promote.model_name} {cfg.promote.stage}: [dim]none[/]")
     else:
@@ -219,26 +233,41 @@ def status(project: Project = None) -> None:
 
 @app.command()
 def predict(
-    inputs: Annotated[list[str], typer.Argument(help="texts, or image files (for image models)")],
+    inputs: Annotated[
+        list[str] | None, typer.Argument(help="texts, or image files (for image models)")
+    ] = None,
     project: Project = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object per input (docs/pipeline.md, predict)")
+    ] = False,
 ) -> None:
-    """Load the prod model through the registry and print class, probability and uncertainty."""
+    """Classify with the prod model: class, probability, entropy, mutual information, member
+    disagreement, OOD score and a verdict (ok / uncertain / likely OOD) per input."""
     from hydra_ops.config import ConfigError, load_params
+    from hydra_ops.ood_thresholds import VERDICT_LABELS
     from tasks.predict import predict as do_predict
+    from tasks.predict import validate_inputs
 
+    try:
+        inputs = validate_inputs(inputs)
+    except ValueError as err:
+        _fail(str(err), 2)
     root = _root(project)
     try:
         cfg = load_params(root / "params.yaml")
-        rows, prod = do_predict(cfg, root, inputs)
+        rows, info = do_predict(cfg, root, inputs)
     except (ConfigError, ValueError) as err:
         _fail(str(err))
     if as_json:
         for r in rows:
             print(json.dumps(r))
         return
-    table = Table(title=f"{cfg.promote.model_name} {prod['version']} ({cfg.promote.stage})")
-    for col in ("input", "class", "prob", "entropy", "mutual_info", "disagreement"):
+    table = Table(
+        title=f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
+        f"{rows[0]['answered_by']}"
+    )
+    cols = ("input", "class", "prob", "entropy", "MI", "disagreement", "ood_score", "verdict")
+    for col in cols:
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
@@ -248,37 +277,130 @@ def predict(
             f"{r['entropy']:.3f}",
             f"{r['mutual_information']:.3f}",
             f"{r['disagreement']:.3f}",
+            f"{r['ood_score']:.4g}",
+            VERDICT_LABELS.get(r["verdict"], "n/a"),
         )
     console.print(table)
+    console.print(info["legend"], highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command()
 def promote(
     project: Project = None,
-    force: Annotated[bool, typer.Option("--force", help="promote past a failed gate")] = False,
-    reason: Annotated[str | None, typer.Option("--reason", help="required with --force")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="promote past a FAILED gate (never a stale one)")
+    ] = False,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="required with --force and --version")
+    ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option("--version", help="move the stage back to this registered version (vX.Y.Z)"),
+    ] = None,
 ) -> None:
-    """Promote models/hydra to prod if the gate passed (or --force --reason)."""
+    """Promote models/bundle if its gate verdict passed and still matches the workspace; or,
+    with --version, move the stage back to an earlier version (rollback)."""
     from hydra_ops.config import ConfigError, load_params
     from tasks.promote import promote as do_promote
+    from tasks.promote import rollback
 
     root = _root(project)
-    if force and not (reason and reason.strip()):
-        _fail("--force needs --reason TEXT (the reason is recorded in the registry)", 2)
+    if force and version:
+        _fail("give --force or --version, not both", 2)
+    if (force or version) and not (reason and reason.strip()):
+        _fail(
+            f"{'--force' if force else '--version'} needs --reason TEXT (recorded in the registry)",
+            2,
+        )
     try:
         cfg = load_params(root / "params.yaml")
-        result = do_promote(cfg, root, force=force, reason=reason)
+        if version:
+            result = rollback(cfg, root, version, reason)
+        else:
+            result = do_promote(cfg, root, force=force, reason=reason)
     except (ConfigError, ValueError) as err:
         _fail(str(err))
     if result["promoted"]:
-        console.print(
-            f"promoted {result['model']}@{result['version']} -> {result['stage']}"
-            + (f" (forced: {reason})" if force else "")
+        how = (
+            f" (rollback from {result['rollback_from']}: {reason})"
+            if version
+            else (f" (forced: {reason})" if result.get("forced") else "")
         )
+        console.print(f"promoted {result['model']}@{result['version']} -> {result['stage']}{how}")
+        if not version:
+            from flows import dvcops
+
+            console.print(f"[dim]dvc push: {dvcops.push(root)}[/]")
     else:
         console.print(f"not promoted: {result['why']}")
         if result.get("why") == "gate failed":
             raise typer.Exit(3)
+
+
+@app.command()
+def registry(project: Project = None) -> None:
+    """List the registered versions: stage, gate verdict, key metrics, reason (forced ones)."""
+    from hydra_ops.config import ConfigError, load_params
+    from tasks.registry import RegistryError, assignments, prod_version, versions
+
+    root = _root(project)
+    try:
+        cfg = load_params(root / "params.yaml")
+        name, stage = cfg.promote.model_name, cfg.promote.stage
+        rows = versions(root, name)
+        history = assignments(root, name, stage)
+        current = prod_version(root, name, stage)
+    except (ConfigError, RegistryError) as err:
+        _fail(str(err))
+    if not rows:
+        console.print(f"no {name} version registered yet; run the pipeline (hydra-ens run)")
+        return
+    by_commit: dict[str, list[str]] = {}
+    for a in history:
+        by_commit.setdefault(a["commit"], []).append(f"#{a['n']}")
+    table = Table(title=f"{name} versions ({stage}: {current['version'] if current else 'none'})")
+    for col in (
+        "version",
+        stage,
+        "gate",
+        "id acc",
+        "id NLL",
+        "id ECE",
+        "near-OOD AUROC",
+        "registered",
+        "reason",
+    ):
+        table.add_column(col, overflow="fold")
+    for v in reversed(rows):
+        f = v["fields"]
+        try:
+            m = json.loads(f.get("metrics", "{}")).get("calibrated", {})
+        except json.JSONDecodeError:
+            m = {}
+
+        def cell(split: str, metric: str, m=m) -> str:
+            value = m.get(split, {}).get(metric)
+            return "-" if value is None else f"{value:.4f}"
+
+        held = by_commit.get(v["commit"], [])
+        mark = (
+            "[bold green]current[/] " if current and current["version"] == v["version"] else ""
+        ) + (f"[dim]assigned {' '.join(held)}[/]" if held else "")
+        table.add_row(
+            v["version"],
+            mark or "-",
+            f.get("gate", "?"),
+            cell("id_test", "accuracy"),
+            cell("id_test", "nll"),
+            cell("id_test", "ece"),
+            cell("near_ood", "auroc"),
+            v["created"][:19].replace("T", " "),
+            f.get("reason", ""),
+        )
+    console.print(table)
+    for a in history:
+        if "rollback" in a["message"] or "forced" in a["message"]:
+            console.print(f"[dim]{a['tag']}: {a['message']}[/]", soft_wrap=True)
 
 
 @app.command()

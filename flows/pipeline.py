@@ -104,12 +104,12 @@ def _locked_outs(root: Path, stage: str) -> dict[str, str]:
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
-    from tasks.evaluate import metrics_table
+    from tasks.evaluate import load_evaluation, metrics_table
 
     summary: dict[str, Any] = {}
     ev_path, gate_path = root / METRICS / "evaluate.json", root / REPORTS / "gate.json"
     if ev_path.is_file():
-        ev = json.loads(ev_path.read_text())
+        ev = load_evaluation(root)
         create_markdown_artifact(
             key="hydra-metrics",
             markdown=(root / REPORTS / "evaluate.md").read_text(),

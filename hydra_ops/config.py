@@ -144,7 +144,10 @@ class MembersConfig(_Strict):
     strategy: Literal["topk", "gumbel_topk", "overlap_penalty", "circuits"] | None = None
     """``None`` = ``circuits`` for the circuit scorer, ``overlap_penalty`` otherwise."""
     temperature: float = Field(default=1.0, gt=0)
-    overlap_penalty: float = Field(default=1.0, ge=0)
+    overlap_penalty: float | None = Field(default=None, ge=0)
+    """Overlap penalty of the ``overlap_penalty`` and ``circuits`` strategies (in units of a layer's
+    score range); ``None`` = the strategy's default, ``hydra_ops.selection.DEFAULT_PENALTIES``
+    (1.0 for ``overlap_penalty``, 0.5 for ``circuits``, which applies it in the circuit search)."""
     seed: int = 0
     finetune: MemberFinetuneConfig = MemberFinetuneConfig()
 
@@ -164,6 +167,23 @@ class CompileConfig(_Strict):
     eager (hydra_ops.compile); ``eager``: no compilation (the artifact records that)."""
     tolerance: float = Field(default=1e-4, gt=0)
     check_examples: int = Field(default=64, ge=1)
+
+
+class CalibrateConfig(_Strict):
+    """Quantiles of the ID validation OOD scores that become ``hydra-ens predict``'s verdict
+    thresholds (``uncertain`` above the first, ``likely OOD`` above the second)."""
+
+    uncertain_quantile: float = Field(default=0.90, gt=0, lt=1)
+    likely_ood_quantile: float = Field(default=0.95, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CalibrateConfig:
+        if not self.uncertain_quantile < self.likely_ood_quantile:
+            raise ValueError(
+                f"uncertain_quantile ({self.uncertain_quantile}) must be < likely_ood_quantile "
+                f"({self.likely_ood_quantile})"
+            )
+        return self
 
 
 class EvaluateConfig(_Strict):
@@ -197,6 +217,9 @@ class GateCheck(_Strict):
     greater_is_better: bool | None = None
     calibrated: bool = True
     use_bootstrap_bound: bool = False
+    optional: bool = False
+    """A check whose comparison cannot be made (no ``prod`` model yet, a baseline this variant
+    does not build) is ``skipped`` only when optional; otherwise it fails with the reason."""
 
     @field_validator("metric")
     @classmethod
@@ -217,6 +240,11 @@ class GateCheck(_Strict):
             raise ValueError("give at most one of 'tolerance' or 'min_absolute_change'")
         if self.use_bootstrap_bound and self.baseline in (None, "prod"):
             raise ValueError("'use_bootstrap_bound' needs a baseline other than 'prod'")
+        if self.metric in MODEL_METRICS and self.baseline is not None:
+            raise ValueError(
+                f"model-level metric {self.metric!r} is judged against a 'threshold', not a "
+                f"baseline (got baseline {self.baseline!r})"
+            )
         if self.metric in MODEL_METRICS and self.split != "model":
             object.__setattr__(self, "split", "model")
         if self.metric in OOD_METRICS and self.split not in ("near_ood", "far_ood"):
@@ -263,6 +291,7 @@ class PipelineConfig(_Strict):
     members: MembersConfig = MembersConfig()
     merge: MergeConfig = MergeConfig()
     compile: CompileConfig = CompileConfig()
+    calibrate: CalibrateConfig = CalibrateConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     gates: list[GateCheck] = Field(
         default_factory=lambda: [GateCheck(**g) for g in default_gates()]

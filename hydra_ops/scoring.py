@@ -3,9 +3,9 @@
 ``score_heads(model, method, ...)`` returns a :class:`HeadScores` whose ``scores`` is a float
 tensor ``[layers, heads]``, higher = more important. Methods (details in docs/scoring.md):
 
-- ``taylor``: Michel et al. (2019). A gate ``xi = 1`` multiplies every head's context before the
-  output projection; importance = mean over training batches of ``|dL/dxi|``, ``L`` the batch
-  cross-entropy; optionally L2-normalised per layer. Training data only.
+- ``taylor``: Michel et al. (2019). A per-example gate ``xi = 1`` multiplies every head's context
+  before the output projection; importance = mean over training examples of ``|dL_i/dxi|``,
+  ``L_i`` the example's cross-entropy; optionally L2-normalised per layer. Training data only.
 - ``circuit``: the layer-conditioned greedy circuit search of HeadMap (Wang et al., ICLR 2025), run
   ``num_circuits`` times with different objectives / validation bootstrap resamples / an overlap
   penalty so the circuits differ. ``scores`` is the mean importance over circuits, ``circuits`` the
@@ -39,13 +39,15 @@ from tqdm.auto import tqdm
 from hydra_ops.adapters import get_adapter
 from hydra_ops.gating import head_gates
 from hydra_ops.plans import HeadPlan, plan_overlap
+from hydra_ops.selection import DEFAULT_PENALTIES, resolve_penalty
 
 METHODS = ("taylor", "circuit", "magnitude", "random")
 OBJECTIVES = ("nll", "ood", "avg")
 #: Default overlap penalty of the circuit search, in units of the layer's importance range (see
 #: docs/scoring.md): a head already taken by an earlier circuit must be better than a free head by
-#: more than half the layer's importance range to be taken again.
-DEFAULT_CIRCUIT_PENALTY = 0.5
+#: more than half the layer's importance range to be taken again. Defined, with the other
+#: strategies' defaults, in ``hydra_ops.selection.DEFAULT_PENALTIES``.
+DEFAULT_CIRCUIT_PENALTY = DEFAULT_PENALTIES["circuits"]
 
 _FORMAT = "hydra-ens/head-scores/v1"
 
@@ -255,13 +257,16 @@ def taylor_scores(
     max_batches: int | None = None,
     progress: bool = False,
 ) -> HeadScores:
-    """Michel et al. (2019) head importance: mean over batches of ``|dL/dxi_{l,h}|``.
+    """Michel et al. (2019) head importance: mean over examples of ``|dL_i/dxi_{l,h}|``.
 
-    ``xi`` is a ``[L, H]`` gate of ones on every head's context (``hydra_ops.gating``) and ``L`` the
-    mean cross-entropy of a batch on its ``labels``. The absolute value is taken per batch (batches
-    of one example give Michel's per-example expectation). With ``normalize`` each layer's row is
-    divided by its L2 norm (Michel et al., section 4.2), so every row has unit norm.
-    Only gradients w.r.t. the gates are computed; parameter ``.grad`` is left untouched.
+    ``xi`` is a per-example gate of ones, ``[B, L, H]``, on every head's context
+    (``hydra_ops.gating``) and ``L_i`` the cross-entropy of example ``i`` on its label. One
+    backward pass of ``sum_i L_i`` gives each example's own gradient ``dL_i/dxi_{i,l,h}`` (the
+    examples do not interact in eval mode); the absolute value is taken per example, so opposite
+    signs of different examples never cancel, and the mean runs over all examples of all batches.
+    With ``normalize`` each layer's row is divided by its L2 norm (Michel et al., section 4.2), so
+    every row has unit norm. Only gradients w.r.t. the gates are computed; parameter ``.grad`` is
+    left untouched.
     """
     adapter = get_adapter(model)
     num_layers, num_heads = _uniform_heads(adapter)
@@ -271,28 +276,37 @@ def taylor_scores(
     )
     dtype = adapter.out_proj(0).weight.dtype
     total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    num_examples = 0
     was_training = model.training
     model.eval()
     try:
         for batch in tqdm(batches, desc="taylor", disable=not progress):
+            size = _batch_size(batch)
             gates = torch.ones(
-                num_layers, num_heads, device=device, dtype=dtype, requires_grad=True
+                size, num_layers, num_heads, device=device, dtype=dtype, requires_grad=True
             )
             with torch.enable_grad(), head_gates(model, gates):
                 logits = adapter.logits(batch)
-                loss = F.cross_entropy(logits.float(), batch["labels"].long())
+                loss = F.cross_entropy(logits.float(), batch["labels"].long(), reduction="sum")
                 (grad,) = torch.autograd.grad(loss, gates)
-            total += grad.detach().abs().to("cpu", torch.float64)
+            total += grad.detach().abs().sum(dim=0).to("cpu", torch.float64)
+            num_examples += size
     finally:
         model.train(was_training)
-    scores = total / len(batches)
+    scores = total / num_examples
     if normalize:
         norms = scores.norm(dim=1, keepdim=True)
         scores = torch.where(norms > 0, scores / norms.clamp_min(1e-300), scores)
     return HeadScores(
         scores.float(),
         "taylor",
-        meta={"normalize": normalize, "num_batches": len(batches), "loss": "cross_entropy"},
+        meta={
+            "normalize": normalize,
+            "num_batches": len(batches),
+            "num_examples": num_examples,
+            "loss": "cross_entropy",
+            "abs": "per_example",
+        },
     )
 
 
@@ -468,7 +482,7 @@ def circuit_scores(
     heads_per_layer: int | None = None,
     objective: str | Sequence[str] | None = None,
     bootstrap: bool = True,
-    overlap_penalty: float = DEFAULT_CIRCUIT_PENALTY,
+    overlap_penalty: float | None = None,
     seed: int = 0,
     max_batches: int | None = None,
     progress: bool = True,
@@ -494,7 +508,8 @@ def circuit_scores(
         objective: one of ``OBJECTIVES`` or a list rotated across circuits. Default: all three
             rotated when ``ood_val_batches`` is given, else ``"nll"``.
         bootstrap: resample the validation sets per circuit (seeded).
-        overlap_penalty: >= 0, see above; 0 disables it.
+        overlap_penalty: >= 0, see above; 0 disables it; ``None`` = ``DEFAULT_CIRCUIT_PENALTY``
+            (0.5, via ``hydra_ops.selection.resolve_penalty``).
         callback: called after every head evaluation (``L * H * M`` times) with a dict
             ``{circuit, layer, head, objective, importance, done, total}``.
         reuse_prefix: while scoring layer ``l``, replay the outputs of blocks ``0..l-1`` recorded
@@ -514,12 +529,12 @@ def circuit_scores(
     """
     if isinstance(num_circuits, bool) or not isinstance(num_circuits, int) or num_circuits < 1:
         raise ValueError(f"num_circuits must be an int >= 1, got {num_circuits!r}")
-    if not (
-        isinstance(overlap_penalty, int | float)
-        and math.isfinite(overlap_penalty)
-        and overlap_penalty >= 0
-    ):
-        raise ValueError(f"overlap_penalty must be a finite number >= 0, got {overlap_penalty!r}")
+    try:
+        overlap_penalty = resolve_penalty("circuits", overlap_penalty)
+    except ValueError:
+        raise ValueError(
+            f"overlap_penalty must be a finite number >= 0 or None, got {overlap_penalty!r}"
+        ) from None
     adapter = get_adapter(model)
     num_layers, num_heads = _uniform_heads(adapter)
     k = _check_heads_per_layer(heads_per_layer, num_heads, num_circuits)
@@ -683,7 +698,7 @@ def score_heads(
     heads_per_layer: int | None = None,
     objective: str | Sequence[str] | None = None,
     bootstrap: bool = True,
-    overlap_penalty: float = DEFAULT_CIRCUIT_PENALTY,
+    overlap_penalty: float | None = None,
     seed: int = 0,
     max_batches: int | None = None,
     progress: bool = True,

@@ -17,7 +17,12 @@ Strategies (``select_members(..., strategy=...)``):
   disjoint whenever ``k * M <= H``; ``0 < penalty < 1`` lets a held head win over a free one only if
   its score exceeds the free head's by more than ``penalty`` times the layer's score range;
   ``penalty = 0`` gives M copies of the top-k plan.
-- ``"circuits"``: the plans found by the circuit scorer (``HeadScores.circuits``).
+- ``"circuits"``: the plans found by the circuit scorer (``HeadScores.circuits``). Its overlap
+  penalty acts inside the circuit search (``hydra_ops.scoring.circuit_scores``); here ``penalty``
+  must match the one the circuits were searched with (recorded in ``HeadScores.meta``).
+
+``penalty=None`` means the strategy's default, :data:`DEFAULT_PENALTIES` (1.0 for
+``overlap_penalty``, 0.5 for ``circuits``), resolved by :func:`resolve_penalty` only.
 
 Invariants of every returned plan: ``k_l`` heads in layer ``l`` (``1 <= k_l <= H``), heads sorted,
 indices into the unpruned model's heads.
@@ -38,13 +43,40 @@ if TYPE_CHECKING:
     from hydra_ops.scoring import HeadScores
 
 STRATEGIES = ("topk", "gumbel_topk", "overlap_penalty", "circuits")
+#: The overlap penalty of each penalised strategy when none is given, in units of a layer's score
+#: (importance) range. ``circuits``: a head already taken by an earlier circuit must beat a free
+#: head by more than half the layer's importance range to be taken again (docs/scoring.md).
+DEFAULT_PENALTIES: dict[str, float] = {"overlap_penalty": 1.0, "circuits": 0.5}
 
 __all__ = [
+    "DEFAULT_PENALTIES",
     "STRATEGIES",
     "default_heads_per_layer",
     "diversity_report",
+    "resolve_penalty",
     "select_members",
 ]
+
+
+def resolve_penalty(strategy: str, penalty: float | None) -> float:
+    """The overlap penalty ``strategy`` uses: ``penalty``, or its default when ``None``.
+
+    ``strategy`` must be a key of :data:`DEFAULT_PENALTIES`; ``penalty`` a finite number >= 0.
+    """
+    if strategy not in DEFAULT_PENALTIES:
+        raise ValueError(
+            f"strategy={strategy!r} has no overlap penalty; allowed: {', '.join(DEFAULT_PENALTIES)}"
+        )
+    if penalty is None:
+        return DEFAULT_PENALTIES[strategy]
+    if not (
+        isinstance(penalty, int | float)
+        and not isinstance(penalty, bool)
+        and math.isfinite(penalty)
+        and penalty >= 0
+    ):
+        raise ValueError(f"penalty must be a finite number >= 0 or None, got {penalty!r}")
+    return float(penalty)
 
 
 def default_heads_per_layer(num_heads: int, num_members: int) -> int:
@@ -158,12 +190,25 @@ def _select_overlap(
 
 
 def _select_circuits(
-    circuits: list[HeadPlan] | None, num_members: int, budget: list[int], num_heads: int
+    circuits: list[HeadPlan] | None,
+    num_members: int,
+    budget: list[int],
+    num_heads: int,
+    penalty: float,
+    searched_with: Any,
 ) -> list[HeadPlan]:
     if not circuits:
         raise ValueError(
             "strategy='circuits' needs scores to be a HeadScores from "
             "score_heads(model, method='circuit', num_circuits=M, ...) carrying circuits"
+        )
+    if searched_with is not None and not math.isclose(
+        float(searched_with), penalty, rel_tol=0.0, abs_tol=1e-12
+    ):
+        raise ValueError(
+            f"penalty={penalty} but the circuits were searched with overlap_penalty="
+            f"{float(searched_with)}; the circuits strategy applies its penalty during the search: "
+            f"rescore with score_heads(..., method='circuit', overlap_penalty={penalty})"
         )
     if len(circuits) < num_members:
         raise ValueError(
@@ -189,7 +234,7 @@ def select_members(
     seed: int = 0,
     *,
     temperature: float = 1.0,
-    penalty: float = 1.0,
+    penalty: float | None = None,
 ) -> list[HeadPlan]:
     """Choose ``num_members`` head plans from head importance scores.
 
@@ -201,7 +246,10 @@ def select_members(
         strategy: one of ``STRATEGIES`` (see the module docstring).
         seed: seeds ``gumbel_topk``; the other strategies are deterministic and ignore it.
         temperature: > 0, for ``gumbel_topk`` (relative to per-layer standardised scores).
-        penalty: >= 0, for ``overlap_penalty`` (in units of the layer's score range).
+        penalty: >= 0, for ``overlap_penalty`` and ``circuits`` (in units of the layer's score
+            range); ``None`` = the strategy's default (:data:`DEFAULT_PENALTIES`). ``circuits``
+            checks it against the penalty recorded in the ``HeadScores`` (ValueError if they
+            differ: the circuits must be rescored).
 
     Returns:
         M plans of ``L`` layers; plan ``m`` keeps ``heads_per_layer[l]`` heads in layer ``l``.
@@ -227,11 +275,12 @@ def select_members(
         ):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         return _select_gumbel(tensor, num_members, budget, int(seed), float(temperature))
+    resolved = resolve_penalty(strategy, penalty)
     if strategy == "overlap_penalty":
-        if not (isinstance(penalty, int | float) and math.isfinite(penalty) and penalty >= 0):
-            raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
-        return _select_overlap(tensor, num_members, budget, float(penalty))
-    return _select_circuits(circuits, num_members, budget, num_heads)
+        return _select_overlap(tensor, num_members, budget, resolved)
+    meta = getattr(scores, "meta", None) or {}
+    searched_with = meta.get("overlap_penalty")
+    return _select_circuits(circuits, num_members, budget, num_heads, resolved, searched_with)
 
 
 def diversity_report(

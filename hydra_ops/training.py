@@ -74,46 +74,34 @@ class TrainReport:
         return asdict(self)
 
 
-def _layers(model: nn.Module) -> tuple[nn.Module | None, Sequence[nn.Module]]:
-    """(embeddings, list of transformer blocks) for BERT / HF ViT / timm ViT."""
-    for attr in ("bert", "vit"):
-        inner = getattr(model, attr, None)
-        if inner is not None:
-            return inner.embeddings, list(inner.encoder.layer)
-    if hasattr(model, "blocks"):  # timm VisionTransformer
-        embeds = nn.ModuleList([m for m in (getattr(model, "patch_embed", None),) if m is not None])
-        return embeds, list(model.blocks)
-    raise ValueError(
-        f"frozen_layers: cannot find transformer layers on {type(model).__name__}; "
-        "supported: BertForSequenceClassification, ViTForImageClassification, "
-        "timm VisionTransformer"
-    )
-
-
 def freeze_layers(model: nn.Module, frozen_layers: int | Sequence[int]) -> None:
-    """Freeze parameters in place.
+    """Freeze parameters in place (``requires_grad = False``); nothing is unfrozen.
 
-    ``frozen_layers``: an int ``k`` freezes the embeddings and the first ``k`` layers; a sequence
-    freezes exactly those layer indices (embeddings stay trainable).
+    ``frozen_layers``: an int ``k`` in ``0..L`` freezes the shared trunk of depth ``k``: every
+    embedding-side parameter (``adapter.embedding_parameters()``: token/patch/position embeddings,
+    prefix tokens such as timm's ``cls_token``/``reg_token``, ``norm_pre``) and blocks ``0..k-1``
+    (``adapter.trunk_parameters(k)``; ``k = 0`` freezes nothing). A sequence freezes exactly those
+    block indices (embeddings stay trainable). The model must be a supported family
+    (:func:`hydra_ops.adapters.get_adapter`), else ValueError naming the families.
     """
-    embeddings, layers = _layers(model)
+    from hydra_ops.adapters import get_adapter
+
+    adapter = get_adapter(model)
+    num_layers = adapter.num_layers
+    if isinstance(frozen_layers, bool):
+        raise ValueError(f"frozen_layers must be an int in 0..{num_layers} or a list of layers")
     if isinstance(frozen_layers, int):
-        if not 0 <= frozen_layers <= len(layers):
-            raise ValueError(f"frozen_layers must be in 0..{len(layers)}, got {frozen_layers}")
-        chosen = list(range(frozen_layers))
-        if embeddings is not None and frozen_layers > 0:
-            embeddings.requires_grad_(False)
-            if hasattr(model, "cls_token") and model.cls_token is not None:
-                model.cls_token.requires_grad_(False)
-            if hasattr(model, "pos_embed") and model.pos_embed is not None:
-                model.pos_embed.requires_grad_(False)
+        if not 0 <= frozen_layers <= num_layers:
+            raise ValueError(f"frozen_layers must be in 0..{num_layers}, got {frozen_layers}")
+        params = adapter.trunk_parameters(frozen_layers)
     else:
         chosen = [int(i) for i in frozen_layers]
-        bad = [i for i in chosen if not 0 <= i < len(layers)]
+        bad = [i for i in chosen if not 0 <= i < num_layers]
         if bad:
-            raise ValueError(f"frozen_layers: indices {bad} not in 0..{len(layers) - 1}")
-    for i in chosen:
-        layers[i].requires_grad_(False)
+            raise ValueError(f"frozen_layers: indices {bad} not in 0..{num_layers - 1}")
+        params = [p for i in chosen for p in adapter.block(i).parameters()]
+    for p in params:
+        p.requires_grad_(False)
 
 
 def _linear_schedule(total_steps: int, warmup_steps: int) -> Callable[[int], float]:

@@ -3,6 +3,12 @@
 The temperature scales the log of the mean member probabilities; it is stored in the model
 (``HydraEnsemble.set_temperature``, saved with ``save_hydra`` to ``models/hydra``, the artifact that
 is promoted), so ``predict_proba`` and ``hydra-ens predict`` apply it.
+
+Right after the temperature, the verdict thresholds of ``hydra-ens predict`` are fitted on the same
+validation member logits: the OOD score ``evaluate.ood_score`` (computed as the evaluate stage
+does, with the stored temperature) at the quantiles ``calibrate.uncertain_quantile`` and
+``calibrate.likely_ood_quantile`` (``hydra_ops.ood_thresholds``), saved in the model's metadata as
+``metadata["ood_thresholds"]``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ log = logging.getLogger("hydra_ens")
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature
     from hydra_ops.metrics import nll
+    from hydra_ops.ood_thresholds import fit_ood_thresholds
     from hydra_ops.serialization import load_hydra, read_hydra_config, save_hydra
+    from hydra_ops.uncertainty import calibrated_ood_score
 
     hydra = load_hydra(root / MERGED)
     val = models_io.split(root, "val")
@@ -38,20 +46,35 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "val_nll_calibrated": nll((log_probs / t).softmax(-1), labels),
         "fitted_on": "val",
     }
+    # the stored (float32) temperature: the scores evaluate and predict compute from the artifact
+    stored_t = float(hydra.temperature)
+    thresholds = fit_ood_thresholds(
+        calibrated_ood_score(member_logits, stored_t, cfg.evaluate.ood_score),
+        score=cfg.evaluate.ood_score,
+        uncertain_quantile=cfg.calibrate.uncertain_quantile,
+        likely_ood_quantile=cfg.calibrate.likely_ood_quantile,
+        fitted_on="val",
+    ).to_metadata()
     meta = dict(read_hydra_config(root / MERGED).get("metadata", {}))
     meta["calibration"] = summary
+    meta["ood_thresholds"] = thresholds
     with publish_dir(root / HYDRA) as tmp:
         save_hydra(
             hydra, tmp, base_weights_hash=models_io.base_weights_hash(root / BASE), metadata=meta
         )
-    write_json(root / METRICS / "calibrate.json", summary)
+    result = {**summary, "ood_thresholds": thresholds}
+    write_json(root / METRICS / "calibrate.json", result)
     log.info(
-        "calibrate: T = %.3f, val NLL %.4f -> %.4f",
+        "calibrate: T = %.3f, val NLL %.4f -> %.4f; %s thresholds: uncertain > %.4g, "
+        "likely OOD > %.4g",
         t,
         summary["val_nll_raw"],
         summary["val_nll_calibrated"],
+        thresholds["score"],
+        thresholds["uncertain"],
+        thresholds["likely_ood"],
     )
-    return summary
+    return result
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.atomic import replace_dir
+from hydra_ops.atomic import remove_leftovers, replace_dir
 from hydra_ops.config import ConfigError, PipelineConfig, load_params
 
 log = logging.getLogger("hydra_ens")
@@ -36,6 +36,7 @@ MEMBERS = Path("models/members")
 MERGED = Path("models/merged")
 COMPILED = Path("models/compiled")
 HYDRA = Path("models/hydra")
+BUNDLE = Path("models/bundle")
 METRICS = Path("metrics")
 REPORTS = Path("reports")
 PLOTS = Path("plots")
@@ -50,10 +51,11 @@ STAGES = (
     "select_members",
     "finetune_members",
     "merge",
-    "compile",
     "calibrate",
+    "compile",
     "evaluate",
     "gate",
+    "bundle",
     "promote",
 )
 
@@ -119,13 +121,12 @@ def read_json(path: Path, what: str | None = None) -> Any:
 def publish_dir(target: Path) -> Iterator[Path]:
     """Yield a fresh temp folder next to ``target``; on success it atomically replaces ``target``.
 
-    A crash inside the block leaves ``target`` as it was (a stale ``.tmp-*`` folder is ignored and
-    cleaned up by the next call).
+    A crash inside the block leaves ``target`` as it was; what a kill leaves (a ``.tmp-*`` or
+    ``.old-*`` folder, see :func:`hydra_ops.atomic.leftovers`) is removed by the next call.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_leftovers(target)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
     try:
         yield tmp
@@ -172,6 +173,36 @@ def fingerprint(obj: Any) -> str:
     ).hexdigest()
 
 
+# ---- leftovers of interrupted runs ----
+def stage_outputs(stage: str, root: Path) -> list[Path]:
+    """Every path ``stage`` declares in ``root/dvc.yaml`` (``outs``, ``metrics``, ``plots``);
+    empty when there is no ``dvc.yaml``. ValueError naming the declared stages if unknown."""
+    import yaml
+
+    dvc_yaml = Path(root) / "dvc.yaml"
+    if not dvc_yaml.is_file():
+        return []
+    stages = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {})
+    if stage not in stages:
+        raise ValueError(f"stage {stage!r} is not in {dvc_yaml}; declared: {', '.join(stages)}")
+    paths: list[Path] = []
+    for key in ("outs", "metrics", "plots"):
+        for entry in stages[stage].get(key) or []:
+            names = [entry] if isinstance(entry, str) else list(entry)
+            paths += [Path(root) / name for name in names]
+    return paths
+
+
+def remove_stage_leftovers(stage: str, root: Path) -> list[Path]:
+    """Delete what a killed run of ``stage`` left next to its outputs (``.<out>.tmp-*``,
+    ``.<out>.old-*``, ``.<out>.*.tmp``; :func:`hydra_ops.atomic.leftovers`). Run at stage start,
+    when no other process writes the stage's outputs. Returns the removed paths."""
+    removed = [p for out in stage_outputs(stage, root) for p in remove_leftovers(out)]
+    for path in removed:
+        log.info("stage %s: removed %s (left by an interrupted run)", stage, path)
+    return removed
+
+
 # ---- params ----
 def load_config(root: Path | None = None) -> PipelineConfig:
     return load_params(Path(root or Path.cwd()) / "params.yaml")
@@ -184,6 +215,7 @@ def stage_main(name: str, fn: Callable[[PipelineConfig, Path], dict[str, Any] | 
     t0 = time.perf_counter()
     try:
         cfg = load_config(root)
+        remove_stage_leftovers(name, root)
         set_threads()
         log.info("stage %s: start (profile %s)", name, cfg.profile)
         fn(cfg, root)

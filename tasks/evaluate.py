@@ -7,6 +7,9 @@ plus ``models/baselines``), and, when members were fine-tuned, ``control`` (M un
 base given the same member fine-tune). Metrics: all of ``hydra_ops.metrics`` (OOD = positive
 class, score ``evaluate.ood_score``), parameters, latency (median ms per batch of
 ``evaluate.latency_batch``), and the paired bootstrap interval of Hydra minus each baseline.
+For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OOD, far-OOD), how
+many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
+thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
 
 Outputs: ``metrics/evaluate.json`` (DVC metrics), ``plots/reliability.json`` and ``plots/roc.json``
 (DVC plots), ``reports/evaluate.md`` (the Markdown table).
@@ -27,6 +30,7 @@ from tasks import models_io
 from tasks.common import (
     BASE,
     BASELINES,
+    COMPILED,
     HYDRA,
     METRICS,
     PLANS,
@@ -44,6 +48,7 @@ EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
 BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
 BOOTSTRAP_OOD = ("auroc",)
 VARIANTS = ("calibrated", "raw")
+LATENCY_FILE = "latency.json"
 
 
 class Candidate:
@@ -134,15 +139,39 @@ def _probs(member_logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def _ood_score(cfg: PipelineConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
-    from hydra_ops.metrics import ood_scores
+    from hydra_ops.uncertainty import calibrated_ood_score
 
-    # energy needs raw member logits [N, M, C] (log-probabilities have logsumexp 0)
-    return ood_scores(
-        _probs(member_logits, t),
-        member_probs=member_logits.softmax(-1),
-        logits=member_logits / t,
-        kind=cfg.evaluate.ood_score,
-    )
+    # the one definition shared with calibrate's thresholds and `hydra-ens predict`
+    return calibrated_ood_score(member_logits, t, cfg.evaluate.ood_score)
+
+
+VERDICT_SPLITS = (("test", "id_test"), ("near_ood", "near_ood"), ("far_ood", "far_ood"))
+
+
+def hydra_verdicts(
+    root: Path, hydra_out: dict[str, torch.Tensor], t: float
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]], dict[str, Any]]:
+    """Verdict counts and fractions per split (ID test, near-OOD, far-OOD) of the Hydra model,
+    with the thresholds stored by calibrate in ``models/hydra``'s metadata (and their score kind,
+    so the verdicts are those ``hydra-ens predict`` gives). Returns (counts, fractions,
+    thresholds as stored)."""
+    from hydra_ops.ood_thresholds import OodThresholds, verdict_counts
+    from hydra_ops.serialization import read_hydra_config
+    from hydra_ops.uncertainty import calibrated_ood_score
+
+    stored = read_hydra_config(root / HYDRA).get("metadata", {}).get("ood_thresholds")
+    if stored is None:
+        raise ValueError(
+            f"{HYDRA}/hydra.json has no metadata.ood_thresholds; re-run the calibrate stage"
+        )
+    thresholds = OodThresholds.from_metadata(stored)
+    counts: dict[str, dict[str, int]] = {}
+    fractions: dict[str, dict[str, float]] = {}
+    for split, key in VERDICT_SPLITS:
+        scores = calibrated_ood_score(hydra_out[split], t, thresholds.score)
+        counts[key] = verdict_counts(scores, thresholds)
+        fractions[key] = {v: c / len(scores) for v, c in counts[key].items()}
+    return counts, fractions, thresholds.to_metadata()
 
 
 def _metrics(cfg: PipelineConfig, out: dict[str, torch.Tensor], labels: dict, t: float) -> dict:
@@ -251,9 +280,10 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False
     )[0]
     candidates, hydra_t = build_candidates(cfg, root)
-    compile_metrics = read_json(root / METRICS / "compile.json", "compile output")
+    compiled = read_json(root / COMPILED / "compiled.json", "compile output")
 
     outputs: dict[str, dict[str, torch.Tensor]] = {}
+    verdict_thresholds: dict[str, Any] = {}
     temps: dict[str, float] = {}
     models: dict[str, Any] = {}
     for cand in candidates:
@@ -274,9 +304,13 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "raw": _metrics(cfg, outputs[cand.name], labels, 1.0),
         }
         if cand.name == "hydra":
-            entry["compile_max_abs_diff"] = compile_metrics["compile_max_abs_diff"]
-            entry["compile_argmax_agreement"] = compile_metrics["compile_argmax_agreement"]
-            entry["compile_backend"] = compile_metrics["backend"]
+            check = compiled.get("check")  # None: eager, nothing compiled to check
+            entry["compile_max_abs_diff"] = check and check["max_abs_diff_probs"]
+            entry["compile_argmax_agreement"] = check and check["argmax_agreement"]
+            entry["compile_backend"] = compiled["backend"]
+            entry["verdicts"], entry["verdict_fractions"], verdict_thresholds = hydra_verdicts(
+                root, outputs["hydra"], temps["hydra"]
+            )
         models[cand.name] = entry
         log.info(
             "evaluate %s: id acc %.3f, ECE %.3f, near-OOD AUROC %.3f, far-OOD AUROC %.3f (%.1fs)",
@@ -318,7 +352,14 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "models": models,
         "bootstrap": bootstrap,
     }
-    write_json(root / METRICS / "evaluate.json", result)
+    # latency is a fact of this run on this machine: kept beside the evaluation, not in it, so
+    # the evaluation a gate verdict is bound to hashes the same for the same models
+    write_json(
+        root / METRICS / "evaluate.json",
+        {**result, "models": {n: _without_latency(e) for n, e in models.items()}},
+    )
+    write_json(root / METRICS / LATENCY_FILE, {n: e["latency_ms"] for n, e in models.items()})
+    report_extra = {"verdict_thresholds": verdict_thresholds}
 
     reliability, roc = [], []
     for name in models:
@@ -330,8 +371,23 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             roc += _roc(name, split, id_s, _ood_score(cfg, outputs[name][split], temps[name]))
     write_json(root / PLOTS / "reliability.json", reliability)
     write_json(root / PLOTS / "roc.json", roc)
-    write_text(root / REPORTS / "evaluate.md", render_report(result))
+    write_text(root / REPORTS / "evaluate.md", render_report({**result, **report_extra}))
     return result
+
+
+def _without_latency(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "latency_ms"}
+
+
+def load_evaluation(root: Path) -> dict[str, Any]:
+    """``metrics/evaluate.json`` with each model's ``latency_ms`` merged back in (when measured)."""
+    ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
+    latency_path = root / METRICS / LATENCY_FILE
+    latency = read_json(latency_path, "evaluate output") if latency_path.is_file() else {}
+    for name, entry in ev["models"].items():
+        if name in latency:
+            entry["latency_ms"] = latency[name]
+    return ev
 
 
 def _fmt(v: float) -> str:
@@ -348,7 +404,9 @@ def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
     for name, entry in result["models"].items():
         row = [name] + [_fmt(entry[variant][s][m]) for s, m in cols]
         t = entry["temperature"] if variant == "calibrated" else 1.0
-        row += [f"{t:.3f}", f"{entry['parameters']:,}", f"{entry['latency_ms']:.1f}"]
+        latency = entry.get("latency_ms")
+        shown = "-" if latency is None else f"{latency:.1f}"
+        row += [f"{t:.3f}", f"{entry['parameters']:,}", shown]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -368,6 +426,39 @@ def bootstrap_table(result: dict[str, Any], variant: str = "calibrated") -> str:
     return "\n".join(lines)
 
 
+def _compiled_note(hydra: dict[str, Any]) -> str:
+    if hydra["compile_max_abs_diff"] is None:
+        return "eager (nothing compiled; the compile checks are not applicable)"
+    return (
+        f"{hydra['compile_backend']} (max |dp| vs eager {hydra['compile_max_abs_diff']:.2e}, "
+        f"argmax agreement {hydra['compile_argmax_agreement']:.4f})"
+    )
+
+
+def verdict_table(result: dict[str, Any]) -> str:
+    """Markdown: per split, how many Hydra examples each ``hydra-ens predict`` verdict flags."""
+    from hydra_ops.ood_thresholds import VERDICT_LABELS, VERDICTS
+
+    hydra = result["models"]["hydra"]
+    lines = [
+        "| split | n | " + " | ".join(VERDICT_LABELS[v] for v in VERDICTS) + " |",
+        "|---|---|" + "---|" * len(VERDICTS),
+    ]
+    for split, counts in hydra["verdicts"].items():
+        n = sum(counts.values())
+        cells = [f"{counts[v]} ({hydra['verdict_fractions'][split][v]:.1%})" for v in VERDICTS]
+        lines.append(f"| {split} | {n} | " + " | ".join(cells) + " |")
+    th = result.get("verdict_thresholds")
+    if th:
+        lines.append(
+            f"\nThresholds (from `models/hydra` metadata, fitted on {th['fitted_on']}, n = "
+            f"{th['n']}): score `{th['score']}` (higher = more OOD); uncertain > "
+            f"{th['uncertain']:.4g} (the {th['uncertain_quantile']:.0%} quantile of ID scores), "
+            f"likely OOD > {th['likely_ood']:.4g} (the {th['likely_ood_quantile']:.0%} quantile)."
+        )
+    return "\n".join(lines)
+
+
 def render_report(result: dict[str, Any]) -> str:
     hydra = result["models"]["hydra"]
     return (
@@ -378,9 +469,7 @@ def render_report(result: dict[str, Any]) -> str:
                 f"OOD score: `{result['ood_score']}` (OOD is the positive class). The scorer's OOD "
                 f"validation set: {result['ood_validation_set']}. Examples per split: "
                 + ", ".join(f"{k} {v}" for k, v in result["counts"].items())
-                + f". Compiled backend: {hydra['compile_backend']} (max |dp| vs eager "
-                f"{hydra['compile_max_abs_diff']:.2e}, argmax agreement "
-                f"{hydra['compile_argmax_agreement']:.4f}).",
+                + f". Shipped artifact: {_compiled_note(hydra)}.",
                 "## Calibrated (temperature scaling fitted on validation)",
                 metrics_table(result, "calibrated"),
                 "## Raw",
@@ -388,6 +477,11 @@ def render_report(result: dict[str, Any]) -> str:
                 "## Paired bootstrap: Hydra minus each baseline (calibrated)",
                 bootstrap_table(result, "calibrated"),
             ]
+            + (
+                ["## `hydra-ens predict` verdicts (Hydra, calibrated)", verdict_table(result)]
+                if "verdicts" in hydra
+                else []
+            )
             + (
                 [
                     "## Paired bootstrap: Hydra minus each baseline (raw)",

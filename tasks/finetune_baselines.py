@@ -7,6 +7,7 @@ different seeds; member 0 is ``models/base`` itself, members 1..K-1 land in
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,19 @@ from tasks.common import BASELINES, DATA, dir_sha256, fingerprint, stage_main
 from tasks.finetune_base import train_base
 from tasks.resumable import ensure_unit, finalise
 
+log = logging.getLogger("hydra_ens")
+
 
 def baseline_seeds(cfg: PipelineConfig) -> list[int]:
     return [cfg.finetune.seed + k for k in range(1, cfg.deep_ensemble_size)]
+
+
+def _train_seed(cfg: PipelineConfig, root: Path, seed: int, out_dir: Path) -> dict[str, Any]:
+    """Build one Deep Ensemble unit; its timings go to the log (this stage has no metrics file),
+    the returned summary into the unit's cached ``done.json``."""
+    summary, timings = train_base(cfg, root, seed, out_dir)
+    log.info("deep ensemble seed %d: epoch seconds %s", seed, timings.get("epoch_seconds"))
+    return summary
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
@@ -39,7 +50,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         units[name] = ensure_unit(
             out / name,
             fp,
-            lambda tmp, s=seed: train_base(cfg, root, s, tmp),
+            lambda tmp, s=seed: _train_seed(cfg, root, s, tmp),
             f"deep ensemble {name}",
         )
     finalise(out, units, {"deep_ensemble_size": cfg.deep_ensemble_size, "base_is_member_0": True})

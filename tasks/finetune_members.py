@@ -76,7 +76,16 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 seed=seed,
                 frozen_layers=cfg.shared_layers or None,
             )
-            info = {"kind": kind, "member": m, "seed": seed, "train": report}
+            # the unit's done.json and checkpoint are cached: timings only to the log
+            train, timings = models_io.split_timings(report)
+            log.info(
+                "%s_%d: trained in %.1fs (epoch seconds %s)",
+                kind,
+                m,
+                timings.get("total_seconds", float("nan")),
+                timings.get("epoch_seconds"),
+            )
+            info = {"kind": kind, "member": m, "seed": seed, "train": train}
             models_io.save_member(model, tmp, root / BASE, info)
             return info
 

@@ -6,10 +6,18 @@ absolute threshold or a comparison with a baseline (``single``, ``naive_pruned``
 calibrated probabilities unless it says ``calibrated: false``. With a baseline the candidate may be
 worse by at most ``tolerance`` (or must be better by at least ``min_absolute_change``); with
 ``use_bootstrap_bound`` the conservative end of the paired bootstrap interval of
-(Hydra - baseline) replaces the point difference. A comparison whose baseline does not exist (no
-``control`` without member fine-tuning, no ``prod`` model yet) is recorded as ``skipped`` and
-does not
-block. Writes ``reports/gate.json`` (every check, its values and verdict) and ``reports/gate.md``.
+(Hydra - baseline) replaces the point difference.
+
+Statuses: ``passed``, ``failed``, ``not applicable`` (a compile check when the shipped artifact is
+the eager model: nothing was compiled, so nothing was checked; it neither passes nor blocks) and
+``skipped`` (a comparison that cannot be made, allowed only for a check marked ``optional: true``;
+without it the check fails with the reason). A registry that cannot be read fails a ``prod``
+comparison: it never turns into a pass.
+
+The verdict is bound to what it judged: ``reports/gate.json`` records the DVC md5 of the model that
+ships (``models/hydra``), its compiled artifact, the evaluation it read and the params
+(:mod:`tasks.lineage`); ``promote`` refuses a verdict whose hashes no longer match the workspace.
+Writes ``reports/gate.json`` and ``reports/gate.md``.
 """
 
 from __future__ import annotations
@@ -19,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.config import MODEL_METRICS, GateCheck, PipelineConfig
-from tasks.common import METRICS, REPORTS, read_json, stage_main, write_json, write_text
+from tasks.common import REPORTS, stage_main, write_json, write_text
+from tasks.evaluate import load_evaluation
+from tasks.lineage import judged_hashes
+
+COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 
 log = logging.getLogger("hydra_ens")
 
@@ -33,20 +45,38 @@ def _value(entry: dict[str, Any], check: GateCheck) -> float | None:
     return None if v is None else float(v)
 
 
+def _cannot_compare(rec: dict[str, Any], check: GateCheck, why: str) -> dict[str, Any]:
+    if check.optional:
+        return {**rec, "status": "skipped", "note": f"{why} (optional check)"}
+    return {**rec, "status": "failed", "note": f"{why}; mark the check optional: true to allow it"}
+
+
 def evaluate_check(
-    check: GateCheck, ev: dict[str, Any], prod: dict[str, Any] | None
+    check: GateCheck, ev: dict[str, Any], prod: dict[str, Any] | str | None
 ) -> dict[str, Any]:
-    """One check's record: values, the rule applied, and ``status`` passed/failed/skipped."""
+    """One check's record: values, the rule applied, and its status.
+
+    ``prod``: the prod model's metrics, None when no model is in the stage yet, or the one-line
+    reason the registry could not be read.
+    """
     gib = bool(check.greater_is_better)
-    value = _value(ev["models"]["hydra"], check)
+    hydra = ev["models"]["hydra"]
+    value = _value(hydra, check)
     rec: dict[str, Any] = {
         "name": check.name,
         "metric": check.metric,
         "split": check.split,
         "calibrated": check.calibrated,
         "greater_is_better": gib,
+        "optional": check.optional,
         "value": value,
     }
+    if check.metric in COMPILE_METRICS and hydra.get("compile_backend") == "eager":
+        return {
+            **rec,
+            "status": "not applicable",
+            "note": "the shipped artifact is the eager model (compile.backend: eager)",
+        }
     if value is None:
         return {**rec, "status": "failed", "note": "metric missing from metrics/evaluate.json"}
     if check.threshold is not None:
@@ -60,18 +90,22 @@ def evaluate_check(
         }
     rec["baseline"] = check.baseline
     if check.baseline == "prod":
-        base_value = None if prod is None else _value(prod, check)
+        if isinstance(prod, str):
+            return {**rec, "status": "failed", "note": f"registry unreadable: {prod}"}
+        if prod is None:
+            return _cannot_compare(rec, check, "no model in prod yet")
+        base_value = _value(prod, check)
         if base_value is None:
-            return {**rec, "status": "skipped", "note": "no prod model (or metric) to compare with"}
+            return _cannot_compare(rec, check, f"the prod model has no {check.metric!r} recorded")
     else:
         entry = ev["models"].get(check.baseline)
         if entry is None:
-            return {
-                **rec,
-                "status": "skipped",
-                "note": f"baseline {check.baseline!r} not evaluated in this variant",
-            }
+            return _cannot_compare(
+                rec, check, f"baseline {check.baseline!r} not evaluated in this variant"
+            )
         base_value = _value(entry, check)
+        if base_value is None:
+            return {**rec, "status": "failed", "note": f"{check.baseline} has no {check.metric}"}
     rec["baseline_value"] = base_value
     diff = value - base_value
     rec["difference"] = diff
@@ -100,15 +134,19 @@ def evaluate_check(
     return {**rec, "rule": rule, "compared_value": compared, "status": "passed" if ok else "failed"}
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from tasks.registry import prod_metrics
+def _prod_metrics(cfg: PipelineConfig, root: Path) -> dict[str, Any] | str | None:
+    from tasks.registry import RegistryError, prod_metrics
 
-    ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
-    prod = (
-        prod_metrics(root, cfg.promote.model_name, cfg.promote.stage)
-        if any(c.baseline == "prod" for c in cfg.gates)
-        else None
-    )
+    try:
+        return prod_metrics(root, cfg.promote.model_name, cfg.promote.stage)
+    except RegistryError as err:
+        return str(err)
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    judged = judged_hashes(cfg, root)
+    ev = load_evaluation(root)
+    prod = _prod_metrics(cfg, root) if any(c.baseline == "prod" for c in cfg.gates) else None
     checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
     failed = [c["name"] for c in checks if c["status"] == "failed"]
     verdict = {
@@ -116,6 +154,11 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "verdict": "passed" if not failed else "failed",
         "failed": failed,
         "num_checks": len(checks),
+        "counts": {
+            s: sum(c["status"] == s for c in checks)
+            for s in ("passed", "failed", "not applicable", "skipped")
+        },
+        "judged": judged,
         "checks": checks,
     }
     write_json(root / REPORTS / "gate.json", verdict)
@@ -139,6 +182,9 @@ def _f(v: Any) -> str:
 def render_gate(verdict: dict[str, Any]) -> str:
     lines = [
         f"# Gate: **{verdict['verdict'].upper()}**",
+        "",
+        "Judged (DVC md5): "
+        + ", ".join(f"{r['path']} `{r['md5']}`" for r in verdict["judged"].values()),
         "",
         "| check | status | value | baseline value | difference | rule |",
         "|---|---|---|---|---|---|",

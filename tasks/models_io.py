@@ -152,7 +152,10 @@ def fine_tune(
     frozen_layers: int | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` in place on the train split; ``frozen_layers = k`` freezes the
-    embeddings and the first ``k`` layers (see :func:`hydra_ops.training.freeze_layers`)."""
+    embeddings and the first ``k`` layers (see :func:`hydra_ops.training.freeze_layers`).
+
+    Returns the ``TrainReport`` as a dict, wall-clock timings included (:func:`split_timings`
+    separates them before anything is cached)."""
     from hydra_ops.training import fine_tune as _fine_tune
 
     report = _fine_tune(
@@ -169,10 +172,57 @@ def fine_tune(
     return report.to_dict()
 
 
+#: ``TrainReport`` fields that are wall-clock measurements: they differ between two runs that give
+#: the same weights, so they go to the stage's uncached metrics or the log, never into a cached
+#: output.
+TIMING_FIELDS = ("epoch_seconds", "total_seconds")
+
+
+def split_timings(report: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(record, timings)`` of a :func:`fine_tune` report: ``record`` is what the same inputs
+    always give (loss curve, steps, lr, seed, trainable parameters) and may be cached;
+    ``timings`` holds the :data:`TIMING_FIELDS`."""
+    record = {k: v for k, v in report.items() if k not in TIMING_FIELDS}
+    timings = {k: report[k] for k in TIMING_FIELDS if k in report}
+    return record, timings
+
+
+def _timing_keys(obj: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of :data:`TIMING_FIELDS` keys anywhere in a JSON-like ``obj``."""
+    if isinstance(obj, dict):
+        return [
+            p
+            for k, v in obj.items()
+            for p in ([f"{prefix}{k}"] if k in TIMING_FIELDS else _timing_keys(v, f"{prefix}{k}."))
+        ]
+    if isinstance(obj, list | tuple):
+        return [p for i, v in enumerate(obj) for p in _timing_keys(v, f"{prefix}{i}.")]
+    return []
+
+
 def save_base(model: nn.Module, directory: Path, metadata: dict[str, Any]) -> Path:
+    """Write a checkpoint (a DVC-cached output): the same model and metadata give the same bytes.
+
+    ``metadata`` must hold no wall-clock field (ValueError naming it; :func:`split_timings`), and
+    the Hugging Face config's ``_name_or_path`` (the absolute folder the pretrained weights were
+    read from, which differs between checkouts) is stored empty.
+    """
     from hydra_ops.checkpoints import save_model
 
-    return save_model(model, directory, extra_metadata=metadata)
+    if timing := _timing_keys(metadata):
+        raise ValueError(
+            f"metadata: {', '.join(timing)} is a wall-clock timing; a cached checkpoint holds only "
+            "what the same inputs always give (put timings in the stage's metrics or the log)"
+        )
+    config = getattr(model, "config", None)
+    name_or_path = getattr(config, "_name_or_path", None)
+    if name_or_path:
+        config._name_or_path = ""
+    try:
+        return save_model(model, directory, extra_metadata=metadata)
+    finally:
+        if name_or_path:
+            config._name_or_path = name_or_path
 
 
 def load_base(directory: Path) -> nn.Module:

@@ -1,11 +1,17 @@
 """``hydra-ens predict``: the prod model, resolved through the registry, on texts or image files.
 
-For each input: the predicted class, its (calibrated) probability, and the uncertainty of the
-member predictions: total predictive entropy, mutual information, member disagreement.
+One row per input, every number from the ONE calibrated prediction the gates judged
+(``hydra_ops.uncertainty.calibrated_uncertainty``): the predicted class, its probability, the
+entropy of that prediction, the mutual information and member disagreement, the OOD score of the
+evaluate stage, and a verdict (``ok`` / ``uncertain`` / ``likely_ood``) from the thresholds the
+calibrate stage fitted on ID validation scores (``hydra_ops.ood_thresholds``). The row schema
+(:data:`SCHEMA_VERSION`, what ``--json`` prints) is documented in docs/pipeline.md, "predict".
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +19,141 @@ import numpy as np
 import torch
 
 from hydra_ops.config import PipelineConfig
+from hydra_ops.ood_thresholds import VERDICT_LABELS, OodThresholds, verdicts
 from tasks import models_io
-from tasks.registry import resolve_prod_dir
+
+SCHEMA_VERSION = 1
+"""Version of the row schema; bumped when a field is removed, renamed or changes meaning."""
+
+ROW_FIELDS = (
+    "schema_version",
+    "answered_by",
+    "model_version",
+    "input",
+    "class",
+    "class_index",
+    "prob",
+    "entropy",
+    "max_entropy",
+    "mutual_information",
+    "disagreement",
+    "ood_score",
+    "ood_score_kind",
+    "verdict",
+)
+"""Keys of every row, in order."""
+
+SCORE_MEANINGS = {
+    "msp": "-(max calibrated prob) = -prob, in [-1, -1/C]",
+    "entropy": "entropy of the calibrated prediction (= entropy), nats",
+    "mutual_information": "mutual information of the uncalibrated member softmaxes, nats",
+    "energy": "mean member -logsumexp(logits / T)",
+}
+"""What each ``ood_score_kind`` measures (always higher = more OOD)."""
+
+
+def validate_inputs(inputs: Sequence[str] | None) -> list[str]:
+    """The inputs as a list, or a one-line ValueError naming ``inputs`` (none, or a blank one)."""
+    if not inputs:
+        raise ValueError("inputs: give at least one text (or image file for image models)")
+    for i, text in enumerate(inputs):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(
+                f"inputs[{i}]: empty or whitespace-only input {text!r}; give a non-empty text "
+                "(or image file)"
+            )
+    return list(inputs)
+
+
+def rows_from_member_logits(
+    inputs: Sequence[str],
+    member_logits: torch.Tensor,
+    *,
+    temperature: float,
+    class_names: Sequence[str] | None,
+    thresholds: OodThresholds | None,
+    default_score_kind: str = "msp",
+    answered_by: str = "eager",
+    model_version: str | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of ``hydra-ens predict`` (pure: no model, no files).
+
+    Args:
+        inputs: the N inputs as given (texts or image paths), echoed in ``input``.
+        member_logits: [N, M, C] member logits of those inputs.
+        temperature: the model's calibration temperature ``T``.
+        class_names: C names (``None``: ``"0"``, ``"1"``, ...).
+        thresholds: the verdict thresholds stored in the model; their ``score`` is the score
+            computed (verdicts are only meaningful on the score they were fitted on). ``None``
+            (a model calibrated before thresholds existed): ``default_score_kind`` and verdict
+            ``None``.
+        default_score_kind: the score when ``thresholds`` is ``None``.
+        answered_by: which runtime produced ``member_logits`` (``Served.answered_by``).
+        model_version: the registry version (e.g. ``v0.0.3``), echoed.
+
+    Returns:
+        N dicts with the keys :data:`ROW_FIELDS` (types and units in docs/pipeline.md).
+    """
+    from hydra_ops.uncertainty import calibrated_uncertainty
+
+    if member_logits.ndim != 3 or member_logits.shape[0] != len(inputs):
+        raise ValueError(
+            f"member_logits must have shape [{len(inputs)}, M, C] (one row per input), got "
+            f"{tuple(member_logits.shape)}"
+        )
+    c = member_logits.shape[2]
+    names = list(class_names) if class_names else [str(i) for i in range(c)]
+    if len(names) != c:
+        raise ValueError(f"class_names must have {c} names (the model's classes), got {len(names)}")
+    kind = thresholds.score if thresholds is not None else default_score_kind
+    unc = calibrated_uncertainty(member_logits, temperature, kind)
+    found: list[str | None] = (
+        list(verdicts(unc.ood_score, thresholds))
+        if thresholds is not None
+        else [None] * len(inputs)
+    )
+    rows = []
+    for i, text in enumerate(inputs):
+        k = int(unc.predicted[i])
+        rows.append(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "answered_by": answered_by,
+                "model_version": model_version,
+                "input": text,
+                "class": names[k],
+                "class_index": k,
+                "prob": float(unc.prob[i]),
+                "entropy": float(unc.entropy[i]),
+                "max_entropy": unc.max_entropy,
+                "mutual_information": float(unc.mutual_information[i]),
+                "disagreement": float(unc.disagreement[i]),
+                "ood_score": float(unc.ood_score[i]),
+                "ood_score_kind": kind,
+                "verdict": found[i],
+            }
+        )
+    return rows
+
+
+def legend(
+    num_classes: int, num_members: int, score_kind: str, thresholds: OodThresholds | None
+) -> str:
+    """One line under the table: units of every column and the verdict thresholds."""
+    head = (
+        f"entropy, MI (mutual_information): nats (max ln C = {math.log(num_classes):.3f} for these "
+        f"{num_classes} classes); disagreement: fraction of the {num_members} members voting for "
+        f"another class; ood_score: {score_kind} = {SCORE_MEANINGS.get(score_kind, '?')}, "
+        "higher = more OOD; "
+    )
+    if thresholds is None:
+        return head + "verdict: n/a (this model stores no thresholds; re-run calibrate)"
+    return head + (
+        f"verdict: ok <= {thresholds.uncertain:.4g} < uncertain <= {thresholds.likely_ood:.4g} "
+        f"< {VERDICT_LABELS['likely_ood']} ({thresholds.uncertain_quantile:.0%} / "
+        f"{thresholds.likely_ood_quantile:.0%} of {thresholds.n} ID {thresholds.fitted_on} "
+        "scores stay under each)"
+    )
 
 
 def _image_array(path: str, channels: int) -> np.ndarray:
@@ -28,20 +167,11 @@ def _image_array(path: str, channels: int) -> np.ndarray:
         raise ValueError(f"input {path!r} is not a readable image ({err})") from None
 
 
-def predict(
-    cfg: PipelineConfig, root: Path, inputs: list[str]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from hydra_ops.merge import ensemble_probabilities
+def _batch(cfg: PipelineConfig, inputs: list[str]) -> dict[str, torch.Tensor]:
     from hydra_ops.models import make_text_batches, prepare_images
-    from hydra_ops.serialization import load_hydra
-    from hydra_ops.uncertainty import decompose
 
-    if not inputs:
-        raise ValueError("inputs: give at least one text (or image file for image models)")
-    model_dir, prod = resolve_prod_dir(root, cfg.promote.model_name, cfg.promote.stage)
-    hydra = load_hydra(model_dir)
     if cfg.modality == "text":
-        batch = next(
+        return next(
             make_text_batches(
                 inputs,
                 None,
@@ -50,28 +180,36 @@ def predict(
                 batch_size=len(inputs),
             )
         )
-    else:
-        channels = 1 if cfg.data.channels == 1 else 3
-        arrays = [_image_array(p, channels) for p in inputs]
-        size = cfg.model.vit.image_size
-        pixels = torch.cat([prepare_images(a[None], size) for a in arrays])
-        batch = {"pixel_values": pixels}
-    with torch.no_grad():
-        member_logits = models_io.hydra_logits(hydra, [batch])
-    probs = ensemble_probabilities(member_logits, float(hydra.temperature))
-    unc = decompose(member_logits.softmax(-1))
-    names = hydra.class_names or [str(i) for i in range(probs.shape[-1])]
-    rows = []
-    for i, text in enumerate(inputs):
-        c = int(probs[i].argmax())
-        rows.append(
-            {
-                "input": text,
-                "class": names[c],
-                "prob": float(probs[i, c]),
-                "entropy": float(unc["total_entropy"][i]),
-                "mutual_information": float(unc["mutual_information"][i]),
-                "disagreement": float(unc["disagreement"][i]),
-            }
-        )
-    return rows, prod
+    channels = 1 if cfg.data.channels == 1 else 3
+    arrays = [_image_array(p, channels) for p in inputs]
+    size = cfg.model.vit.image_size
+    return {"pixel_values": torch.cat([prepare_images(a[None], size) for a in arrays])}
+
+
+def predict(
+    cfg: PipelineConfig, root: Path, inputs: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows for ``inputs`` from the model in ``cfg.promote.stage``, and the registry record with
+    ``legend`` (the one-line units/thresholds text) added."""
+    from tasks.bundle import load_served
+    from tasks.registry import resolve_prod_dir
+
+    inputs = validate_inputs(inputs)
+    bundle_dir, prod = resolve_prod_dir(root, cfg.promote.model_name, cfg.promote.stage)
+    served = load_served(bundle_dir)
+    stored = served.metadata.get("ood_thresholds")
+    thresholds = OodThresholds.from_metadata(stored) if stored is not None else None
+    member_logits = served.member_logits(_batch(cfg, inputs))
+    rows = rows_from_member_logits(
+        inputs,
+        member_logits,
+        temperature=float(served.hydra.temperature),
+        class_names=served.hydra.class_names,
+        thresholds=thresholds,
+        default_score_kind=cfg.evaluate.ood_score,
+        answered_by=served.answered_by,
+        model_version=prod.get("version"),
+    )
+    kind = rows[0]["ood_score_kind"]
+    text = legend(member_logits.shape[2], member_logits.shape[1], kind, thresholds)
+    return rows, {**prod, "legend": text}

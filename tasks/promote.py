@@ -1,13 +1,16 @@
-"""Stage ``promote``: register ``models/hydra`` in the GTO registry and assign stage ``prod``,
-only if every gate passed (``reports/gate.json``).
+"""Stage ``promote``: register the bundle (``models/bundle``) as a new version and assign ``prod``,
+only if its gate verdict passed and still describes what is on disk.
 
-``hydra-ens promote --force --reason TEXT`` promotes past a failed gate; the reason is recorded in
-both tags' messages. A forced promotion is recorded only in the registry (the tags), not in
-``registry/promotion.json``, which stays the DVC stage's own output. Promoting a model that is
-already in the stage (same content hash) is a no-op. GTO tags the current git commit and keeps one
-version per commit, so the project must have a commit, and a model that differs from the one
-already registered at this commit is refused until the project is committed (its params.yaml and
-dvc.lock then describe the new version).
+Before anything is registered, the hashes the verdict recorded (the model, its compiled artifact,
+the evaluation, the params: :mod:`tasks.lineage`) are recomputed from the workspace and compared
+with ``reports/gate.json`` and the bundle's own record. A stale or missing verdict is refused,
+forced or not, with one line saying what changed and what to run. ``--force --reason TEXT``
+overrides a *failed* verdict only; the reason is recorded in the registry.
+
+Every promoted bundle gets its own version on its own version commit (:func:`tasks.registry.
+commit_run`), so runs that share a code commit (a nightly schedule, a ``--set`` variant) each
+promote without a person; the same bundle promoted again reuses its version.
+``hydra-ens promote --version vX.Y.Z --reason TEXT`` moves the stage back to an earlier version.
 """
 
 from __future__ import annotations
@@ -19,45 +22,62 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.config import PipelineConfig
-from tasks.common import (
-    HYDRA,
-    METRICS,
-    REGISTRY,
-    REPORTS,
-    dir_sha256,
-    read_json,
-    stage_main,
-    write_json,
-)
+from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
+from tasks.common import BUNDLE, REGISTRY, REPORTS, read_json, stage_main, write_json
+from tasks.evaluate import load_evaluation
+from tasks.lineage import dvc_md5, judged_hashes, stale_roles
 from tasks.registry import (
+    assign,
+    bundle_available,
     ensure_git_identity,
-    has_commit,
-    locked_md5,
-    parse_message,
     prod_version,
-    tag_message,
+    register,
+    versions,
 )
 
 log = logging.getLogger("hydra_ens")
 
 
 def _metrics_snapshot(root: Path) -> dict[str, Any]:
-    ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
-    hydra = ev["models"]["hydra"]
-    return {k: hydra[k] for k in hydra if k != "members"}
+    hydra = load_evaluation(root)["models"]["hydra"]
+    return {k: hydra[k] for k in hydra if k not in ("members", "verdicts")}
+
+
+def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    """The gate verdict, after checking it describes the workspace and the bundle (ValueError)."""
+    gate_path = root / REPORTS / "gate.json"
+    if not gate_path.is_file():
+        raise ValueError("no gate verdict (reports/gate.json); run the pipeline: hydra-ens run")
+    gate = read_json(gate_path, "gate output")
+    recorded = gate.get("judged")
+    if not recorded:
+        raise ValueError(
+            "reports/gate.json records nothing it judged (written by an older release); "
+            "rerun the gate: hydra-ens run (or dvc repro gate)"
+        )
+    current = judged_hashes(cfg, root)
+    if stale := stale_roles(recorded, current):
+        raise ValueError(stale_verdict_message(stale, recorded, current))
+    try:
+        manifest = verify_bundle(root / BUNDLE)
+    except ValueError as err:
+        raise ValueError(f"{err}; rebuild it: hydra-ens run (or dvc repro bundle)") from None
+    if manifest.get("judged") != recorded or manifest.get("verdict") != gate["verdict"]:
+        raise ValueError(
+            f"{BUNDLE}/{MANIFEST} was built from another gate verdict; rebuild it: "
+            "hydra-ens run (or dvc repro bundle)"
+        )
+    return gate
 
 
 def promote(
     cfg: PipelineConfig, root: Path, force: bool = False, reason: str | None = None
 ) -> dict[str, Any]:
-    """Register + assign if the gate passed (or ``force`` with a ``reason``); returns the record."""
-    import gto.api
-    import gto.exceptions
-
+    """Register + assign if the verdict passed (or ``force`` with a ``reason``); the record."""
     if force and not (reason and reason.strip()):
         raise ValueError("--force needs --reason TEXT (the reason is recorded in the registry)")
     name, stage = cfg.promote.model_name, cfg.promote.stage
-    gate = read_json(root / REPORTS / "gate.json", "gate output")
+    gate = check_verdict(cfg, root)
     record: dict[str, Any] = {
         "model": name,
         "stage": stage,
@@ -67,77 +87,110 @@ def promote(
     if not gate["passed"] and not force:
         log.info("promote: gate FAILED (%s); not promoted", ", ".join(gate["failed"]))
         return {**record, "promoted": False, "why": "gate failed"}
-    if not has_commit(root):
-        raise ValueError(
-            "promote: the git repo has no commit for GTO to tag; commit the project first "
-            "(git add -A && git commit -m ...)"
-        )
+    forced = force and not gate["passed"]
+    if force and gate["passed"]:
+        log.info("promote: the gate passed; --force is not needed (promoting as usual)")
     note = ensure_git_identity(root)
     if note:
         log.info("promote: %s", note)
-    sha = dir_sha256(root / HYDRA)
+    bundle_md5 = dvc_md5(root / BUNDLE)
+    existing = next(
+        (v for v in versions(root, name) if v["fields"].get("bundle_md5") == bundle_md5), None
+    )
     current = prod_version(root, name, stage)
-    if current is not None and current["fields"].get("sha256") == sha and not force:
-        log.info("promote: this model is already %s %s (%s)", name, stage, current["version"])
+    if existing is not None and current is not None and current["version"] == existing["version"]:
+        log.info("promote: this bundle is already %s %s (%s)", name, stage, existing["version"])
         return {
             **record,
             "promoted": False,
             "why": "already in stage",
-            "version": current["version"],
-            "sha256": sha,
+            "version": existing["version"],
+            "bundle_md5": bundle_md5,
         }
-    md5 = locked_md5(root, HYDRA)
-    lines = [
-        f"hydra-ens promotion of {HYDRA}",
-        f"dvc_md5: {md5}",
-        f"sha256: {sha}",
-        f"gate: {'passed' if gate['passed'] else 'FAILED (forced)'}",
-    ]
-    if force:
-        lines.append(f"reason: {reason.strip()}")
-        if gate["failed"]:
+    if existing is not None:
+        version = existing["version"]
+        log.info("promote: this bundle is already registered as %s@%s", name, version)
+    else:
+        lines = [
+            f"hydra-ens promotion of {BUNDLE}",
+            f"bundle_md5: {bundle_md5}",
+            f"model_md5: {gate['judged']['model']['md5']}",
+            f"params_md5: {gate['judged']['params']['md5']}",
+            f"gate: {'passed' if gate['passed'] else 'FAILED (forced)'}",
+        ]
+        if forced:
+            lines.append(f"reason: {reason.strip()}")
             lines.append(f"failed_checks: {', '.join(gate['failed'])}")
-    lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
-    message = "\n".join(lines)
-    try:
-        reg = gto.api.register(str(root), name, ref="HEAD", message=message)
-        version = getattr(reg, "version", None) or str(reg)
-    except gto.exceptions.VersionExistsForCommit as err:
-        # GTO keeps one version per commit, and a version's tag message says which model it is:
-        # reuse the version only if it is this very model
-        version = str(err).split("version '")[-1].rstrip("'")
-        registered = parse_message(tag_message(root, f"{name}@{version}"))
-        if registered.get("sha256") != sha:
-            raise ValueError(
-                f"promote: {name}@{version} is already registered at this git commit for a "
-                "different model (GTO keeps one version per commit); commit the project "
-                "(git add params.yaml dvc.lock && git commit -m ...) and promote again"
-            ) from None
-        log.info("promote: %s is already registered at this commit as %s", name, version)
+        lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
+        version, _ = register(root, name, "\n".join(lines))
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (
-        f" (forced past failed gate; reason: {reason.strip()})" if force else ""
+        f" (forced past failed gate; reason: {reason.strip()})" if forced else ""
     )
-    # force: a forced promotion always leaves its own tag (with the reason), even when this
-    # version already holds the stage
-    try:
-        gto.api.assign(str(root), name, stage, version=version, message=assign_msg, force=force)
-    except gto.exceptions.GTOException as err:
-        raise ValueError(f"promote: the registry (GTO) refused the assignment: {err}") from None
+    assign(root, name, stage, version, assign_msg)
     log.info(
-        "promote: registered %s@%s and assigned stage %s%s",
+        "promote: %s@%s -> %s%s",
         name,
         version,
         stage,
-        " (FORCED: " + reason.strip() + ")" if force else "",
+        f" (FORCED: {reason.strip()})" if forced else "",
     )
     return {
         **record,
         "promoted": True,
-        "forced": force,
-        "reason": reason,
+        "forced": forced,
+        "reason": reason if forced else None,
         "version": version,
-        "dvc_md5": md5,
-        "sha256": sha,
+        "bundle_md5": bundle_md5,
+    }
+
+
+def rollback(cfg: PipelineConfig, root: Path, version: str, reason: str | None) -> dict[str, Any]:
+    """Assign the stage to an earlier registered ``version`` (a recorded reason is required)."""
+    if not (reason and reason.strip()):
+        raise ValueError("--version needs --reason TEXT (the reason is recorded in the registry)")
+    name, stage = cfg.promote.model_name, cfg.promote.stage
+    known = {v["version"]: v for v in versions(root, name)}
+    if version not in known:
+        allowed = ", ".join(known) or "none registered yet"
+        raise ValueError(f"--version {version!r}: no such version of {name}; registered: {allowed}")
+    md5 = known[version]["fields"].get("bundle_md5")
+    if not md5:
+        raise ValueError(f"{name}@{version} was registered before bundles; it cannot be served")
+    if not bundle_available(root, md5):
+        raise ValueError(
+            f"{name}@{version}'s bundle {md5} is not in the DVC cache or remote here; "
+            f"run: git checkout {name}@{version} -- dvc.lock && dvc pull models/bundle"
+        )
+    current = prod_version(root, name, stage)
+    if current is not None and current["version"] == version:
+        return {
+            "model": name,
+            "stage": stage,
+            "promoted": False,
+            "why": "already in stage",
+            "version": version,
+        }
+    note = ensure_git_identity(root)
+    if note:
+        log.info("promote: %s", note)
+    previous = current["version"] if current else None
+    assign(
+        root,
+        name,
+        stage,
+        version,
+        f"hydra-ens: {name} {version} -> {stage} (rollback from {previous}; reason: "
+        f"{reason.strip()})",
+    )
+    log.info("promote: %s@%s -> %s (rollback from %s)", name, version, stage, previous)
+    return {
+        "model": name,
+        "stage": stage,
+        "promoted": True,
+        "rollback_from": previous,
+        "reason": reason.strip(),
+        "version": version,
+        "bundle_md5": md5,
     }
 
 
@@ -151,8 +204,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tasks.promote")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--reason", default=None)
+    parser.add_argument("--version", default=None, help="move the stage back to this version")
     args = parser.parse_args()
-    if args.force:
+    if args.version:
+        stage_main("promote", lambda cfg, root: rollback(cfg, root, args.version, args.reason))
+    elif args.force:
         stage_main("promote", lambda cfg, root: promote(cfg, root, True, args.reason))
     else:
         stage_main("promote", run)

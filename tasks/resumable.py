@@ -39,7 +39,11 @@ def unit_is_done(unit_dir: Path, fp: str) -> bool:
 def ensure_unit(
     unit_dir: Path, fp: str, build: Callable[[Path], dict[str, Any]], label: str
 ) -> dict[str, Any]:
-    """Build ``unit_dir`` with ``build(tmp_dir) -> info`` unless a verified copy exists."""
+    """Build ``unit_dir`` with ``build(tmp_dir) -> info`` unless a verified copy exists.
+
+    ``info`` goes into ``done.json``, part of the stage's cached output: it must be what the same
+    inputs always give (no wall-clock timings, host names or absolute paths; log those instead),
+    or a resumed run would hash differently from an uninterrupted one."""
     if unit_is_done(unit_dir, fp):
         log.info("%s: up to date (verified by hash), skipping", label)
         return read_json(unit_dir / DONE)

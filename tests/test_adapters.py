@@ -65,3 +65,77 @@ def test_unsupported_timm_variant_is_refused():
     model = tiny_model("timm_vit", global_pool="map")
     with pytest.raises(UnsupportedModelError, match="attention pooling"):
         get_adapter(model)
+
+
+def _loss_per_example(adapter, batch, labels):
+    return torch.nn.functional.cross_entropy(adapter.logits(batch), labels, reduction="none")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_per_example_gates_give_each_example_its_own_gradient(family):
+    """[B, L, H] gates: one backward of the summed losses == one backward per example."""
+    model = tiny_model(family).double()
+    adapter = get_adapter(model)
+    size = 4
+    batch = tiny_inputs(family, size)
+    if "pixel_values" in batch:
+        batch["pixel_values"] = batch["pixel_values"].double()
+    labels = torch.arange(size) % 3
+    gates = torch.ones(size, NUM_LAYERS, NUM_HEADS, dtype=torch.float64, requires_grad=True)
+    with head_gates(model, gates):
+        loss = _loss_per_example(adapter, batch, labels).sum()
+    (batched,) = torch.autograd.grad(loss, gates)
+    looped = []
+    for i in range(size):
+        row = {k: v[i : i + 1] for k, v in batch.items()}
+        shared = torch.ones(NUM_LAYERS, NUM_HEADS, dtype=torch.float64, requires_grad=True)
+        with head_gates(model, shared):
+            loss_i = _loss_per_example(adapter, row, labels[i : i + 1]).sum()
+        looped.append(torch.autograd.grad(loss_i, shared)[0])
+    torch.testing.assert_close(batched, torch.stack(looped), rtol=1e-6, atol=1e-6)
+    assert batched.abs().max() > 1e-3  # the comparison is not between zeros
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_per_example_gates_act_on_their_own_example_only(family):
+    model = tiny_model(family)
+    adapter = get_adapter(model)
+    batch = tiny_inputs(family, 3)
+    shared = torch.ones(NUM_LAYERS, NUM_HEADS)
+    shared[1, 2] = 0.0
+    with torch.no_grad():
+        with head_gates(model, shared):
+            reference = adapter.logits(batch)
+        with head_gates(model, shared.expand(3, -1, -1)):
+            per_example = adapter.logits(batch)
+        one_row = shared.expand(3, -1, -1).clone()
+        one_row[1, 0, 0] = 0.0
+        with head_gates(model, [one_row[:, layer] for layer in range(NUM_LAYERS)]):
+            changed = adapter.logits(batch)
+    torch.testing.assert_close(per_example, reference, rtol=0, atol=0)
+    torch.testing.assert_close(changed[[0, 2]], reference[[0, 2]], rtol=0, atol=0)
+    assert (changed[1] - reference[1]).abs().max() > 1e-4
+
+
+def test_per_example_gates_need_a_batch_of_their_size():
+    model = tiny_model("bert")
+    gates = torch.ones(5, NUM_LAYERS, NUM_HEADS)
+    with pytest.raises(ValueError, match="batch of 5"), head_gates(model, gates):
+        get_adapter(model).logits(tiny_inputs("bert", 3))
+    mixed = [torch.ones(2, NUM_HEADS), torch.ones(NUM_HEADS), torch.ones(2, NUM_HEADS)]
+    with pytest.raises(ValueError, match="layer 1"), head_gates(model, mixed):
+        pass
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_trunk_parameters_are_embeddings_and_first_blocks(family):
+    model = tiny_model(family)
+    adapter = get_adapter(model)
+    ids = {id(p) for p in adapter.trunk_parameters(2)}
+    embedding = {id(p) for p in adapter.embedding_parameters()}
+    blocks = {id(p) for layer in range(2) for p in adapter.block(layer).parameters()}
+    assert embedding and ids == embedding | blocks
+    assert not ids & {id(p) for p in adapter.block(2).parameters()}
+    assert adapter.trunk_parameters(0) == []
+    with pytest.raises(ValueError, match=r"num_layers must be an int in 0\.\.3"):
+        adapter.trunk_parameters(4)

@@ -313,3 +313,210 @@ def test_missing_manifest(tmp_path):
         load_manifest(tmp_path)
     assert isinstance(DataIntegrityError("x"), ValueError)
     assert Path(tmp_path).is_dir()
+
+
+# ---- data that cannot train a classifier is refused in prepare_data, with one line ----
+
+
+def _csv(path: Path, rows: list[tuple[str, str]]) -> Path:
+    path.write_text("text,label\n" + "".join(f'"{t}",{lab}\n' for t, lab in rows))
+    return path
+
+
+def _refused(tmp_path: Path, config: dict, *patterns: str) -> str:
+    """The ValueError of materialise_splits(config): one line, matching every pattern."""
+    with pytest.raises(ValueError) as info:
+        materialise_splits(config, tmp_path / "out")
+    msg = str(info.value)
+    assert "\n" not in msg, msg
+    for pattern in patterns:
+        assert pattern in msg, msg
+    assert not (tmp_path / "out").exists()
+    return msg
+
+
+def test_one_class_csv_is_refused(tmp_path):
+    path = _csv(tmp_path / "one.csv", [(t, "spam") for t in _texts(12, "spam")])
+    _refused(
+        tmp_path,
+        {"name": "csv", "path": str(path)},
+        "one.csv",
+        "only 1 in-distribution class ['spam']",
+        "needs at least 2",
+    )
+
+
+def test_near_ood_hold_out_leaving_one_id_class_is_refused(tmp_path):
+    rows = [(t, "a") for t in _texts(6, "apple")] + [(t, "b") for t in _texts(6, "berry")]
+    path = _csv(tmp_path / "two.csv", rows)
+    _refused(
+        tmp_path,
+        {"name": "csv", "path": str(path), "near_ood_classes": ["b"]},
+        "only 1 in-distribution class ['a'] after holding out near-OOD class(es) ['b']",
+        "choose at least 2 data.id_classes among ['a', 'b']",
+    )
+
+
+def test_near_ood_classes_are_held_out_of_the_default_id_classes(tmp_path):
+    rows = [(t, c) for c in "abc" for t in _texts(6, f"word{c}")]
+    path = _csv(tmp_path / "three.csv", rows)
+    m = materialise_splits(
+        {"name": "csv", "path": str(path), "near_ood_classes": ["c"]}, tmp_path / "out"
+    )
+    assert m.classes == ["a", "b"] and m.splits["near_ood"].count == 6
+
+
+def test_class_too_small_for_every_split_is_refused(tmp_path):
+    rows = [(t, "a") for t in _texts(10, "apple")] + [(t, "b") for t in _texts(2, "berry")]
+    rows += [(t, "c") for t in _texts(1, "cherry")]
+    path = _csv(tmp_path / "small.csv", rows)
+    _refused(
+        tmp_path,
+        {"name": "csv", "path": str(path)},
+        "small.csv",
+        "class 'b' has 2 example(s)",
+        "needs at least 3 to appear in every split (train/val/test = 0.7/0.15/0.15)",
+        "also too small: 'c' (1)",
+    )
+    # three rows, two of them the same text: 2 after de-duplication
+    rows = [(t, "a") for t in _texts(10, "apple")] + [("x", "b"), ("x", "b"), ("y", "b")]
+    _refused(
+        tmp_path,
+        {"name": "csv", "path": str(_csv(tmp_path / "dup.csv", rows))},
+        "class 'b' has 2 example(s) after dropping 1 duplicate text(s)",
+    )
+
+
+def test_class_with_exactly_the_minimum_lands_in_every_split(tmp_path):
+    rows = [(t, "a") for t in _texts(10, "apple")] + [(t, "b") for t in _texts(3, "berry")]
+    m = materialise_splits(
+        {"name": "csv", "path": str(_csv(tmp_path / "min.csv", rows))}, tmp_path / "out"
+    )
+    for name in ("train", "val", "test"):
+        assert m.splits[name].counts_per_class["b"] >= 1
+
+
+def test_empty_texts_are_refused_with_their_lines(tmp_path):
+    rows = [(t, "a") for t in _texts(5, "apple")] + [(t, "b") for t in _texts(5, "berry")]
+    rows[1] = ("", "a")  # line 3 (header is line 1)
+    rows[6] = ("  \t ", "b")  # line 8
+    path = _csv(tmp_path / "holes.csv", rows)
+    _refused(
+        tmp_path,
+        {"name": "csv", "path": str(path)},
+        "holes.csv",
+        "column 'text' has 2 empty or whitespace-only text(s) at line 3, line 8",
+    )
+    jsonl = tmp_path / "holes.jsonl"
+    jsonl.write_text(
+        "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in rows[:4])
+        + json.dumps({"text": None, "label": "a"})
+        + "\n"
+    )
+    _refused(
+        tmp_path,
+        {"name": "jsonl", "path": str(jsonl)},
+        "holes.jsonl",
+        "2 empty or whitespace-only text(s) at line 2, line 5",
+    )
+
+
+def test_empty_labels_are_refused(tmp_path):
+    path = tmp_path / "nolabel.csv"
+    path.write_text("text,label\nhello there,a\nfine day,\nsee you,b\n")
+    _refused(
+        tmp_path,
+        {"name": "csv", "path": str(path)},
+        "nolabel.csv",
+        "column 'label' is empty at 1 row(s) (line 3)",
+    )
+
+
+def test_empty_text_files_are_refused_by_name(tmp_path):
+    root = tmp_path / "corpus"
+    for cls in ("x", "y"):
+        (root / cls).mkdir(parents=True)
+        for i, t in enumerate(_texts(4, cls)):
+            (root / cls / f"{i}.txt").write_text(t)
+    (root / "y" / "blank.txt").write_text("\n \n")
+    _refused(
+        tmp_path,
+        {"name": "folder", "path": str(root)},
+        "1 empty or whitespace-only text(s) at y/blank.txt",
+    )
+    ood = tmp_path / "ood"
+    ood.mkdir()
+    (ood / "empty.txt").write_text("")
+    (root / "y" / "blank.txt").unlink()
+    _refused(
+        tmp_path,
+        {"name": "folder", "path": str(root), "far_ood": {"kind": "folder", "path": str(ood)}},
+        "far_ood",
+        "at empty.txt",
+    )
+
+
+def _image_folder(root: Path, per_class: int = 4) -> Path:
+    rng = np.random.default_rng(0)
+    for c, cls in enumerate(("dark", "light")):
+        (root / cls).mkdir(parents=True)
+        for i in range(per_class):
+            px = rng.integers(0, 80, (8, 8)) + 80 * c
+            Image.fromarray(px.astype(np.uint8)).save(root / cls / f"{i}.png")
+    return root
+
+
+def test_unreadable_images_are_refused_by_name(tmp_path):
+    root = _image_folder(tmp_path / "imgs")
+    (root / "light" / "notes.png").write_text("this is not a picture")
+    _refused(
+        tmp_path,
+        {"name": "folder", "path": str(root), "far_ood": "noise"},
+        "cannot read image file",
+        str(root / "light" / "notes.png"),
+    )
+    (root / "light" / "notes.png").unlink()
+    good = (root / "dark" / "0.png").read_bytes()
+    (root / "dark" / "cut.png").write_bytes(good[: len(good) // 2])  # truncated
+    _refused(
+        tmp_path,
+        {"name": "folder", "path": str(root), "far_ood": "noise"},
+        str(root / "dark" / "cut.png"),
+    )
+
+
+def test_image_class_folder_without_images_is_refused(tmp_path):
+    root = _image_folder(tmp_path / "imgs")
+    (root / "zebra").mkdir()
+    (root / "zebra" / "readme.txt").write_text("no images here")
+    _refused(
+        tmp_path,
+        {"name": "folder", "path": str(root), "far_ood": "noise"},
+        "class folder",
+        "zebra",
+        "has no image files",
+    )
+
+
+def test_repeated_class_names_are_refused():
+    with pytest.raises(ValueError, match=r"id_classes lists \['a'\] more than once"):
+        DataSourceConfig(name="csv", path="x.csv", id_classes=["a", "b", "a"])
+
+
+def test_prepare_data_stage_prints_one_error_line(tmp_path, monkeypatch, capsys):
+    from hydra_ops.config import resolve_params, write_params
+    from tasks import prepare_data
+
+    path = _csv(tmp_path / "one.csv", [(t, "spam") for t in _texts(12, "spam")])
+    cfg = resolve_params("quick", sets={"data.name": "csv", "data.path": str(path)})
+    write_params(cfg, tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HYDRA_ENS_THREADS", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        prepare_data.main()
+    assert exit_info.value.code == 1
+    err_lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error")]
+    assert len(err_lines) == 1
+    assert err_lines[0].startswith("error: stage prepare_data: data source 'csv'")
+    assert "only 1 in-distribution class ['spam']" in err_lines[0]
+    assert not (tmp_path / "data").exists()

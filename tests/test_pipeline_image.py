@@ -1,15 +1,19 @@
 """The quick image pipeline end to end (digits + a tiny timm ViT, Taylor variant with member
 fine-tuning), killed in the middle of ``finetune_members`` and started again: the resumed run
-recomputes only the unfinished members and leaves a ``dvc.lock`` consistent with its outputs."""
+recomputes only the unfinished members, removes what the kill left and leaves a ``dvc.lock``
+consistent with its outputs, whose cached outputs hash exactly as those of a second, fresh project
+built without interruption by plain ``dvc repro``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -27,6 +31,35 @@ PARAMS = {
     "members": {"finetune": {"max_parallel": 1}},
     "gates": PASSING_GATES,
 }
+#: What a kill between an atomic write's renames leaves next to outputs of stages that rerun after
+#: the kill (finetune_members, merge, calibrate), planted before the resume: each must be removed.
+PLANTED = ("models/.members.old-0a1b2c3d", "models/.merged.tmp-0a1b2c3d")
+PLANTED_FILE = "metrics/.calibrate.json.0a1b2c3d.tmp"
+
+
+def cached_outs(root: Path) -> dict[str, str]:
+    """``{path: stage}`` of the outputs dvc.yaml lets DVC cache (every out, metric and plot
+    without ``cache: false``)."""
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    cached = {}
+    for name, stage in stages.items():
+        for key in ("outs", "metrics", "plots"):
+            for entry in stage.get(key) or []:
+                for path, opts in ({entry: {}} if isinstance(entry, str) else entry).items():
+                    if (opts or {}).get("cache", True):
+                        cached[path] = name
+    return cached
+
+
+def locked_md5s(root: Path) -> dict[str, str]:
+    lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    return {o["path"]: o["md5"] for stage in lock.values() for o in stage.get("outs", [])}
+
+
+def file_md5s(path: Path) -> dict[str, str]:
+    """``{relative path: md5}`` of the files of an output (a file: one entry, ``.``)."""
+    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+    return {f.relative_to(path).as_posix(): hashlib.md5(f.read_bytes()).hexdigest() for f in files}
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +88,23 @@ def resumed(prefect_server, tmp_path_factory) -> dict:
         if (d / "done.json").is_file()
     }
     lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    for rel in PLANTED:
+        (root / rel).mkdir()
+        (root / rel / "model.safetensors").write_bytes(b"half")
+    (root / PLANTED_FILE).write_text("{")
     cli("run", "-C", str(root))
     return {"root": root, "finished_before": finished, "lock_at_kill": lock}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """A second fresh project with the same params: every stage with a cached output built by one
+    plain ``dvc repro`` (no Prefect, no per-member tasks, no kill)."""
+    root = make_project(tmp_path_factory.mktemp("image-again") / "proj", PARAMS)
+    dvcops.ensure_project(root)
+    targets = sorted(set(cached_outs(root).values()))  # dvc repro runs their upstream too
+    dvcops.dvc(root, "repro", *targets)
+    return root
 
 
 def test_kill_left_finetune_members_unlocked(resumed):
@@ -87,6 +135,29 @@ def test_lock_is_consistent_with_outputs(resumed):
     for stage in lock.values():
         for out in stage.get("outs", []):
             assert out["md5"], out
+
+
+def test_resume_removed_what_the_kill_left(resumed):
+    root = resumed["root"]
+    assert [rel for rel in (*PLANTED, PLANTED_FILE) if (root / rel).exists()] == []
+    hidden = [p.name for p in (root / "models" / "members").iterdir() if p.name.startswith(".")]
+    assert hidden == []  # the killed unit's temp folder: removed by finalise
+
+
+def test_same_params_same_cached_hashes(resumed, uninterrupted):
+    """Same params, two fresh projects, one of them killed mid-stage and resumed: every cached
+    output has the same md5 in both dvc.lock files (uncached metrics may differ)."""
+    a, b = resumed["root"], uninterrupted
+    cached = set(cached_outs(a))
+    assert {"models/base", "models/baselines", "models/members", "models/hydra"} <= cached
+    md5_a, md5_b = locked_md5s(a), locked_md5s(b)
+    assert cached <= set(md5_a) and cached <= set(md5_b)
+    differ = sorted(p for p in cached if md5_a[p] != md5_b[p])
+    detail = {}
+    for p in differ:  # name the files that differ, for the failure message
+        fa, fb = file_md5s(a / p), file_md5s(b / p)
+        detail[p] = sorted(f for f in {*fa, *fb} if fa.get(f) != fb.get(f))
+    assert differ == [], detail
 
 
 def test_image_report_and_promotion(resumed):

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 PASSING_GATES = [
     {"metric": "accuracy", "split": "id_test", "threshold": 0.0},
     {"metric": "auroc", "split": "near_ood", "baseline": "deep_ensemble", "tolerance": 1.0},
-    {"metric": "nll", "split": "id_test", "baseline": "prod", "tolerance": 100.0},
+    {"metric": "nll", "split": "id_test", "baseline": "prod", "tolerance": 100.0, "optional": True},
     {"metric": "compile_argmax_agreement", "threshold": 1.0},
 ]
 FAILING_GATES = [{"metric": "accuracy", "split": "id_test", "threshold": 1.5}]
@@ -80,6 +80,14 @@ def test_first_run_runs_every_stage_and_promotes(project):
     assert summary["promotion"]["promoted"] is True
     assert tags(project) == ["hydra#prod#1", "hydra@v0.0.1"]
     assert summary["push"] == "pushed" and (project / ".dvc-remote" / "files").is_dir()
+    # the version's commit holds this run's params and lock; the user's branch did not move
+    files = git(project, "ls-tree", "-r", "--name-only", "hydra@v0.0.1").split()
+    assert {"params.yaml", "dvc.lock", ".dvc/config"} <= set(files)
+    assert git(project, "rev-list", "--count", "main").strip() == "1"
+    bundle = project / "models" / "bundle"
+    assert {"MODEL_CARD.md", "bundle.json", "gate.json", "evaluate.json"} <= {
+        p.name for p in bundle.iterdir()
+    }
 
 
 def test_dvc_lock_lists_every_artifact_with_a_hash(project):
@@ -109,7 +117,9 @@ def test_report_has_every_metric(project):
                 assert set(entry[variant][split]) >= set(ALL_CLASSIFICATION)
             for split in ("near_ood", "far_ood"):
                 assert set(entry[variant][split]) >= set(ALL_OOD)
-        assert entry["parameters"] > 0 and entry["latency_ms"] > 0 and entry["temperature"] > 0
+        assert entry["parameters"] > 0 and entry["temperature"] > 0
+    latency = json.loads((project / "metrics" / "latency.json").read_text())
+    assert set(latency) == set(ev["models"]) and min(latency.values()) > 0
     assert set(ev["bootstrap"]) == {"single", "naive_pruned", "deep_ensemble"}
     interval = ev["bootstrap"]["single"]["calibrated"]["near_ood"]["auroc"]
     assert interval["low"] <= interval["difference"] <= interval["high"]
@@ -120,7 +130,9 @@ def test_report_has_every_metric(project):
     for model in ev["models"]:
         assert f"| {model} |" in report
     gate = json.loads((project / "reports" / "gate.json").read_text())
-    assert [c["status"] for c in gate["checks"]] == ["passed", "passed", "skipped", "passed"]
+    # the quick profile ships the eager model: the compile check is not applicable, not passed
+    statuses = [c["status"] for c in gate["checks"]]
+    assert statuses == ["passed", "passed", "skipped", "not applicable"]
     for plot in ("reliability.json", "roc.json"):
         assert json.loads((project / "plots" / plot).read_text())
 
@@ -158,7 +170,7 @@ def test_failing_gate_blocks_promotion(project):
     before = tags(project)
     res = cli("run", "-C", str(project), "--set", f"gates={json.dumps(FAILING_GATES)}", code=3)
     summary = last_run(project)
-    assert summary["ran"] == ["gate", "promote"]  # only the stages downstream of the change
+    assert summary["ran"] == ["gate", "bundle", "promote"]  # only the stages downstream
     assert summary["gate"]["verdict"] == "failed"
     assert json.loads((project / "registry" / "promotion.json").read_text())["promoted"] is False
     assert tags(project) == before
@@ -169,10 +181,11 @@ def test_param_change_reruns_only_downstream_stages(project):
     cli("run", "-C", str(project), "--set", "merge.mode=average", code=3)
     assert last_run(project)["ran"] == [
         "merge",
-        "compile",
         "calibrate",
+        "compile",
         "evaluate",
         "gate",
+        "bundle",
         "promote",
     ]
 
@@ -182,13 +195,7 @@ def test_force_needs_reason_and_records_it(project):
     res = cli("promote", "-C", str(project), "--force", code=2)
     assert "--reason" in res.output
     assert tags(project) == before
-    # the model changed (merge.mode=average) but v0.0.1 holds this commit: GTO keeps one version
-    # per commit, so promoting the new model needs a commit first
-    res = cli("promote", "-C", str(project), "--force", "--reason", "approved by QA", code=1)
-    assert "already registered at this git commit for a different model" in res.output
-    assert tags(project) == before
-    git(project, "add", "-A")
-    git(project, "commit", "-q", "-m", "merge.mode=average")
+    # a new model at the same code commit: no manual commit needed, it gets its own version
     cli("promote", "-C", str(project), "--force", "--reason", "hotfix approved by QA")
     assert tags(project) == sorted([*before, "hydra#prod#2", "hydra@v0.0.2"])
     for tag in ("hydra#prod#2", "hydra@v0.0.2"):
@@ -198,17 +205,41 @@ def test_force_needs_reason_and_records_it(project):
         project, "for-each-ref", "refs/tags/hydra#prod#2", "--format=%(contents)"
     )
     assert "v0.0.2" in cli("status", "-C", str(project)).output
+    listing = cli("registry", "-C", str(project)).output
+    assert "v0.0.1" in listing and "v0.0.2" in listing and "hotfix approved by QA" in listing
 
 
-def test_old_version_rebuilds_from_the_dvc_cache(project, tmp_path):
-    from hydra_ops.serialization import load_hydra
-    from tasks.registry import materialise_from_cache, parse_message
+def test_a_new_clone_checks_out_a_version_and_pulls_it_byte_for_byte(project, tmp_path):
+    from tasks.registry import parse_message, resolve_bundle_dir
 
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
+    git(clone, "checkout", "-q", "hydra@v0.0.1")
+    dvc = [str(Path(sys.executable).parent / "dvc")]
+    remote = str(project / ".dvc-remote")
+    subprocess.run(
+        [*dvc, "remote", "modify", "--local", "local", "url", remote], cwd=clone, check=True
+    )
+    subprocess.run([*dvc, "pull", "-q", "models/bundle"], cwd=clone, check=True, timeout=300)
     fields = parse_message(
         git(project, "for-each-ref", "refs/tags/hydra@v0.0.1", "--format=%(contents)")
     )
-    target = materialise_from_cache(project, fields["dvc_md5"], tmp_path / "v1")
-    assert load_hydra(target).num_members == 3
+    original = resolve_bundle_dir(project, {"fields": fields, "tag": "hydra@v0.0.1"})
+    pulled = clone / "models" / "bundle"
+    names = sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(pulled) for p in pulled.rglob("*") if p.is_file())
+    for name in names:
+        assert (original / name).read_bytes() == (pulled / name).read_bytes(), name
+
+
+def test_rollback_serves_the_earlier_version(project):
+    res = cli("promote", "-C", str(project), "--version", "v0.0.1", code=2)
+    assert "--reason" in res.output
+    cli("promote", "-C", str(project), "--version", "v0.0.1", "--reason", "v0.0.2 regressed")
+    assert "v0.0.1" in cli("status", "-C", str(project)).output
+    res = cli("predict", "-C", str(project), "--json", "Shares rose on strong profits")
+    row = json.loads(res.output.strip().splitlines()[-1])
+    assert row["model_version"] == "v0.0.1" and row["answered_by"].startswith("eager")
 
 
 def test_serve_runs_a_triggered_deployment(project, prefect_server):

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
+from tiny_models import tiny_model
 from transformers import BertConfig, BertForSequenceClassification
 
 from hydra_ops.adapters import get_adapter
@@ -90,22 +91,61 @@ def test_taylor_shape_sign_and_normalisation(model) -> None:
     assert torch.allclose(raw.scores / raw.scores.norm(dim=1, keepdim=True), hs.scores, atol=1e-5)
 
 
-def test_taylor_matches_finite_differences() -> None:
+def _loop_gate_grads(model, batch) -> torch.Tensor:
+    """[B, L, H]: ``dL_i/dxi`` of each example on its own, one forward/backward per example."""
+    adapter = get_adapter(model)
+    size = batch["labels"].shape[0]
+    layers, heads = adapter.num_layers, adapter.num_heads(0)
+    grads = []
+    for i in range(size):
+        row = {k: v[i : i + 1] for k, v in batch.items()}
+        gates = torch.ones(layers, heads, dtype=torch.float64, requires_grad=True)
+        with head_gates(model, gates):
+            loss = F.cross_entropy(adapter.logits(row), row["labels"])
+        grads.append(torch.autograd.grad(loss, gates)[0])
+    return torch.stack(grads)
+
+
+def test_taylor_averages_per_example_absolute_gradients() -> None:
+    """Michel et al.: mean over examples of |dL_i/dxi|, not |d(batch-mean loss)/dxi| per batch."""
+    model = tiny_model("bert").double()
+    batches = [_batch(6, 7, length=9), _batch(5, 8, length=9)]
+    hs = score_heads(model, "taylor", train_batches=batches, normalize=False, progress=False)
+    per_example = torch.cat([_loop_gate_grads(model, b) for b in batches])  # [11, L, H]
+    expected = per_example.abs().mean(0)
+    assert hs.meta["num_examples"] == 11
+    torch.testing.assert_close(hs.scores.double(), expected, rtol=1e-6, atol=1e-6)
+    # the old per-batch definition: |gradient of the batch-mean loss|, averaged over batches
+    per_batch = torch.stack([_loop_gate_grads(model, b).mean(0).abs() for b in batches]).mean(0)
+    signs_differ = (per_example > 0).any(0) & (per_example < 0).any(0)
+    assert signs_differ.any()  # some head helps some examples and hurts others
+    assert (expected >= per_batch - 1e-12).all()
+    gap = (expected - per_batch)[signs_differ]
+    assert gap.max() > 0.05 * expected.max()  # cancellation inside a batch is no longer counted
+    assert not torch.allclose(hs.scores.double(), per_batch, rtol=1e-3)
+
+
+def test_taylor_matches_per_example_finite_differences() -> None:
     model = _model().double()
-    batch = _batch(6, 7)
+    batch = _batch(4, 7)
     hs = score_heads(model, "taylor", train_batches=[batch], normalize=False, progress=False)
     adapter = get_adapter(model)
 
-    def loss_at(gate_value: float, layer: int, head: int) -> float:
+    def loss_at(gate_value: float, layer: int, head: int, i: int) -> float:
         gates = torch.ones(L, H, dtype=torch.float64)
         gates[layer, head] = gate_value
+        row = {k: v[i : i + 1] for k, v in batch.items()}
         with torch.no_grad(), head_gates(model, gates):
-            return float(F.cross_entropy(adapter.logits(batch), batch["labels"]))
+            return float(F.cross_entropy(adapter.logits(row), row["labels"]))
 
     eps = 1e-5
     for layer, head in [(0, 1), (1, 3)]:
-        fd = (loss_at(1 + eps, layer, head) - loss_at(1 - eps, layer, head)) / (2 * eps)
-        assert hs.scores[layer, head].item() == pytest.approx(abs(fd), rel=1e-4, abs=1e-7)
+        fd = [
+            (loss_at(1 + eps, layer, head, i) - loss_at(1 - eps, layer, head, i)) / (2 * eps)
+            for i in range(4)
+        ]
+        expected = sum(abs(g) for g in fd) / 4
+        assert hs.scores[layer, head].item() == pytest.approx(expected, rel=1e-4, abs=1e-7)
 
 
 def test_taylor_needs_labelled_train_batches(model) -> None:

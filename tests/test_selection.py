@@ -8,9 +8,11 @@ import torch
 from hydra_ops.plans import HeadPlan, plan_overlap
 from hydra_ops.scoring import HeadScores
 from hydra_ops.selection import (
+    DEFAULT_PENALTIES,
     STRATEGIES,
     default_heads_per_layer,
     diversity_report,
+    resolve_penalty,
     select_members,
 )
 
@@ -122,6 +124,76 @@ def test_circuits_strategy_returns_the_circuits(scores: torch.Tensor) -> None:
         select_members(hs, 3, 3, "circuits")
     with pytest.raises(ValueError, match="circuit"):
         select_members(HeadScores(scores, "taylor"), 3, 4, "circuits")
+
+
+@pytest.fixture(scope="module")
+def circuit_runs() -> dict:
+    """Circuit scores of a tiny BERT (3 layers x 4 heads, 2 circuits of 2 heads) per penalty."""
+    from tiny_models import tiny_inputs, tiny_model
+
+    from hydra_ops.scoring import score_heads
+
+    model = tiny_model("bert")
+    batch = {**tiny_inputs("bert", 6), "labels": torch.arange(6) % 3}
+    runs = {}
+    for penalty in (None, 0.0, 0.5, 2.0):
+        runs[penalty] = score_heads(
+            model,
+            "circuit",
+            val_batches=[batch],
+            num_circuits=2,
+            heads_per_layer=2,
+            overlap_penalty=penalty,
+            progress=False,
+        )
+    return runs
+
+
+def test_circuits_honour_the_overlap_penalty(circuit_runs) -> None:
+    overlap = {}
+    for penalty in (0.0, 0.5, 2.0):
+        plans = select_members(circuit_runs[penalty], 2, 2, "circuits", penalty=penalty)
+        assert plans == circuit_runs[penalty].circuits
+        overlap[penalty] = plan_overlap(plans).overall
+    assert overlap[0.0] > overlap[0.5] > overlap[2.0]
+    assert overlap == pytest.approx({0.0: 1.0, 0.5: 7 / 9, 2.0: 0.0})
+    # circuits searched with one penalty are not silently used for another
+    with pytest.raises(ValueError, match=r"searched with overlap_penalty=0\.5.*rescore"):
+        select_members(circuit_runs[0.5], 2, 2, "circuits", penalty=2.0)
+
+
+def test_circuits_default_penalty_is_the_old_hard_coded_one(circuit_runs) -> None:
+    """``None`` resolves to 0.5 in the search and in the selection: the plans found before the
+    penalty became a parameter (same model, data and seed)."""
+    old = [
+        HeadPlan(((2, 3), (2, 3), (0, 2))),
+        HeadPlan(((1, 3), (2, 3), (0, 2))),
+    ]
+    default = circuit_runs[None]
+    assert default.meta["overlap_penalty"] == 0.5
+    assert default.circuits == circuit_runs[0.5].circuits == old
+    assert select_members(default, 2, 2, "circuits") == old
+    assert select_members(default, 2, 2, "circuits", penalty=None) == old
+
+
+def test_resolve_penalty_and_the_pipeline_default(scores: torch.Tensor) -> None:
+    from hydra_ops.config import validate_params
+
+    assert DEFAULT_PENALTIES == {"overlap_penalty": 1.0, "circuits": 0.5}
+    assert resolve_penalty("overlap_penalty", None) == 1.0
+    assert resolve_penalty("circuits", None) == 0.5
+    assert resolve_penalty("circuits", 2) == 2.0
+    for bad in (-1.0, float("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match="penalty must be a finite number"):
+            resolve_penalty("circuits", bad)
+    with pytest.raises(ValueError, match=r"strategy='topk'.*overlap_penalty, circuits"):
+        resolve_penalty("topk", None)
+    taylor = validate_params({"scoring": {"method": "taylor"}})
+    assert taylor.members.overlap_penalty is None and taylor.strategy == "overlap_penalty"
+    assert select_members(
+        scores, 3, 4, taylor.strategy, penalty=taylor.members.overlap_penalty
+    ) == select_members(scores, 3, 4, "overlap_penalty", penalty=1.0)
+    assert validate_params({"members": {"overlap_penalty": 2.0}}).members.overlap_penalty == 2.0
 
 
 def test_accepts_head_scores(scores: torch.Tensor) -> None:

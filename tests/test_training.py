@@ -9,10 +9,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest
 import torch
+from tiny_models import FAMILIES, NUM_LAYERS, tiny_inputs, tiny_model
 from transformers import BertConfig, BertForSequenceClassification
 
 from hydra_ops.models import build_timm_vit, make_image_batches
-from hydra_ops.training import evaluate_logits, fine_tune, model_logits
+from hydra_ops.training import evaluate_logits, fine_tune, freeze_layers, model_logits
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -148,6 +149,81 @@ def test_frozen_layers_stay_unchanged():
             log_fn=None,
             frozen_layers=5,
         )
+
+
+#: Parameter-name prefixes of the embedding side of each family, written out by hand (not read
+#: from the adapters) so that the test checks the adapters' lists.
+EMBEDDING_PREFIXES = {
+    "bert": ("bert.embeddings.",),
+    "hf_vit": ("vit.embeddings.",),
+    "timm_vit": ("patch_embed.", "cls_token", "reg_token", "pos_embed", "norm_pre."),
+}
+BLOCK_PREFIX = {
+    "bert": "bert.encoder.layer.{}.",
+    "hf_vit": "vit.layers.{}.",
+    "timm_vit": "blocks.{}.",
+}
+#: timm with register tokens and a pre-norm: the embedding-side parts that used to stay trainable
+TINY_OVERRIDES = {"bert": {}, "hf_vit": {}, "timm_vit": {"reg_tokens": 2, "pre_norm": True}}
+
+
+def _expected_frozen(family: str, names: list[str], k: int) -> set[str]:
+    if k == 0:
+        return set()
+    prefixes = EMBEDDING_PREFIXES[family] + tuple(BLOCK_PREFIX[family].format(i) for i in range(k))
+    return {n for n in names if n.startswith(prefixes)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("k", [0, 1, NUM_LAYERS])
+def test_freeze_layers_freezes_exactly_the_embeddings_and_first_k_blocks(family, k):
+    model = tiny_model(family, **TINY_OVERRIDES[family])
+    names = [n for n, _ in model.named_parameters()]
+    if family == "timm_vit":
+        assert {"reg_token", "norm_pre.weight"} <= set(names)
+    freeze_layers(model, k)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen == _expected_frozen(family, names, k)
+    if k:
+        assert any(n.startswith(EMBEDDING_PREFIXES[family]) for n in frozen)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_training_with_a_frozen_trunk_leaves_it_unchanged(family):
+    model = tiny_model(family, **TINY_OVERRIDES[family])
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    def batches(epoch: int):
+        for seed in range(2):
+            batch = tiny_inputs(family, 6, seed=10 * epoch + seed)
+            yield {**batch, "labels": torch.arange(6) % 3}
+
+    fine_tune(
+        model,
+        batches,
+        epochs=1,
+        lr=1e-2,
+        weight_decay=0.0,
+        warmup_ratio=0.0,
+        seed=0,
+        progress=False,
+        log_fn=None,
+        frozen_layers=1,
+    )
+    after = dict(model.named_parameters())
+    frozen = _expected_frozen(family, list(before), 1)
+    assert frozen and all(torch.equal(before[n], after[n]) for n in frozen)
+    later = [n for n in before if n.startswith(BLOCK_PREFIX[family].format(1))]
+    assert any(not torch.equal(before[n], after[n]) for n in later)
+
+
+def test_freeze_layers_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"frozen_layers must be in 0\.\.3"):
+        freeze_layers(tiny_model("hf_vit"), 4)
+    with pytest.raises(ValueError, match=r"indices \[7\]"):
+        freeze_layers(tiny_model("timm_vit"), [0, 7])
+    with pytest.raises(ValueError, match=r"bert.*hf_vit.*timm_vit"):
+        freeze_layers(torch.nn.Linear(2, 2), 1)
 
 
 def test_bad_arguments_and_batches():

@@ -215,6 +215,30 @@ class ModelAdapter(abc.ABC):
     def block(self, layer: int) -> nn.Module:
         """Transformer block ``layer``: the module the model's layer loop calls once per forward."""
 
+    @abc.abstractmethod
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        """Every parameter used before block 0: token/patch and position embeddings, prefix tokens
+        ([CLS], registers), embedding / pre-block norms. Each parameter once."""
+
+    def trunk_parameters(self, num_layers: int) -> list[nn.Parameter]:
+        """The parameters of a shared trunk of depth ``num_layers = k`` in ``0..L``: with ``k > 0``
+        :meth:`embedding_parameters` plus blocks ``0..k-1``; ``k = 0`` is no trunk (empty list)."""
+        if (
+            isinstance(num_layers, bool)
+            or not isinstance(num_layers, int)
+            or not 0 <= num_layers <= self.num_layers
+        ):
+            raise ValueError(
+                f"num_layers must be an int in 0..{self.num_layers} (the model's layers), "
+                f"got {num_layers!r}"
+            )
+        if num_layers == 0:
+            return []
+        params = list(self.embedding_parameters())
+        for layer in range(num_layers):
+            params.extend(self.block(layer).parameters())
+        return _unique(params)
+
     # ----- attention -------------------------------------------------------------------------
     @abc.abstractmethod
     def out_proj(self, layer: int) -> nn.Linear:
@@ -251,6 +275,16 @@ class ModelAdapter(abc.ABC):
     @abc.abstractmethod
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         """Run the model on a contract batch (docs/architecture.md); returns ``[B, classes]``."""
+
+
+def _unique(params: list[nn.Parameter]) -> list[nn.Parameter]:
+    seen: set[int] = set()
+    out = []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
 
 
 def linear_from(weight: Tensor, bias: Tensor | None, like: nn.Linear) -> nn.Linear:

@@ -100,6 +100,9 @@ class BertAdapter(ModelAdapter):
     def block(self, layer: int) -> nn.Module:
         return self.model.bert.encoder.layer[layer]
 
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        return list(self.model.bert.embeddings.parameters())
+
     @property
     def num_layers(self) -> int:
         return len(self.model.bert.encoder.layer)

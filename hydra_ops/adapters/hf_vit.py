@@ -79,6 +79,9 @@ class HFViTAdapter(ModelAdapter):
     def block(self, layer: int) -> nn.Module:
         return self.model.vit.layers[layer]
 
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        return list(self.model.vit.embeddings.parameters())
+
     @property
     def num_layers(self) -> int:
         return len(self.model.vit.layers)

@@ -153,6 +153,16 @@ class TimmViTAdapter(ModelAdapter):
     def block(self, layer: int) -> nn.Module:
         return self.model.blocks[layer]
 
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        """``patch_embed``, ``cls_token``, ``reg_token``, ``pos_embed`` and ``norm_pre``."""
+        m = self.model
+        params = list(m.patch_embed.parameters())
+        for name in ("cls_token", "reg_token", "pos_embed"):
+            if getattr(m, name, None) is not None:
+                params.append(getattr(m, name))
+        params.extend(m.norm_pre.parameters())
+        return params
+
     @property
     def num_layers(self) -> int:
         return len(self.model.blocks)

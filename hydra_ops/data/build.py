@@ -26,6 +26,9 @@ DEFAULT_ID_CLASSES = {
     "digits": [str(i) for i in range(8)],
 }
 
+#: Fewest examples an ID class needs: one per train/val/test split (see ``stratified_split``).
+MIN_PER_CLASS = 3
+
 # Separate RNG streams per use, so changing e.g. the shift severity leaves the splits unchanged.
 _STREAM = {"split": 0, "cap": 1, "shift": 2, "far_ood": 3, "ood_val": 4, "near_ood": 5}
 
@@ -97,18 +100,64 @@ def _class_ids(raw: sources.RawData, wanted: list[str], key: str) -> list[int]:
     return [raw.names.index(c) for c in wanted]
 
 
+def _source(cfg: DataSourceConfig) -> str:
+    return f"data source {cfg.name!r}" + (f" ({cfg.path!r})" if cfg.path else "")
+
+
+def check_trainable(
+    cfg: DataSourceConfig, raw: sources.RawData, id_names: list[str], near_names: list[str]
+) -> None:
+    """ValueError (one line) unless the ID data can train and evaluate a classifier.
+
+    Needs at least 2 distinct ID classes, and every ID class at least :data:`MIN_PER_CLASS`
+    examples (after de-duplication) so that it lands in each of train/val/test.
+    """
+    if len(set(id_names)) < 2:
+        held = f" after holding out near-OOD class(es) {near_names}" if near_names else ""
+        fix = (
+            "add examples of another class"
+            if len(raw.names) < 2
+            else f"choose at least 2 data.id_classes among {raw.names}"
+        )
+        raise ValueError(
+            f"{_source(cfg)}: only {len(set(id_names))} in-distribution class {id_names}{held}; "
+            f"a classifier needs at least 2 ({fix})"
+        )
+    counts = np.bincount(raw.labels, minlength=len(raw.names))
+    small = [(n, int(counts[raw.names.index(n)])) for n in id_names]
+    small = [(n, c) for n, c in small if c < MIN_PER_CLASS]
+    if small:
+        (name, count), rest = small[0], small[1:]
+        dedup = (
+            f" after dropping {raw.duplicates_removed} duplicate text(s)"
+            if raw.duplicates_removed
+            else ""
+        )
+        others = "; also too small: " + ", ".join(f"{n!r} ({c})" for n, c in rest) if rest else ""
+        raise ValueError(
+            f"{_source(cfg)}: class {name!r} has {count} example(s){dedup}; each "
+            f"in-distribution class needs at least {MIN_PER_CLASS} to appear in every split "
+            f"(train/val/test = {cfg.train_frac}/{cfg.val_frac}/{cfg.test_frac}){others}"
+        )
+
+
 def build_splits(cfg: DataSourceConfig) -> BuiltData:
     """All splits of ``cfg`` in memory, deterministic under ``cfg.seed``."""
     raw = _load_raw(cfg)
     if raw.modality == "text" and cfg.dedupe:
         raw = sources.dedupe_texts(raw)
-    id_names = cfg.id_classes or DEFAULT_ID_CLASSES.get(cfg.name) or list(raw.names)
+    near_given = list(cfg.near_ood_classes) if cfg.near_ood_classes is not None else None
+    if cfg.id_classes:
+        id_names = list(cfg.id_classes)
+    else:  # the source's default ID classes, less the classes held out as near-OOD
+        default = DEFAULT_ID_CLASSES.get(cfg.name) or list(raw.names)
+        id_names = [n for n in default if n not in (near_given or [])]
     id_ids = _class_ids(raw, id_names, "id_classes")
-    if cfg.near_ood_classes is not None:
-        near_names = list(cfg.near_ood_classes)
-    else:
-        near_names = [n for n in raw.names if n not in id_names]
+    near_names = (
+        near_given if near_given is not None else [n for n in raw.names if n not in id_names]
+    )
     near_ids = _class_ids(raw, near_names, "near_ood_classes")
+    check_trainable(cfg, raw, id_names, near_names)
 
     remap = np.full(len(raw.names), -1, dtype=np.int64)
     remap[id_ids] = np.arange(len(id_ids))

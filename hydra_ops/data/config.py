@@ -92,6 +92,11 @@ class DataSourceConfig(BaseModel):
                 f"train_frac + val_frac + test_frac must be 1, got {total:.4f} "
                 f"({self.train_frac}, {self.val_frac}, {self.test_frac})"
             )
+        for key in ("classes", "id_classes", "near_ood_classes"):
+            names = getattr(self, key) or []
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{key} lists {twice} more than once")
         if self.id_classes is not None and len(set(self.id_classes)) < 2:
             raise ValueError(f"id_classes needs at least 2 distinct classes, got {self.id_classes}")
         if self.id_classes and self.near_ood_classes:

@@ -36,6 +36,29 @@ class RawData:
         return int(self.labels.shape[0])
 
 
+def one_line(text: object) -> str:
+    """``text`` with every run of whitespace (newlines included) collapsed to one space."""
+    return " ".join(str(text).split())
+
+
+def _first(items: list[int] | list[str], k: int = 5) -> str:
+    shown = ", ".join(str(i) for i in items[:k])
+    return shown + (", ..." if len(items) > k else "")
+
+
+def check_texts(texts: list[str], where: list[str], what: str, source: str) -> None:
+    """ValueError when a text is empty or whitespace-only, naming how many and where.
+
+    ``where[i]`` says where ``texts[i]`` came from (a line number or a file name).
+    """
+    empty = [where[i] for i, t in enumerate(texts) if not t.strip()]
+    if empty:
+        raise ValueError(
+            f"{what}: {source} has {len(empty)} empty or whitespace-only text(s) at "
+            f"{_first(empty)}; fill or remove them (empty texts cannot be classified)"
+        )
+
+
 def _require_dir(path: str | os.PathLike[str], what: str) -> Path:
     p = Path(path)
     if not p.exists():
@@ -81,6 +104,8 @@ def load_text_folder(root: str | os.PathLike[str], what: str = "folder source") 
     folder = _require_dir(root, what)
     _class_folders(folder, what)
     bunch = load_files(str(folder), encoding="utf-8", decode_error="replace", shuffle=False)
+    files = [str(Path(f).relative_to(folder)) for f in bunch.filenames]
+    check_texts([str(t) for t in bunch.data], files, what, f"folder {str(folder)!r}")
     return RawData(
         names=[str(n) for n in bunch.target_names],
         labels=np.asarray(bunch.target, dtype=np.int64),
@@ -89,9 +114,15 @@ def load_text_folder(root: str | os.PathLike[str], what: str = "folder source") 
     )
 
 
-def read_image_file(path: Path, channels: int, image_size: int | None) -> np.ndarray:
-    """One image as uint8 [H, W] (channels 1) or [H, W, 3], resized to image_size if given."""
-    from PIL import Image, UnidentifiedImageError
+def read_image_file(
+    path: Path, channels: int, image_size: int | None, what: str = "image"
+) -> np.ndarray:
+    """One image as uint8 [H, W] (channels 1) or [H, W, 3], resized to image_size if given.
+
+    A file PIL cannot open or decode (not an image, truncated, too large) is a one-line
+    ValueError naming the file.
+    """
+    from PIL import Image
 
     try:
         with Image.open(path) as im:
@@ -99,8 +130,12 @@ def read_image_file(path: Path, channels: int, image_size: int | None) -> np.nda
             if image_size is not None and im.size != (image_size, image_size):
                 im = im.resize((image_size, image_size), Image.Resampling.BILINEAR)
             return np.asarray(im, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError) as exc:
-        raise ValueError(f"cannot read image file {str(path)!r}: {exc}") from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        # UnidentifiedImageError is an OSError; truncated files raise OSError on convert()
+        detail = one_line(exc).replace(f" {str(path)!r}", "")  # PIL repeats the path
+        raise ValueError(
+            f"{what}: cannot read image file {str(path)!r} ({detail}); remove or replace it"
+        ) from None
 
 
 def stack_images(arrays: list[np.ndarray], files: list[Path], what: str) -> np.ndarray:
@@ -124,11 +159,16 @@ def load_image_folder(
     names, labels, arrays, files = [], [], [], []
     for idx, cls in enumerate(_class_folders(folder, what)):
         names.append(cls.name)
-        for f in sorted(cls.iterdir()):
-            if f.is_file() and _is_image(f):
-                arrays.append(read_image_file(f, channels, image_size))
-                labels.append(idx)
-                files.append(f)
+        images = [f for f in sorted(cls.iterdir()) if f.is_file() and _is_image(f)]
+        if not images:
+            raise ValueError(
+                f"{what}: class folder {str(cls)!r} has no image files "
+                f"({', '.join(IMAGE_EXTENSIONS)})"
+            )
+        for f in images:
+            arrays.append(read_image_file(f, channels, image_size, what))
+            labels.append(idx)
+            files.append(f)
     return RawData(
         names=names,
         labels=np.asarray(labels, dtype=np.int64),
@@ -153,6 +193,7 @@ def read_table(
     p = _require_file(path, what)
     texts: list[str] = []
     labels: list[str] = []
+    lines: list[int] = []  # the file line each row ends on (a row is one line unless quoted)
     with p.open(encoding="utf-8", errors="replace", newline="") as fh:
         if kind == "csv":
             reader = csv.DictReader(fh)
@@ -163,7 +204,10 @@ def read_table(
                 raise ValueError(
                     f"{what}: CSV {str(p)!r} lacks column(s) {missing}; it has {columns}"
                 )
-            rows = list(reader)
+            rows = []
+            for row in reader:
+                rows.append(row)
+                lines.append(reader.line_num)
         else:
             rows = []
             for lineno, line in enumerate(fh, start=1):
@@ -185,12 +229,21 @@ def read_table(
                         + (f" and {label_column!r}" if label_column else "")
                     )
                 rows.append(row)
+                lines.append(lineno)
     for row in rows:
-        texts.append(str(row[text_column] or ""))
+        texts.append("" if row[text_column] is None else str(row[text_column]))
         if label_column:
-            labels.append(str(row[label_column]).strip())
+            labels.append("" if row[label_column] is None else str(row[label_column]).strip())
     if not texts:
         raise ValueError(f"{what}: {str(p)!r} has no rows")
+    where = [f"line {n}" for n in lines]
+    check_texts(texts, where, what, f"{str(p)!r} column {text_column!r}")
+    no_label = [where[i] for i, lab in enumerate(labels) if not lab]
+    if no_label:
+        raise ValueError(
+            f"{what}: {str(p)!r} column {label_column!r} is empty at {len(no_label)} row(s) "
+            f"({_first(no_label)}); every row needs a label"
+        )
     return texts, (labels if label_column else None)
 
 
@@ -331,6 +384,7 @@ def load_ood_source(
         raise ValueError(f"{what}: folder {str(root)!r} has no files")
     if modality == "text":
         texts = [f.read_bytes().decode("utf-8", errors="replace") for f in files]
+        check_texts(texts, [str(f.relative_to(root)) for f in files], what, f"folder {str(root)!r}")
         return texts, None
     images = [f for f in files if _is_image(f)]
     if not images:
@@ -339,7 +393,7 @@ def load_ood_source(
 
     arrays = []
     for f in images:
-        a = read_image_file(f, channels, None)
+        a = read_image_file(f, channels, None, what)
         if image_size is not None and a.shape[:2] != image_size:
             im = Image.fromarray(a).resize(
                 (image_size[1], image_size[0]), Image.Resampling.BILINEAR

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from hydra_ops.atomic import replace_dir
-
 from hydra_ops.data.build import ID_SPLITS, SplitData, build_splits
 from hydra_ops.data.config import DataSourceConfig
 

@@ -1,0 +1,195 @@
+"""A failing stage ends ``hydra-ens run`` with its one error line; the full log is in a file.
+
+The end-to-end test runs the real CLI on a project whose data cannot train a classifier (a
+one-class CSV), so it fails in ``prepare_data`` within seconds; the unit tests drive
+:mod:`flows.runlog` with hand-made log records (no Prefect server).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, make_project
+
+from flows import runlog
+from flows.dvcops import StageError
+
+LOG_NAME = re.compile(r"\(full log: (\S*\.hydra-ens/logs/run-\d{8}T\d{6}Z(?:-\d+)?\.log)\)$")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``hydra-ens ARGS`` as a real process against the session's Prefect server."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = dict(os.environ, HYDRA_ENS_THREADS="1")
+    if PREFECT_API_URL.value():
+        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_bad_data_ends_the_run_with_one_error_line_and_a_full_log(prefect_server, tmp_path):
+    data = tmp_path / "one_class.csv"
+    data.write_text("text,label\n" + "".join(f"message number {i},spam\n" for i in range(12)))
+    root = make_project(tmp_path / "proj")
+    r = cli("run", "-C", str(root), "--set", "data.name=csv", "--set", f"data.path={data}")
+    output = r.stdout + r.stderr
+    assert r.returncode == 1, output[-4000:]
+    assert "Traceback" not in output
+    assert "| ERROR" not in output  # Prefect's failure reports stay in the file
+    mentions = [ln for ln in output.splitlines() if "in-distribution class" in ln]
+    errors = [ln for ln in r.stderr.splitlines() if ln.lower().startswith("error")]
+    assert len(mentions) == 1 and errors == mentions, output[-4000:]
+    line = errors[0]
+    assert line.startswith("error: stage prepare_data: data source 'csv'")
+    assert "only 1 in-distribution class ['spam']" in line and str(data) in line
+    match = LOG_NAME.search(line)
+    assert match, line
+    log_file = Path(match.group(1))
+    log_file = log_file if log_file.is_absolute() else REPO / log_file
+    assert log_file.parent == root / ".hydra-ens" / "logs" and log_file.is_file()
+    text = log_file.read_text()
+    assert "Traceback (most recent call last)" in text  # Prefect's, kept in full
+    assert "StageError" in text
+    assert "Task run 'prepare_data' - [prepare_data] error: stage prepare_data" in text
+    assert "hydra_ens.cli - " + line[: match.start()].rstrip() in text  # the CLI's last word
+
+
+# ---- flows.runlog without a server ----
+
+STAGE_ERROR = StageError(
+    "stage prepare_data failed (exit 255): error: stage prepare_data: data source 'csv' "
+    "('d.csv'): only 1 in-distribution class ['spam']; a classifier needs at least 2 | "
+    "ERROR: failed to reproduce 'prepare_data': failed to run: python -m tasks.prepare_data, "
+    "exited with 1"
+)
+
+
+def _record(name: str, msg: str, level: int = logging.INFO, exc: bool = False, **extra):
+    exc_info = None
+    if exc:
+        try:
+            raise STAGE_ERROR
+        except StageError:
+            exc_info = sys.exc_info()
+    record = logging.LogRecord(name, level, __file__, 1, msg, None, exc_info)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_error_line_is_the_stage_own_message():
+    assert runlog.error_line(STAGE_ERROR) == (
+        "stage prepare_data: data source 'csv' ('d.csv'): only 1 in-distribution class "
+        "['spam']; a classifier needs at least 2"
+    )
+    assert runlog.error_line(RuntimeError("server\nwent away")) == (
+        "pipeline failed: server went away"
+    )
+    dvc_only = StageError("stage merge failed (exit 1): ERROR: failed to reproduce 'merge'")
+    assert runlog.error_line(dvc_only) == "stage merge failed: ERROR: failed to reproduce 'merge'"
+
+
+def test_console_filter_hides_tracebacks_and_failure_reports_and_remembers_the_crash():
+    f = runlog.ConsoleFilter()
+    shown = [
+        r.getMessage()
+        for r in [
+            _record("prefect.task_runs", "[finetune_base] > python -m tasks.finetune_base"),
+            _record("prefect.task_runs", "[finetune_base] Traceback (most recent call last):"),
+            _record("prefect.task_runs", '[finetune_base]   File "tasks/finetune_base.py"'),
+            _record("prefect.task_runs", "[finetune_base]     boom()"),
+            _record("prefect.task_runs", "[finetune_base] RuntimeError: boom"),
+            _record("prefect.task_runs", "[finetune_base] ERROR: failed to reproduce 'x'"),
+            _record("prefect.task_runs", "[member 1] error: stage finetune_members: bad lr"),
+            _record("prefect.task_runs", "Finished in state Failed('x')", logging.ERROR),
+            _record("prefect.task_runs", "Finished in state Completed()"),
+            _record("prefect.task_runs", "Task run failed - Retry 1/2 will start 3 second(s)"),
+            _record("prefect.flow_runs", "Encountered exception", logging.ERROR, exc=True),
+            _record("prefect.flow_runs", "Finished in state Failed('x')"),
+            _record("prefect", "Starting temporary server"),
+        ]
+        if f.filter(r)
+    ]
+    assert shown == [
+        "[finetune_base] > python -m tasks.finetune_base",
+        "[finetune_base] RuntimeError: boom",
+        "Finished in state Completed()",
+        "Task run failed - Retry 1/2 will start 3 second(s)",
+        "Starting temporary server",
+    ]
+    log = runlog.RunLog(Path("x.log"), logging.NullHandler(), f)  # type: ignore[arg-type]
+    crash = StageError("stage finetune_base failed (exit 1): ERROR: failed to reproduce 'x'")
+    assert runlog.error_line(crash, log) == "stage finetune_base failed: RuntimeError: boom"
+    member = StageError("member 1 failed (exit 1)")
+    assert runlog.error_line(member, log) == (
+        "member 1 failed (exit 1): stage finetune_members: bad lr"
+    )
+
+
+@pytest.fixture
+def console():
+    """A stream handler on the root logger, standing in for Prefect's console handler."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s - %(message)s"))
+    logging.getLogger().addHandler(handler)
+    yield handler, stream
+    logging.getLogger().removeHandler(handler)
+
+
+def test_run_log_keeps_everything_in_the_file_and_the_console_quiet(tmp_path, console):
+    handler, stream = console
+    old_formatter = handler.formatter
+    log = runlog.start_run_log(tmp_path)
+    try:
+        assert log.path.parent == tmp_path / ".hydra-ens" / "logs"
+        assert re.fullmatch(r"run-\d{8}T\d{6}Z\.log", log.path.name)
+        root = logging.getLogger()
+        root.handle(_record("prefect", "server is up"))
+        root.handle(_record("prefect", "client hiccup", logging.WARNING, exc=True))
+        root.handle(
+            _record(
+                "prefect.flow_runs",
+                "Encountered exception during execution",
+                logging.ERROR,
+                exc=True,
+                flow_run_name="brave-fox",
+            )
+        )
+        root.handle(
+            _record("prefect.task_runs", "[prepare_data] start", task_run_name="prepare_data")
+        )
+        logging.getLogger("hydra_ens").info("stage prepare_data: start")
+        log.error("error: stage prepare_data: bad data")
+        again = runlog.start_run_log(tmp_path)  # same second: a new file, not the same one
+        again.close()
+        assert again.path != log.path and again.path.is_file()
+    finally:
+        log.close()
+    shown = stream.getvalue()
+    assert "Traceback" not in shown and "Encountered exception" not in shown
+    assert "server is up" in shown and "client hiccup" in shown
+    assert "[prepare_data] start" in shown
+    text = log.path.read_text()
+    assert text.count("Traceback (most recent call last)") == 2
+    assert "Flow run 'brave-fox' - Encountered exception during execution" in text
+    assert "Task run 'prepare_data' - [prepare_data] start" in text
+    assert "hydra_ens - stage prepare_data: start" in text
+    assert text.rstrip().endswith("hydra_ens.cli - error: stage prepare_data: bad data")
+    # close() undid everything: the console shows tracebacks again, the file gets nothing more
+    assert handler.formatter is old_formatter and not handler.filters
+    logging.getLogger().handle(_record("prefect", "after close", logging.WARNING, exc=True))
+    assert "Traceback" in stream.getvalue() and "after close" not in log.path.read_text()

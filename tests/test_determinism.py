@@ -1,0 +1,187 @@
+"""Cached outputs hash the same for the same inputs, and a killed run leaves nothing behind.
+
+Fast checks: what goes into a cached checkpoint (no wall-clock timings, no absolute paths), the
+stage-start cleanup of what interrupted atomic writes leave, and that git and DVC ignore those
+leftovers but not real outputs. The end-to-end check (two projects, one killed and resumed, the
+same ``dvc.lock`` hashes) is ``test_pipeline_image.py::test_same_params_same_cached_hashes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from tiny_models import tiny_model
+
+from flows import dvcops
+from hydra_ops.atomic import leftovers, replace_dir
+from hydra_ops.training import TrainReport
+from tasks import models_io
+from tasks.common import publish_dir, remove_stage_leftovers, stage_main, stage_outputs
+
+#: What a kill between the steps of an atomic write leaves, and must be ignored/removed
+#: (a trailing ``/``: a folder).
+LEFTOVERS = (
+    "models/.base.old-0a1b2c3d/",  # replace_dir: old folder renamed aside
+    "models/.base.tmp-k2j_4g5h/",  # publish_dir / save_model temp folder
+    "metrics/.finetune_base.json.ab12cd34.tmp",  # write_text / write_json temp file
+    "models/members/.member_1.tmp-abcd1234/",  # a unit's publish_dir temp folder
+)
+#: Real outputs and sources next to them, which must be neither ignored nor removed.
+REAL = (
+    "models/base/model.safetensors",
+    "models/base/checkpoint.json",
+    "models/basement/checkpoint.json",
+    "models/members/member_1/done.json",
+    "metrics/finetune_base.json",
+    "tasks/common.py",
+    ".dvcignore",
+)
+
+
+def _touch(root: Path, rel: str) -> Path:
+    """A file holding ``x``, or (``rel`` ends with ``/``) a folder holding a partial file."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if rel.endswith("/"):
+        path.mkdir()
+        (path / "model.safetensors").write_text("partial")
+    else:
+        path.write_text("x")
+    return path
+
+
+def _paths(rels) -> list[str]:
+    return [rel.rstrip("/") for rel in rels]
+
+
+@pytest.fixture()
+def project_files(tmp_path) -> Path:
+    """A folder with the project's dvc.yaml and a valid quick params.yaml (no git, no DVC)."""
+    from hydra_ops.config import resolve_params, write_params
+
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
+    write_params(resolve_params("quick", {}), tmp_path / "params.yaml")
+    return tmp_path
+
+
+def test_stage_leftovers_are_removed_and_real_outputs_kept(project_files):
+    root = project_files
+    for rel in (*LEFTOVERS, *REAL):
+        _touch(root, rel)
+    other_stage = _touch(root, "models/.merged.old-0a1b2c3d/")
+    removed = remove_stage_leftovers("finetune_base", root)
+    assert sorted(removed) == sorted(root / rel for rel in LEFTOVERS[:3])
+    for rel in LEFTOVERS[:3]:
+        assert not (root / rel).exists(), rel
+    for rel in REAL[:5]:
+        assert (root / rel).read_text() == "x", rel
+    assert other_stage.is_dir()  # another stage's output: that stage cleans it
+    assert (root / LEFTOVERS[3]).is_dir()  # inside a unit stage's output: finalise removes it
+    assert remove_stage_leftovers("finetune_base", root) == []
+
+
+def test_stage_outputs_come_from_dvc_yaml(project_files):
+    outs = stage_outputs("evaluate", project_files)
+    rel = {p.relative_to(project_files).as_posix() for p in outs}
+    assert {"reports/evaluate.md", "metrics/evaluate.json", "plots/roc.json"} <= rel
+    with pytest.raises(ValueError, match=r"'nope' is not in .*dvc.yaml; declared: prepare_data"):
+        stage_outputs("nope", project_files)
+    assert stage_outputs("finetune_base", project_files / "elsewhere") == []
+
+
+def test_stage_main_cleans_before_the_stage_runs(project_files, monkeypatch):
+    root = project_files
+    leftover = _touch(root, "models/.members.old-0a1b2c3d/")
+    seen = []
+    monkeypatch.chdir(root)
+    monkeypatch.setattr("tasks.common.set_threads", lambda: None)
+    stage_main("finetune_members", lambda cfg, r: seen.append(leftover.exists()))
+    assert seen == [False]
+
+
+def test_publish_dir_and_replace_dir_leave_no_leftovers(tmp_path):
+    target = tmp_path / "out"
+    stale = [_touch(tmp_path, ".out.old-0a1b2c3d/"), _touch(tmp_path, ".out.tmp-zzzzzzzz/")]
+    with publish_dir(target) as tmp:
+        (tmp / "a").write_text("1")
+    with publish_dir(target) as tmp:  # replaces an existing target: the old one renamed aside
+        (tmp / "a").write_text("2")
+    assert not any(p.exists() for p in stale)
+    assert leftovers(target) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (target / "a").read_text() == "2"
+    fresh = tmp_path / ".new.tmp-abcdefgh"
+    fresh.mkdir()
+    replace_dir(fresh, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_leftover_names_are_matched_literally(tmp_path):
+    odd = tmp_path / "a[1]*"
+    odd.mkdir()
+    _touch(tmp_path, ".a[1]*.old-0a1b2c3d/")
+    _touch(tmp_path, ".a1x.old-0a1b2c3d/")  # would match if [1]* were a glob
+    assert [p.name for p in leftovers(odd)] == [".a[1]*.old-0a1b2c3d"]
+
+
+def test_git_ignores_leftovers_not_outputs():
+    def ignored(rel: str) -> bool:
+        rc = subprocess.run(
+            ["git", "check-ignore", "--no-index", "-q", rel], cwd=REPO, check=False
+        ).returncode
+        assert rc in (0, 1), rel
+        return rc == 0
+
+    assert [rel for rel in _paths(LEFTOVERS) if not ignored(rel)] == []
+    assert [rel for rel in REAL if ignored(rel)] == []
+
+
+def test_dvc_ignores_leftovers_not_outputs(tmp_path):
+    (tmp_path / ".dvcignore").write_text((REPO / ".dvcignore").read_text())
+    dvcops.dvc(tmp_path, "init", "--no-scm", "-q")
+    leftover = _paths(LEFTOVERS)
+    res = dvcops.dvc(
+        tmp_path, "check-ignore", "--details", "--non-matching", *leftover, *REAL, check=False
+    )
+    # one line per path: "<source>:<line>:<pattern>\t<path>", or "::\t<path>" when not ignored
+    matched = dict(line.split("\t")[::-1] for line in res.stdout.strip().splitlines())
+    assert set(matched) == {*leftover, *REAL}, res.stdout + res.stderr
+    assert [rel for rel in leftover if matched[rel] == "::"] == []
+    assert {rel: matched[rel] for rel in REAL if matched[rel] != "::"} == {}
+
+
+def test_train_report_timings_are_split_off():
+    report = TrainReport(epochs=2, steps=4, epoch_losses=[0.9, 0.5], epoch_seconds=[1.5, 1.25])
+    report.total_seconds = 2.75
+    record, timings = models_io.split_timings(report.to_dict())
+    assert timings == {"epoch_seconds": [1.5, 1.25], "total_seconds": 2.75}
+    assert record["epoch_losses"] == [0.9, 0.5] and record["steps"] == 4
+    # every wall-clock field of TrainReport is one of TIMING_FIELDS
+    clock = {f.name for f in dataclasses.fields(TrainReport) if "second" in f.name}
+    assert clock == set(models_io.TIMING_FIELDS) == set(report.to_dict()) - set(record)
+
+
+def test_checkpoint_bytes_do_not_depend_on_where_the_weights_came_from(tmp_path):
+    model = tiny_model("bert")
+    meta = {"seed": 0, "train": {"epoch_losses": [0.5]}}
+    model.config._name_or_path = "/home/someone/checkout-a/site-packages/minilm"
+    models_io.save_base(model, tmp_path / "a", meta)
+    model.config._name_or_path = "/srv/ci/checkout-b/site-packages/minilm"
+    models_io.save_base(model, tmp_path / "b", meta)
+    for name in ("checkpoint.json", "model.safetensors"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert "checkout-" not in (tmp_path / "a" / "checkpoint.json").read_text()
+    assert model.config._name_or_path == "/srv/ci/checkout-b/site-packages/minilm"  # restored
+    assert models_io.load_base(tmp_path / "a").config.num_labels == model.config.num_labels
+
+
+def test_a_timing_in_checkpoint_metadata_is_refused(tmp_path):
+    model = tiny_model("timm_vit")
+    meta = {"train": {"epoch_losses": [0.5], "epoch_seconds": [3.0]}}
+    with pytest.raises(ValueError, match=r"metadata: train\.epoch_seconds is a wall-clock"):
+        models_io.save_base(model, tmp_path / "ckpt", meta)
+    assert not (tmp_path / "ckpt").exists()
