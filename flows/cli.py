@@ -264,11 +264,16 @@ def predict(
         return
     table = Table(
         title=f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
-        f"{rows[0]['answered_by']}"
+        f"{rows[0]['answered_by']}",
+        show_edge=False,
+        pad_edge=False,
     )
-    cols = ("input", "class", "prob", "entropy", "MI", "disagreement", "ood_score", "verdict")
-    for col in cols:
-        table.add_column(col, overflow="fold")
+    cols = ("input", "class", "prob", "entropy", "MI", "disagree", "ood_score", "verdict")
+    for col in cols:  # only input and class fold, so the numbers and verdict fit 80 columns
+        foldable = col in ("input", "class")
+        table.add_column(
+            col, overflow="fold", no_wrap=not foldable, min_width=6 if foldable else None
+        )
     for r in rows:
         table.add_row(
             r["input"][:60],
@@ -277,7 +282,7 @@ def predict(
             f"{r['entropy']:.3f}",
             f"{r['mutual_information']:.3f}",
             f"{r['disagreement']:.3f}",
-            f"{r['ood_score']:.4g}",
+            f"{r['ood_score']:.4f}",
             VERDICT_LABELS.get(r["verdict"], "n/a"),
         )
     console.print(table)

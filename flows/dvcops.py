@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,7 +98,19 @@ class StageRun:
     lines: list[str] = field(default_factory=list)
 
 
-_TRANSIENT = ("Unable to acquire lock", "is busy", "lock", "Killed", "Resource temporarily")
+#: DVC's own lock errors, as its CLI prints them (``ERROR: `` + the exception chain joined by
+#: ``": "``): the repo lock (``dvc.lock.FAILED_TO_LOCK_MESSAGE``) and a stage's read/write lock
+#: on its deps/outs held by another DVC process (``dvc.rwlock``), e.g.
+#: ``ERROR: failed to reproduce 'merge': 'models/hydra' is busy, it is being blocked by:``.
+_DVC_LOCK_ERROR = re.compile(
+    r"^ERROR: (?:.*: )?(?:Unable to acquire lock\. Most likely another DVC process is running"
+    r"|'[^']*' is busy, it is being blocked by:)"
+)
+#: DVC's report of a stage command killed by a signal (``StageCmdFailedError``).
+_DVC_STAGE_KILLED = re.compile(r"^ERROR: .*failed to run: .*, exited with (?:-\d+|137|143)\s*$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Exit statuses of a killed process: 128 + SIGKILL (the OOM killer) / SIGTERM.
+_KILLED_STATUSES = (137, 143)
 #: DVC's after-stage advice (git add / autostage / dvc push): the flow pushes itself at the end,
 #: and committing dvc.lock is the user's call (docs/pipeline.md), so these lines are not relayed.
 _DVC_HINTS = (
@@ -107,6 +120,35 @@ _DVC_HINTS = (
     "dvc config core.autostage",
     "Use `dvc push` to send your updates",
 )
+
+
+def dvc_error_line(lines: Sequence[str]) -> str | None:
+    """DVC's final error line (the last line starting with ``ERROR: ``, colours stripped), or None.
+
+    DVC prints it after the stage command has ended, so it comes after all of the stage's own
+    output; earlier ``ERROR:`` lines may be the stage's."""
+    for line in reversed(lines):
+        clean = _ANSI.sub("", line).strip()
+        if clean.startswith("ERROR: "):
+            return clean
+    return None
+
+
+def is_transient_failure(returncode: int, lines: Sequence[str]) -> bool:
+    """Whether a failed ``dvc repro`` (``returncode != 0``, output ``lines``) is worth a retry.
+
+    True only when (a) the dvc process was killed (negative return code, 137 or 143), (b) DVC's own
+    final error line is one of its lock errors (the repo lock or a stage's deps/outs lock held by
+    another DVC process), or (c) that line reports the stage command killed by a signal
+    (``exited with -9`` / 137 / 143). Anything a stage itself prints (say a log line containing
+    "is busy" or "lock") does not count: the stage failed for a reason a retry will not fix.
+    """
+    if returncode < 0 or returncode in _KILLED_STATUSES:
+        return True
+    error = dvc_error_line(lines)
+    if error is None:
+        return False
+    return bool(_DVC_LOCK_ERROR.match(error) or _DVC_STAGE_KILLED.match(error))
 
 
 def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> StageRun:
@@ -135,7 +177,7 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
     if rc != 0:
         errors = [ln for ln in lines if ln.startswith(("error", "ERROR"))] or lines[-3:]
         msg = f"stage {stage} failed (exit {rc}): " + " | ".join(errors)
-        if rc < 0 or any(t in text for t in _TRANSIENT[:2]) or rc in (137, 143):
+        if is_transient_failure(rc, lines):
             raise TransientStageError(msg)
         raise StageError(msg)
     ran = f"Running stage '{stage}'" in text

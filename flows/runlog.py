@@ -46,6 +46,7 @@ _TB_CHAIN = (
 # reproduce ..." after it: the CLI ends with the first, so the console skips both
 _ERROR_PREFIXES = ("error: ", "ERROR: ")
 _STAGE_FAILED = re.compile(r"^stage (\S+) failed \(exit -?\d+\): (.*)$", re.DOTALL)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MEMBER_FAILED = re.compile(r"^(member \d+) failed \(exit -?\d+\)$")
 
 
@@ -94,7 +95,7 @@ class ConsoleFilter(logging.Filter):
         if match is None:
             return True
         source, line = match.groups()
-        source = source.strip("[]")
+        source, line = source.strip("[]"), _ANSI.sub("", line)
         if line.startswith(_TB_START):
             self._in_traceback[source] = True
             return False
@@ -243,7 +244,7 @@ def error_line(err: BaseException, run_log: RunLog | None = None) -> str:
     filter), else the stage's failure without DVC's boilerplate; other errors as
     ``pipeline failed: ...``.
     """
-    text = str(err).strip()
+    text = _ANSI.sub("", str(err)).strip()
     seen = run_log.console_filter if run_log else ConsoleFilter()
     member = _MEMBER_FAILED.match(text)
     if member is not None:

@@ -1,9 +1,10 @@
 """Atomic writes: an output is either absent, the old version, or complete; never half-written.
 
-Everything that writes an artifact DVC may cache goes through the three write helpers here. A
-process killed mid-write leaves at most hidden siblings of the target (:data:`LEFTOVER_GLOBS`),
-never a half-written target; :func:`remove_leftovers` deletes them, and ``.gitignore`` and
-``.dvcignore`` ignore the same shapes.
+Everything that writes an artifact DVC may cache goes through the write helpers here: a file
+(:func:`atomic_write_file`, :func:`atomic_write_bytes`) or a whole folder (:func:`atomic_write_dir`,
+:func:`replace_dir`). A process killed mid-write leaves at most hidden siblings of the target
+(:data:`LEFTOVER_GLOBS`), never a half-written target; :func:`remove_leftovers` deletes them, and
+``.gitignore`` and ``.dvcignore`` ignore the same shapes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from glob import escape
 from pathlib import Path
 
@@ -22,10 +24,21 @@ from pathlib import Path
 LEFTOVER_GLOBS = (".{name}.tmp-*", ".{name}.old-*", ".{name}.*.tmp")
 
 
-def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], None]) -> None:
-    """Run ``write(tmp)`` for a temp file next to ``path`` (same suffix), fsync it, rename it."""
+def atomic_write_file(
+    path: str | os.PathLike[str], write: Callable[[Path], None], *, keep_suffix: bool = True
+) -> None:
+    """Run ``write(tmp)`` for a temp file next to ``path``, fsync it, rename it to ``path``.
+
+    The temp file is ``.<stem>.XXXXXXXX<suffix>`` with ``keep_suffix`` (for writers that pick the
+    format from the suffix), else ``.<name>.XXXXXXXX.tmp`` (a :data:`LEFTOVER_GLOBS` shape, which
+    git and DVC ignore: use it for text and JSON).
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    if keep_suffix:
+        prefix, suffix = f".{path.stem}.", path.suffix
+    else:
+        prefix, suffix = f".{path.name}.", ".tmp"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     os.close(fd)
     try:
         write(Path(tmp))
@@ -37,9 +50,29 @@ def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], None
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically."""
-    atomic_write_file(path, lambda tmp: tmp.write_bytes(data))
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, *, keep_suffix: bool = True
+) -> None:
+    """Write ``data`` to ``path`` atomically (temp file as in :func:`atomic_write_file`)."""
+    atomic_write_file(path, lambda tmp: tmp.write_bytes(data), keep_suffix=keep_suffix)
+
+
+@contextmanager
+def atomic_write_dir(target: str | os.PathLike[str], *, mode: int | None = None) -> Iterator[Path]:
+    """Yield a fresh temp folder ``.<name>.tmp-*`` next to ``target`` (parents created); when the
+    block succeeds the folder (chmod ``mode`` first, if given) replaces ``target`` through
+    :func:`replace_dir`, when it raises the folder is deleted and ``target`` is left as it was."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+        if mode is not None:
+            os.chmod(tmp, mode)
+        replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def replace_dir(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:

@@ -24,6 +24,8 @@ Conventions (also in ``docs/metrics.md``):
   confident examples. Tied confidences are handled by taking the expectation over a random order
   within each tie group (errors spread evenly across the group), so the result does not depend on
   input order.
+- AUGRC (Traub et al., 2024): area under the generalized risk-coverage curve, generalized risk =
+  (accepted and wrong) / N, trapezoidal from coverage 0 (risk 0) to 1; ties as for AURC.
 - OOD detection: OOD is the POSITIVE class and scores are "higher = more OOD". AUROC and AUPR-Out
   use OOD as positive; AUPR-In uses ID as positive with the score negated; FPR@95%TPR is the
   smallest fraction of ID examples flagged among thresholds ``t`` (flag when ``score >= t``, ``t``
@@ -64,6 +66,7 @@ __all__ = [
     "accuracy",
     "accuracy_resampled",
     "adaptive_ece",
+    "augrc",
     "aurc",
     "brier",
     "brier_resampled",
@@ -193,12 +196,12 @@ def adaptive_ece(probs: Tensor, labels: Tensor, n_bins: int = DEFAULT_N_BINS) ->
     return float((correct_sum - conf_sum).abs().sum() / n)
 
 
-def aurc(probs: Tensor, labels: Tensor) -> float:
-    """Area under the risk-coverage curve with MSP confidence (tie-invariant; module docstring).
+def _expected_errors(probs: Tensor, labels: Tensor) -> Tensor:
+    """``E[k-1]`` = expected number of errors among the ``k`` most confident examples, ``[N]``.
 
-    probs [N, C], labels [N] -> float in [0, 1]; lower is better.
+    Confidence = MSP; tied confidences are ordered at random, so within a tie group the errors are
+    spread evenly (``E`` is linear across the group) and the result does not depend on input order.
     """
-    probs, labels = _prep(probs, labels)
     conf, pred = probs.max(dim=1)
     errors = (pred != labels).to(probs.dtype)
     order = torch.sort(conf, descending=True, stable=True).indices
@@ -212,9 +215,39 @@ def aurc(probs: Tensor, labels: Tensor) -> float:
     group_start = group_end - counts
     err_before = group_err.cumsum(0) - group_err
     k = torch.arange(1, conf.shape[0] + 1, dtype=probs.dtype, device=probs.device)
-    # Expected number of errors among the first k examples when ties are ordered at random.
-    expected_err = err_before[group] + (k - group_start[group]) * group_err[group] / counts[group]
+    return err_before[group] + (k - group_start[group]) * group_err[group] / counts[group]
+
+
+def aurc(probs: Tensor, labels: Tensor) -> float:
+    """Area under the risk-coverage curve with MSP confidence (tie-invariant; module docstring).
+
+    ``AURC = (1/N) sum_{k=1..N} E_k / k``, ``E_k`` the expected errors among the ``k`` most
+    confident examples. probs [N, C], labels [N] -> float in [0, 1]; lower is better.
+    """
+    probs, labels = _prep(probs, labels)
+    expected_err = _expected_errors(probs, labels)
+    k = torch.arange(1, probs.shape[0] + 1, dtype=probs.dtype, device=probs.device)
     return float((expected_err / k).mean())
+
+
+def augrc(probs: Tensor, labels: Tensor) -> float:
+    """Area under the generalized risk-coverage curve (Traub et al., 2024), MSP confidence.
+
+    The generalized risk at coverage ``k/N`` is ``E_k / N``: the fraction of *all* examples that
+    are accepted and wrong (``E_k`` = expected errors among the ``k`` most confident, ties ordered
+    at random as in :func:`aurc`). The curve starts at ``(0, 0)`` (nothing accepted, no risk) and
+    is integrated with the trapezoidal rule over coverages ``0, 1/N, ..., 1``:
+    ``AUGRC = (sum_{k=1..N} E_k - E_N / 2) / N^2``. Equivalently
+    ``AUGRC = (1 - AUROC_f) * acc * (1 - acc) + (1 - acc)^2 / 2`` with ``AUROC_f`` the AUROC of the
+    confidence separating correct (positive) from wrong predictions, ties counting 1/2; a perfect
+    ranking gives ``(1 - acc)^2 / 2``.
+
+    probs [N, C], labels [N] -> float in [0, 0.5]; lower is better.
+    """
+    probs, labels = _prep(probs, labels)
+    expected_err = _expected_errors(probs, labels)
+    n = probs.shape[0]
+    return float((expected_err.sum() - expected_err[-1] / 2) / (n * n))
 
 
 def _check_idx(idx: Tensor, n: int) -> Tensor:

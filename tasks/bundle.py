@@ -39,6 +39,7 @@ from tasks.common import (
     HYDRA,
     METRICS,
     REPORTS,
+    cached_outputs,
     publish_dir,
     read_json,
     stage_main,
@@ -82,11 +83,12 @@ def _lineage(root: Path) -> dict[str, Any]:
     if not lock.is_file():
         return {}
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+    cached = cached_outputs(root)  # uncached metrics hold run facts (timings)
     return {
         out["path"]: out.get("md5")
         for stage in stages.values()
         for out in stage.get("outs") or []
-        if out.get("md5")
+        if out.get("md5") and out["path"] in cached
     }
 
 

@@ -174,23 +174,45 @@ def fingerprint(obj: Any) -> str:
 
 
 # ---- leftovers of interrupted runs ----
-def stage_outputs(stage: str, root: Path) -> list[Path]:
-    """Every path ``stage`` declares in ``root/dvc.yaml`` (``outs``, ``metrics``, ``plots``);
-    empty when there is no ``dvc.yaml``. ValueError naming the declared stages if unknown."""
+def _declared(root: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{stage: {path: options}}`` of every ``outs``/``metrics``/``plots`` entry in
+    ``root/dvc.yaml`` (empty when there is none)."""
     import yaml
 
     dvc_yaml = Path(root) / "dvc.yaml"
     if not dvc_yaml.is_file():
-        return []
-    stages = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {})
-    if stage not in stages:
-        raise ValueError(f"stage {stage!r} is not in {dvc_yaml}; declared: {', '.join(stages)}")
-    paths: list[Path] = []
-    for key in ("outs", "metrics", "plots"):
-        for entry in stages[stage].get(key) or []:
-            names = [entry] if isinstance(entry, str) else list(entry)
-            paths += [Path(root) / name for name in names]
-    return paths
+        return {}
+    stages = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages") or {}
+    declared: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, stage in stages.items():
+        declared[name] = {}
+        for key in ("outs", "metrics", "plots"):
+            for entry in stage.get(key) or []:
+                items = {entry: {}} if isinstance(entry, str) else entry
+                declared[name].update({path: opts or {} for path, opts in items.items()})
+    return declared
+
+
+def stage_outputs(stage: str, root: Path) -> list[Path]:
+    """Every path ``stage`` declares in ``root/dvc.yaml`` (``outs``, ``metrics``, ``plots``);
+    empty when there is no ``dvc.yaml``. ValueError naming the declared stages if unknown."""
+    declared = _declared(root)
+    if declared and stage not in declared:
+        raise ValueError(
+            f"stage {stage!r} is not in {Path(root) / 'dvc.yaml'}; declared: {', '.join(declared)}"
+        )
+    return [Path(root) / path for path in declared.get(stage, {})]
+
+
+def cached_outputs(root: Path) -> dict[str, str]:
+    """``{path: stage}`` of the outputs DVC caches (declared without ``cache: false``): what must
+    hash the same for the same params and code. Uncached metrics may hold run facts (timings)."""
+    return {
+        path: stage
+        for stage, outs in _declared(root).items()
+        for path, opts in outs.items()
+        if opts.get("cache", True)
+    }
 
 
 def remove_stage_leftovers(stage: str, root: Path) -> list[Path]:

@@ -142,8 +142,8 @@ def legend(
     """One line under the table: units of every column and the verdict thresholds."""
     head = (
         f"entropy, MI (mutual_information): nats (max ln C = {math.log(num_classes):.3f} for these "
-        f"{num_classes} classes); disagreement: fraction of the {num_members} members voting for "
-        f"another class; ood_score: {score_kind} = {SCORE_MEANINGS.get(score_kind, '?')}, "
+        f"{num_classes} classes); disagree(ment): fraction of the {num_members} members voting "
+        f"for another class; ood_score: {score_kind} = {SCORE_MEANINGS.get(score_kind, '?')}, "
         "higher = more OOD; "
     )
     if thresholds is None:

@@ -40,7 +40,7 @@ log = logging.getLogger("hydra_ens")
 
 def _metrics_snapshot(root: Path) -> dict[str, Any]:
     hydra = load_evaluation(root)["models"]["hydra"]
-    return {k: hydra[k] for k in hydra if k not in ("members", "verdicts")}
+    return {k: hydra[k] for k in hydra if k not in ("members", "verdicts", "verdict_fractions")}
 
 
 def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:

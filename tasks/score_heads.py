@@ -73,6 +73,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             objective=sc.objective,
             shared_layers=cfg.shared_layers,
             search_trunk=sc.search_trunk,
+            overlap_penalty=cfg.members.overlap_penalty,
             callback=layer_progress_logger(get_adapter(model).num_heads(0)),
         )
         ood_val = models_io.manifest(root).ood_val_provenance

@@ -112,7 +112,9 @@ def test_console_filter_hides_tracebacks_and_failure_reports_and_remembers_the_c
             _record("prefect.task_runs", '[finetune_base]   File "tasks/finetune_base.py"'),
             _record("prefect.task_runs", "[finetune_base]     boom()"),
             _record("prefect.task_runs", "[finetune_base] RuntimeError: boom"),
-            _record("prefect.task_runs", "[finetune_base] ERROR: failed to reproduce 'x'"),
+            _record(
+                "prefect.task_runs", "[finetune_base] \x1b[31mERROR\x1b[39m: failed to reproduce"
+            ),
             _record("prefect.task_runs", "[member 1] error: stage finetune_members: bad lr"),
             _record("prefect.task_runs", "Finished in state Failed('x')", logging.ERROR),
             _record("prefect.task_runs", "Finished in state Completed()"),

@@ -20,7 +20,13 @@ from flows import dvcops
 from hydra_ops.atomic import leftovers, replace_dir
 from hydra_ops.training import TrainReport
 from tasks import models_io
-from tasks.common import publish_dir, remove_stage_leftovers, stage_main, stage_outputs
+from tasks.common import (
+    cached_outputs,
+    publish_dir,
+    remove_stage_leftovers,
+    stage_main,
+    stage_outputs,
+)
 
 #: What a kill between the steps of an atomic write leaves, and must be ignored/removed
 #: (a trailing ``/``: a folder).
@@ -91,6 +97,14 @@ def test_stage_outputs_come_from_dvc_yaml(project_files):
     with pytest.raises(ValueError, match=r"'nope' is not in .*dvc.yaml; declared: prepare_data"):
         stage_outputs("nope", project_files)
     assert stage_outputs("finetune_base", project_files / "elsewhere") == []
+
+
+def test_cached_outputs_leave_out_cache_false(project_files):
+    cached = cached_outputs(project_files)
+    assert cached["models/base"] == "finetune_base"
+    assert cached["models/members"] == "finetune_members"  # {persist: true}, still cached
+    assert "metrics/finetune_base.json" not in cached  # {cache: false}: may hold timings
+    assert "reports/evaluate.md" not in cached
 
 
 def test_stage_main_cleans_before_the_stage_runs(project_files, monkeypatch):

@@ -134,6 +134,80 @@ def test_aurc_hand_value_and_ties() -> None:
     assert hm.aurc(tied, torch.tensor([1, 0])) == pytest.approx(0.5)
 
 
+def test_augrc_hand_values_and_ties() -> None:
+    # Most confident first: right, wrong, right, wrong -> accepted errors E_k = 0, 1, 1, 2.
+    # Trapezoid from (0, 0) over coverages k/4 of E_k / 4: (0 + 1 + 1 + 2 - 2/2) / 16 = 3/16.
+    probs = _two_class([0.9, 0.8, 0.7, 0.6])
+    labels = torch.tensor([0, 1, 0, 1])
+    assert hm.augrc(probs, labels) == pytest.approx(3 / 16)
+    # Same through (1 - AUROC_f) acc (1 - acc) + (1 - acc)^2 / 2: 3 of 4 (right, wrong) pairs are
+    # ranked right-first, acc = 1/2.
+    assert hm.augrc(probs, labels) == pytest.approx(0.25 * 0.25 + 0.125)
+    # 0.8 and 0.7 tied (one wrong, one right): E_2 = 1/2 in either input order -> 2.5 / 16.
+    tied = _two_class([0.9, 0.7, 0.7, 0.6])
+    assert hm.augrc(tied, labels) == pytest.approx(2.5 / 16)
+    assert hm.augrc(tied, torch.tensor([0, 0, 1, 1])) == pytest.approx(2.5 / 16)
+    # perfect ranking: (1 - acc)^2 / 2; no error: 0; every prediction wrong: 1/2
+    perfect = _two_class([0.9, 0.8, 0.7, 0.6])
+    assert hm.augrc(perfect, torch.tensor([0, 0, 1, 1])) == pytest.approx(0.5 * 0.5**2)
+    assert hm.augrc(perfect, torch.tensor([0, 0, 0, 0])) == 0.0
+    assert hm.augrc(perfect, torch.tensor([1, 1, 1, 1])) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_augrc_equals_its_auroc_form(seed: int) -> None:
+    """``AUGRC = (1 - AUROC_f) acc (1 - acc) + (1 - acc)^2 / 2``, ties in AUROC_f counting 1/2."""
+    g = torch.Generator().manual_seed(seed)
+    n = 200
+    top = (torch.rand(n, generator=g, dtype=torch.float64) * 8).round() / 16 + 0.5  # many ties
+    probs = _two_class(top.tolist())
+    labels = (torch.rand(n, generator=g, dtype=torch.float64) > top).long()  # 0 w.p. top
+    correct = (probs.argmax(1) == labels).numpy()
+    acc = float(correct.mean())
+    auroc_f = roc_auc_score(correct, probs.max(1).values.numpy())
+    expected = (1 - auroc_f) * acc * (1 - acc) + 0.5 * (1 - acc) ** 2
+    assert hm.augrc(probs, labels) == pytest.approx(expected, abs=1e-12)
+    shuffled = torch.randperm(n, generator=g)
+    assert hm.augrc(probs[shuffled], labels[shuffled]) == pytest.approx(
+        hm.augrc(probs, labels), abs=1e-12
+    )
+
+
+def test_against_torch_uncertainty() -> None:
+    """Our aurc / augrc / adaptive_ece vs torch-uncertainty's (docs/metrics.md says why they
+    differ): exact relations between the formulas on tie-free random inputs."""
+    tu = pytest.importorskip("torch_uncertainty.metrics.classification")
+
+    def theirs(metric, probs, labels) -> float:
+        metric.update(probs, labels)
+        return float(metric.compute())
+
+    for n, c, seed in [(150, 10, 0), (97, 5, 1), (10, 3, 3)]:
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.randn(n, c, generator=g, dtype=torch.float64) * 2
+        noise = torch.randint(c, (n,), generator=g)
+        labels = torch.where(torch.rand(n, generator=g) < 0.6, logits.argmax(1), noise)
+        probs = logits.softmax(1)
+        conf, pred = probs.max(1)
+        errors = (pred != labels).double()[conf.argsort(descending=True)].cumsum(0)  # E_k
+        risk = errors / torch.arange(1, n + 1)
+        # torch-uncertainty: trapezoid over coverages 1/N..1, rescaled by N / (N - 1)
+        t_aurc = theirs(tu.AURC(), probs, labels)
+        ours = (t_aurc * (n - 1) + float(risk[0] + risk[-1]) / 2) / n
+        assert hm.aurc(probs, labels) == pytest.approx(ours, abs=1e-6)
+        t_augrc = theirs(tu.AUGRC(), probs, labels)
+        ours = t_augrc * (n - 1) / n + float(errors[0]) / (2 * n * n)
+        assert hm.augrc(probs, labels) == pytest.approx(ours, abs=1e-6)
+        ace = tu.AdaptiveCalibrationError("multiclass", num_bins=15, num_classes=c)
+        t_ace = theirs(ace, probs, labels)
+        if n % 15 == 0:  # the same equal-mass bins
+            assert hm.adaptive_ece(probs, labels) == pytest.approx(t_ace, abs=1e-6)
+        elif n > 15:  # N mod 15 extra examples: theirs in the lowest bins, ours spread
+            assert abs(hm.adaptive_ece(probs, labels) - t_ace) > 1e-3
+        else:  # fewer examples than bins: empty bins give theirs NaN
+            assert math.isnan(t_ace) and math.isfinite(hm.adaptive_ece(probs, labels))
+
+
 def test_classification_metrics_keys_and_perfect_model() -> None:
     probs = torch.eye(3)
     out = hm.classification_metrics(probs, torch.tensor([0, 1, 2]))

@@ -21,7 +21,7 @@ from conftest import REPO, git, make_project
 from test_pipeline_text import ALL_CLASSIFICATION, ALL_OOD, PASSING_GATES, cli, last_run
 
 from flows import dvcops
-from tasks.common import STAGES
+from tasks.common import STAGES, cached_outputs
 
 pytestmark = pytest.mark.slow
 
@@ -35,20 +35,6 @@ PARAMS = {
 #: the kill (finetune_members, merge, calibrate), planted before the resume: each must be removed.
 PLANTED = ("models/.members.old-0a1b2c3d", "models/.merged.tmp-0a1b2c3d")
 PLANTED_FILE = "metrics/.calibrate.json.0a1b2c3d.tmp"
-
-
-def cached_outs(root: Path) -> dict[str, str]:
-    """``{path: stage}`` of the outputs dvc.yaml lets DVC cache (every out, metric and plot
-    without ``cache: false``)."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    cached = {}
-    for name, stage in stages.items():
-        for key in ("outs", "metrics", "plots"):
-            for entry in stage.get(key) or []:
-                for path, opts in ({entry: {}} if isinstance(entry, str) else entry).items():
-                    if (opts or {}).get("cache", True):
-                        cached[path] = name
-    return cached
 
 
 def locked_md5s(root: Path) -> dict[str, str]:
@@ -102,7 +88,7 @@ def uninterrupted(tmp_path_factory) -> Path:
     plain ``dvc repro`` (no Prefect, no per-member tasks, no kill)."""
     root = make_project(tmp_path_factory.mktemp("image-again") / "proj", PARAMS)
     dvcops.ensure_project(root)
-    targets = sorted(set(cached_outs(root).values()))  # dvc repro runs their upstream too
+    targets = sorted(set(cached_outputs(root).values()))  # dvc repro runs their upstream too
     dvcops.dvc(root, "repro", *targets)
     return root
 
@@ -148,7 +134,7 @@ def test_same_params_same_cached_hashes(resumed, uninterrupted):
     """Same params, two fresh projects, one of them killed mid-stage and resumed: every cached
     output has the same md5 in both dvc.lock files (uncached metrics may differ)."""
     a, b = resumed["root"], uninterrupted
-    cached = set(cached_outs(a))
+    cached = set(cached_outputs(a))
     assert {"models/base", "models/baselines", "models/members", "models/hydra"} <= cached
     md5_a, md5_b = locked_md5s(a), locked_md5s(b)
     assert cached <= set(md5_a) and cached <= set(md5_b)

@@ -387,3 +387,63 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     )
     assert "| id_test | 40 | 20 (50.0%) | 10 (25.0%) | 10 (25.0%) |" in table
     assert set(VERDICTS) == {"ok", "uncertain", "likely_ood"}
+
+
+@pytest.fixture
+def served_stub(monkeypatch):
+    """`predict` wired to a stub bundle: two inputs, T = 0.5, msp thresholds in the metadata."""
+    from types import SimpleNamespace
+
+    import tasks.bundle
+    import tasks.predict
+    import tasks.registry
+
+    logits = torch.cat(
+        [member_logits_of((0.8, 0.2), (0.8, 0.2)), member_logits_of((0.8, 0.2), (0.2, 0.8))]
+    ).float()
+    served = SimpleNamespace(
+        hydra=SimpleNamespace(temperature=torch.tensor(0.5), class_names=["pos", "neg"]),
+        metadata={"ood_thresholds": thresholds_msp().to_metadata()},
+        answered_by="eager (no compiled artifact)",
+        member_logits=lambda batch: logits,
+    )
+    prod = {"version": "v0.0.7", "tag": "hydra@v0.0.7"}
+    monkeypatch.setattr(tasks.registry, "resolve_prod_dir", lambda root, n, s: (root, prod))
+    monkeypatch.setattr(tasks.bundle, "load_served", lambda d: served)
+    monkeypatch.setattr(tasks.predict, "_batch", lambda cfg, inputs: {})
+    return served
+
+
+def test_predict_reads_temperature_thresholds_and_runtime_from_the_served_bundle(
+    tmp_path, served_stub
+):
+    from tasks.predict import predict
+
+    rows, info = predict(resolve_params("quick"), tmp_path, ["good", "odd"])
+    assert [r["verdict"] for r in rows] == ["ok", "likely_ood"]
+    assert rows[0]["prob"] == pytest.approx(16 / 17) and rows[0]["class"] == "pos"
+    assert {r["answered_by"] for r in rows} == {"eager (no compiled artifact)"}
+    assert {r["model_version"] for r in rows} == {"v0.0.7"}
+    assert "ln C = 0.693" in info["legend"] and "2 members" in info["legend"]
+    served_stub.metadata.clear()  # a model calibrated before thresholds existed
+    rows, info = predict(resolve_params("quick"), tmp_path, ["good", "odd"])
+    assert [r["verdict"] for r in rows] == [None, None] and "n/a" in info["legend"]
+
+
+def test_cli_predict_prints_the_table_with_a_legend_and_json_lines(tmp_path, served_stub):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from hydra_ops.config import write_params
+
+    write_params(resolve_params("quick"), tmp_path / "params.yaml")
+    runner = CliRunner()
+    res = runner.invoke(app, ["predict", "-C", str(tmp_path), "good", "odd"])
+    assert res.exit_code == 0, res.output
+    assert "likely OOD" in res.output and "ok" in res.output and "v0.0.7" in res.output
+    legend_lines = [line for line in res.output.splitlines() if line.startswith("entropy, MI")]
+    assert len(legend_lines) == 1 and "higher = more OOD" in legend_lines[0]
+    res = runner.invoke(app, ["predict", "-C", str(tmp_path), "--json", "good", "odd"])
+    rows = [json.loads(line) for line in res.output.strip().splitlines()]
+    assert [list(r) for r in rows] == [list(ROW_FIELDS)] * 2
+    assert [r["verdict"] for r in rows] == ["ok", "likely_ood"]

@@ -1,0 +1,65 @@
+"""What a compile backend is: a named builder and loader of one artifact file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+#: A loaded artifact: positional input tensors -> member logits ``[B, M, C]``.
+Runner = Callable[..., Tensor]
+
+
+class CompileError(RuntimeError):
+    """A backend could not compile, save or load the model."""
+
+
+class CompileFn(Protocol):
+    def __call__(
+        self,
+        model: nn.Module,
+        tensors: tuple[Tensor, ...],
+        names: list[str],
+        target: Path,
+        max_batch: int,
+        opt_batch: int,
+    ) -> dict[str, Any]:
+        """Write the artifact of ``model`` to ``target`` (atomically); returns extra metadata."""
+        ...
+
+
+def always_available() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One compile backend.
+
+    ``compile`` writes ``artifact_file`` (backends with the same file share one build per
+    :func:`~hydra_ops.compile.compile_model` call), ``load(path, device)`` turns it into a
+    :data:`Runner`, ``unavailable_reason()`` is ``None`` when the backend can run here (it never
+    imports an optional library that needs CUDA without CUDA), and ``device`` is the device the
+    artifact always runs on (``None``: the model's).
+    """
+
+    name: str
+    artifact_file: str
+    compile: CompileFn
+    load: Callable[[Path, torch.device], Runner]
+    unavailable_reason: Callable[[], str | None] = always_available
+    device: str | None = None
+
+
+def no_grad_runner(fn: Runner) -> Runner:
+    """``fn`` called under ``torch.no_grad()``."""
+
+    def run(*tensors: Tensor) -> Tensor:
+        with torch.no_grad():
+            return fn(*tensors)
+
+    return run

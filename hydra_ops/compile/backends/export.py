@@ -1,0 +1,61 @@
+"""``export`` and ``inductor``: one ``torch.export`` program (``program.pt2``).
+
+``export`` runs the program as saved; it loads with ``torch.export.load`` without importing
+``hydra_ops`` (no project classes in the file). ``inductor`` runs it through ``torch.compile``
+(inductor, dynamic shapes) on load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...atomic import atomic_write_file
+from ..inputs import dynamic_shapes, trace_inputs
+from .base import Backend, CompileError, Runner, no_grad_runner
+
+PROGRAM_FILE = "program.pt2"
+
+
+def export_program(
+    model: nn.Module, tensors: tuple[Tensor, ...], names: list[str], max_batch: int
+) -> torch.export.ExportedProgram:
+    """``torch.export`` with a dynamic batch (and, for text, sequence) dimension."""
+    try:
+        return torch.export.export(
+            model,
+            trace_inputs(tensors),
+            dynamic_shapes=dynamic_shapes(names, max_batch),
+            strict=False,
+        )
+    except Exception as error:
+        raise CompileError(f"torch.export failed: {type(error).__name__}: {error}") from error
+
+
+def compile_export(
+    model: nn.Module,
+    tensors: tuple[Tensor, ...],
+    names: list[str],
+    target: Path,
+    max_batch: int,
+    opt_batch: int,
+) -> dict[str, Any]:
+    program = export_program(model, tensors, names, max_batch)
+    atomic_write_file(target, lambda p: torch.export.save(program, str(p)))
+    return {}
+
+
+def load_export(path: Path, device: torch.device) -> Runner:
+    return no_grad_runner(torch.export.load(str(path)).module())
+
+
+def load_inductor(path: Path, device: torch.device) -> Runner:
+    module = torch.export.load(str(path)).module()
+    return no_grad_runner(torch.compile(module, backend="inductor", dynamic=True))
+
+
+EXPORT = Backend("export", PROGRAM_FILE, compile_export, load_export)
+INDUCTOR = Backend("inductor", PROGRAM_FILE, compile_export, load_inductor)

@@ -1,0 +1,103 @@
+"""``onnxruntime``: ``torch.onnx.export`` (dynamo exporter) to ``model.onnx``, run by an ONNX
+Runtime ``InferenceSession`` (CUDA provider first when the device is CUDA and it has one)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...atomic import atomic_write_file
+from ..inputs import dynamic_shapes, trace_inputs
+from .base import Backend, CompileError, Runner
+
+REQUIRED_MODULES = ("onnxruntime", "onnx", "onnxscript")
+
+
+def onnxruntime_unavailable_reason() -> str | None:
+    for module in REQUIRED_MODULES:
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    return None
+
+
+def compile_onnxruntime(
+    model: nn.Module,
+    tensors: tuple[Tensor, ...],
+    names: list[str],
+    target: Path,
+    max_batch: int,
+    opt_batch: int,
+) -> dict[str, Any]:
+    shapes = dynamic_shapes(names, max_batch)
+    traced = trace_inputs(tensors)
+
+    def write(path: Path) -> None:
+        program = torch.onnx.export(
+            model,
+            traced,
+            input_names=list(names),
+            output_names=["logits"],
+            dynamic_shapes=shapes,
+            dynamo=True,
+            external_data=False,
+            optimize=True,
+            verbose=False,
+        )
+        if program is None:  # pragma: no cover - dynamo=True always returns a program
+            raise CompileError("torch.onnx.export returned no program")
+        program.save(str(path), external_data=False)
+
+    try:
+        atomic_write_file(target, write)
+    except CompileError:
+        raise
+    except Exception as error:
+        raise CompileError(f"ONNX export failed: {type(error).__name__}: {error}") from error
+    return {"opset": onnx_opset(target)}
+
+
+def onnx_opset(path: Path) -> int | None:
+    """The default-domain opset of an ONNX file (``None`` if it cannot be read)."""
+    try:
+        import onnx
+
+        proto = onnx.load(str(path), load_external_data=False)
+        return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    except Exception:  # metadata only
+        return None
+
+
+def load_onnxruntime(path: Path, device: torch.device) -> Runner:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    providers = ["CPUExecutionProvider"]
+    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+        providers.insert(0, "CUDAExecutionProvider")
+    session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    input_names = [i.name for i in session.get_inputs()]
+
+    def run(*tensors: Tensor) -> Tensor:
+        feed = {
+            name: t.detach().cpu().numpy() for name, t in zip(input_names, tensors, strict=False)
+        }
+        (logits,) = session.run(["logits"], feed)
+        return torch.from_numpy(logits).to(tensors[0].device)
+
+    return run
+
+
+ONNXRUNTIME = Backend(
+    "onnxruntime",
+    "model.onnx",
+    compile_onnxruntime,
+    load_onnxruntime,
+    unavailable_reason=onnxruntime_unavailable_reason,
+)

@@ -1,0 +1,115 @@
+"""flows.dvcops: which failed ``dvc repro`` runs are retried (DVC lock errors and kills only)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows import dvcops
+
+#: DVC 3's messages, as its CLI prints them (dvc/lock.py, dvc/rwlock.py, dvc/stage/exceptions.py).
+REPO_LOCK = (
+    "ERROR: Unable to acquire lock. Most likely another DVC process is running or was terminated "
+    "abruptly. Check the page <https://dvc.org/doc/user-guide/troubleshooting#lock-issue> for "
+    "other possible reasons and to learn how to resolve this."
+)
+RW_LOCK = "ERROR: failed to reproduce 'merge': 'models/hydra' is busy, it is being blocked by:"
+STAGE_FAILED = (
+    "ERROR: failed to reproduce 'merge': failed to run: python -m tasks.merge, exited with 1"
+)
+
+
+@pytest.mark.parametrize(
+    ("returncode", "lines"),
+    [
+        (255, [REPO_LOCK]),
+        (255, ["Running stage 'merge':", RW_LOCK, "  (PID 4242): dvc repro merge", ""]),
+        (255, ["\x1b[31mERROR\x1b[39m: " + REPO_LOCK.removeprefix("ERROR: ")]),  # coloured
+        (-9, ["Running stage 'merge':"]),  # the dvc process killed
+        (137, []),
+        (143, ["anything"]),
+        (255, ["ERROR: failed to reproduce 'merge': failed to run: python x.py, exited with -9"]),
+        (255, ["ERROR: failed to reproduce 'merge': failed to run: python x.py, exited with 137"]),
+    ],
+)
+def test_lock_errors_and_kills_are_transient(returncode, lines) -> None:
+    assert dvcops.is_transient_failure(returncode, lines)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # the stage's own log mentions "is busy" / "lock", then fails for a real reason
+        ["Running stage 'merge':", "GPU 0 is busy, falling back to CPU", STAGE_FAILED],
+        ["database lock held by the stage itself", STAGE_FAILED],
+        # even a stage printing DVC's exact lock text is not DVC's error: DVC's comes last
+        ["Running stage 'merge':", REPO_LOCK, RW_LOCK, STAGE_FAILED],
+        ["ERROR: failed to reproduce 'merge': the lock on artifacts/x.json is busy"],
+        ["Killed", "Resource temporarily unavailable", "is busy"],  # no DVC error line at all
+        [],
+    ],
+)
+def test_other_failures_are_not_transient(lines) -> None:
+    assert not dvcops.is_transient_failure(255, lines)
+    assert not dvcops.is_transient_failure(1, lines)
+
+
+def test_dvc_error_line_is_the_last_error() -> None:
+    assert dvcops.dvc_error_line([REPO_LOCK, "stage output", STAGE_FAILED, "bye"]) == STAGE_FAILED
+    assert dvcops.dvc_error_line(["no error here"]) is None
+
+
+def _fake_dvc(tmp_path: Path, monkeypatch, output: str, rc: int) -> None:
+    fake = tmp_path / "dvc"
+    body = "".join(f"echo {line!r}\n" for line in output.splitlines())
+    fake.write_text(f"#!/bin/sh\n{body}exit {rc}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(dvcops, "bin_path", lambda name: str(fake))
+
+
+def test_repro_stage_raises_the_right_error(tmp_path, monkeypatch) -> None:
+    busy = "Running stage 'merge':\nthe tokenizer cache is busy\n" + STAGE_FAILED
+    _fake_dvc(tmp_path, monkeypatch, busy, 255)
+    with pytest.raises(dvcops.StageError, match="exited with 1"):
+        dvcops.repro_stage(tmp_path, "merge", log=lambda _: None)
+    _fake_dvc(tmp_path, monkeypatch, "Running stage 'merge':\n" + RW_LOCK, 255)
+    with pytest.raises(dvcops.TransientStageError, match="is busy"):
+        dvcops.repro_stage(tmp_path, "merge", log=lambda _: None)
+
+
+@pytest.fixture
+def dvc_project(tmp_path: Path) -> Path:
+    dvc = Path(sys.executable).parent / "dvc"
+    if not dvc.exists():
+        pytest.skip("dvc is not installed next to this Python")
+    env = dvcops.subprocess_env()
+    subprocess.run([str(dvc), "init", "--no-scm", "-q"], cwd=tmp_path, check=True, env=env)
+    (tmp_path / "stage.py").write_text(
+        "print('worker pool is busy; could not take the lock')\n"
+        "print('ERROR: Unable to acquire lock. Most likely another DVC process is running')\n"
+        "raise SystemExit(3)\n"
+    )
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n"
+        "  ok:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
+        f"  bad:\n    cmd: {sys.executable} stage.py\n"
+    )
+    return tmp_path
+
+
+def test_real_dvc_lock_is_transient_and_a_real_failure_is_not(dvc_project: Path) -> None:
+    import zc.lockfile
+
+    with pytest.raises(dvcops.StageError, match="exited with 3"):
+        dvcops.repro_stage(dvc_project, "bad", log=lambda _: None)
+    # another DVC process holding the repo lock: DVC gives up after ~3 s with its lock error
+    lock = zc.lockfile.LockFile(str(dvc_project / ".dvc" / "tmp" / "lock"))
+    try:
+        with pytest.raises(dvcops.TransientStageError, match="Unable to acquire lock"):
+            dvcops.repro_stage(dvc_project, "ok", log=lambda _: None)
+    finally:
+        lock.close()
+    assert dvcops.repro_stage(dvc_project, "ok", log=lambda _: None).ran
