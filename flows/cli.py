@@ -79,7 +79,7 @@ def write_resolved_params(
     ``--profile``/``--params``: defaults, then the profile (given, else the file's ``profile``
     key, else ``default``), then the file. ``--set`` alone edits the current ``params.yaml``.
     """
-    from hydra_ops.config import (
+    from tasks.params import (
         ConfigError,
         deep_merge,
         load_params,
@@ -125,7 +125,7 @@ def run(
     push: Annotated[bool, typer.Option(help="dvc push to the local remote after the run")] = True,
 ) -> None:
     """Run the whole pipeline (Prefect flow over the DVC stages); ends with the gate report."""
-    from hydra_ops.config import ConfigError
+    from tasks.params import ConfigError
 
     root = _root(project)
     try:
@@ -196,7 +196,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 def status(project: Project = None) -> None:
     """Which stages are stale (``dvc status``) and which model is in prod (GTO)."""
     from flows import dvcops
-    from hydra_ops.config import ConfigError, load_params
+    from tasks.params import ConfigError, load_params
     from tasks.registry import prod_version
 
     root = _root(project)
@@ -243,8 +243,8 @@ def predict(
 ) -> None:
     """Classify with the prod model: class, probability, entropy, mutual information, member
     disagreement, OOD score and a verdict (ok / uncertain / likely OOD) per input."""
-    from hydra_ops.config import ConfigError, load_params
     from hydra_ops.ood_thresholds import VERDICT_LABELS
+    from tasks.params import ConfigError, load_params
     from tasks.predict import predict as do_predict
     from tasks.predict import validate_inputs
 
@@ -305,7 +305,7 @@ def promote(
 ) -> None:
     """Promote models/bundle if its gate verdict passed and still matches the workspace; or,
     with --version, move the stage back to an earlier version (rollback)."""
-    from hydra_ops.config import ConfigError, load_params
+    from tasks.params import ConfigError, load_params
     from tasks.promote import promote as do_promote
     from tasks.promote import rollback
 
@@ -345,7 +345,7 @@ def promote(
 @app.command()
 def registry(project: Project = None) -> None:
     """List the registered versions: stage, gate verdict, key metrics, reason (forced ones)."""
-    from hydra_ops.config import ConfigError, load_params
+    from tasks.params import ConfigError, load_params
     from tasks.registry import RegistryError, assignments, prod_version, versions
 
     root = _root(project)
@@ -465,13 +465,15 @@ def stage(
 
 @app.command()
 def demo() -> None:
-    """The library example: a short MiniLM fine-tune, 3 members, merged, single vs Hydra metrics."""
+    """The library example (examples/demo.py): a short MiniLM fine-tune, 3 members, merged,
+    single vs Hydra metrics; no Prefect, no DVC."""
+    import runpy
+
     offline_defaults(Path.cwd())
-    try:
-        from hydra_ops.demo import run_demo
-    except ImportError:
-        _fail("hydra_ops.demo is not available in this build")
-    run_demo()
+    script = Path(__file__).resolve().parents[1] / "examples" / "demo.py"
+    if not script.is_file():
+        _fail(f"{script} is not here (the demo ships with the source tree, not the wheel)")
+    runpy.run_path(str(script), run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import dvcops
-from hydra_ops.config import load_params
 from tasks.common import METRICS, REGISTRY, REPORTS, STAGES, write_json
+from tasks.params import load_params
 
 
 def _retry_if_transient(task, task_run, state) -> bool:

@@ -17,18 +17,16 @@ prunes it to that plan, then loads the weights.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from .atomic import replace_dir
+from .atomic import atomic_write_dir
+from .hashing import sha256_file
 
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
@@ -38,14 +36,6 @@ FAMILIES = ("bert", "hf_vit", "timm_vit")
 
 class CheckpointError(ValueError):
     """A checkpoint folder is missing a file, or a file is truncated, corrupt or tampered with."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def model_family(model: nn.Module) -> str:
@@ -133,15 +123,13 @@ def save_model(
 
     family = model_family(model)
     out = Path(directory)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_write_dir(out, mode=0o755) as tmp:
         save_file(_state_dict_for_save(model), str(tmp / WEIGHTS), metadata={"format": "pt"})
         meta = {
             "format_version": FORMAT_VERSION,
             "family": family,
             "config": _model_config(model, family),
-            "weights_sha256": _sha256(tmp / WEIGHTS),
+            "weights_sha256": sha256_file(tmp / WEIGHTS),
             "head_plan": _head_plan_dict(model),
             "metadata": extra_metadata or {},
         }
@@ -150,11 +138,6 @@ def save_model(
         except (TypeError, ValueError) as exc:
             raise ValueError(f"extra_metadata is not JSON-serialisable: {exc}") from None
         (tmp / META).write_text(text + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -208,7 +191,7 @@ def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Mod
     if not weights.is_file():
         raise CheckpointError(f"checkpoint file {str(weights)!r} is missing")
     if verify:
-        digest = _sha256(weights)
+        digest = sha256_file(weights)
         if digest != meta["weights_sha256"]:
             raise CheckpointError(
                 f"checkpoint file {str(weights)!r} is truncated, corrupt or was modified: sha256 "

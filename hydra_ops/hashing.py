@@ -1,13 +1,18 @@
-"""SHA-256 digests: of a file's bytes and of a module's state dict (the one home of both)."""
+"""SHA-256 digests: of a file's bytes and of a module's state dict (the one home of both).
+
+Importing this module does not import torch (``hydra_ops.data`` hashes files without it).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
@@ -25,6 +30,9 @@ def state_dict_sha256(module_or_state: nn.Module | Mapping[str, torch.Tensor]) -
     Every tensor (0-dim ones included) contributes ``"<name>|<dtype>|<shape>|"`` then its
     contiguous CPU bytes, so the digest does not depend on device, strides or dict order.
     """
+    import torch
+    from torch import nn
+
     state = (
         module_or_state.state_dict() if isinstance(module_or_state, nn.Module) else module_or_state
     )

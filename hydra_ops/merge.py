@@ -25,7 +25,6 @@ The merged model is for inference: it has no dropout.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -253,10 +252,11 @@ class HydraEnsemble(nn.Module):
 
 
 def ensemble_probabilities(member_logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """``[B, M, C]`` member logits -> ``[B, C]``: ``softmax(log(mean_m softmax(z_m)) / T)``."""
-    log_mean = torch.logsumexp(member_logits.log_softmax(dim=-1), dim=1) - math.log(
-        member_logits.shape[1]
-    )
+    """``[B, M, C]`` member logits -> ``[B, C]``: ``softmax(log(mean_m softmax(z_m)) / T)``, the
+    log of the mean from :func:`hydra_ops.calibration.ensemble_log_probs` (which validates it)."""
+    from .calibration import ensemble_log_probs
+
+    log_mean = ensemble_log_probs(member_logits)
     if temperature == 1.0:
         return log_mean.exp()
     return F.softmax(log_mean / temperature, dim=-1)

@@ -30,21 +30,21 @@ import hashlib
 import json
 import math
 import os
-import platform
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch import nn
 
 from .adapters import ADAPTERS
 from .atomic import atomic_write_bytes, atomic_write_file
 from .grouped import ATTENTION_IMPLEMENTATIONS
+from .hashing import sha256_file, state_dict_sha256
 from .merge import MERGE_MODES, HydraEnsemble
+from .versions import library_versions as _library_versions
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "hydra.json"
@@ -58,15 +58,6 @@ _MAX_SHOWN = 160
 class HydraFormatError(ValueError):
     """A saved Hydra directory is missing, truncated, tampered with, inconsistent or of an unknown
     format. The message is one line naming the file (and, for an inconsistency, the field)."""
-
-
-def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def config_sha256(directory: str | os.PathLike[str]) -> str:
@@ -86,37 +77,15 @@ def weights_sha256(directory: str | os.PathLike[str]) -> str:
     return sha256_file(path)
 
 
-def state_dict_hash(module_or_state: nn.Module | Mapping[str, torch.Tensor]) -> str:
-    """Hex SHA-256 over a state dict's names, dtypes, shapes and bytes (order-independent)."""
-    state = (
-        module_or_state.state_dict() if isinstance(module_or_state, nn.Module) else module_or_state
-    )
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        tensor = state[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
+#: The old name of :func:`hydra_ops.hashing.state_dict_sha256` (public API).
+state_dict_hash = state_dict_sha256
 
 
 def library_versions() -> dict[str, str]:
-    """Versions of the libraries that define what a saved model computes."""
-    import safetensors
-    import transformers
-
-    versions = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "safetensors": safetensors.__version__,
-    }
-    try:
-        import timm
-
-        versions["timm"] = timm.__version__
-    except ImportError:  # pragma: no cover - timm is a dependency, but loading needs no timm model
-        pass
-    return versions
+    """Versions of the libraries that define what a saved model computes (timm only when
+    installed: loading needs no timm model)."""
+    versions = _library_versions(("transformers", "safetensors"), ("timm",), missing="omit")
+    return cast(dict[str, str], versions)  # missing="omit" leaves no None
 
 
 def save_hydra(

@@ -20,7 +20,6 @@ eager model otherwise; ``Served.answered_by`` says which one answered.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from typing import Any
 import torch
 import yaml
 
-from hydra_ops.config import PipelineConfig
+from hydra_ops.hashing import sha256_file
 from tasks.common import (
     BUNDLE,
     COMPILED,
@@ -47,20 +46,13 @@ from tasks.common import (
     write_text,
 )
 from tasks.lineage import judged_hashes, stale_roles
+from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 
 FORMAT = "hydra-ens-bundle/1"
 MANIFEST = "bundle.json"
 CARD = "MODEL_CARD.md"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def stale_verdict_message(stale: list[str], recorded: dict, current: dict) -> str:
@@ -118,12 +110,14 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "temperature": hydra_cfg["temperature"],
             "ood_thresholds": hydra_cfg.get("metadata", {}).get("ood_thresholds"),
             "compiled_backend": compiled["backend"],
-            "data_manifest_sha256": _sha256(data_manifest) if data_manifest.is_file() else None,
+            "data_manifest_sha256": sha256_file(data_manifest) if data_manifest.is_file() else None,
             "lineage": _lineage(root),
         }
         write_text(tmp / CARD, render_card(cfg, facts, ev, gate, hydra_cfg, compiled))
         files = {
-            p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()
+            p.relative_to(tmp).as_posix(): sha256_file(p)
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file()
         }
         write_json(tmp / MANIFEST, {"format": FORMAT, **facts, "files": files})
     log.info(
@@ -275,7 +269,7 @@ def verify_bundle(directory: Path) -> dict[str, Any]:
         path = directory / rel
         if not path.is_file():
             raise ValueError(f"bundle {directory}: {rel} is missing")
-        if _sha256(path) != digest:
+        if sha256_file(path) != digest:
             raise ValueError(f"bundle {directory}: {rel} was modified (sha256 does not match)")
     return manifest
 

@@ -17,9 +17,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.config import PipelineConfig
 from tasks import models_io
 from tasks.common import BASE, HYDRA, MERGED, METRICS, publish_dir, stage_main, write_json
+from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 

@@ -14,15 +14,15 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.atomic import remove_leftovers, replace_dir
-from hydra_ops.config import ConfigError, PipelineConfig, load_params
+from hydra_ops.atomic import atomic_write_bytes, atomic_write_dir, remove_leftovers
+from hydra_ops.hashing import sha256_file as file_sha256
+from tasks.params import ConfigError, PipelineConfig, load_params
 
 log = logging.getLogger("hydra_ens")
 
@@ -88,14 +88,7 @@ def write_json(path: Path, obj: Any) -> Path:
 def write_text(path: Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, text.encode("utf-8"), keep_suffix=False)
     return path
 
 
@@ -124,16 +117,9 @@ def publish_dir(target: Path) -> Iterator[Path]:
     A crash inside the block leaves ``target`` as it was; what a kill leaves (a ``.tmp-*`` or
     ``.old-*`` folder, see :func:`hydra_ops.atomic.leftovers`) is removed by the next call.
     """
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(target)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
-    try:
+    with atomic_write_dir(target) as tmp:
         yield tmp
-        replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def clear_dir(path: Path) -> Path:
@@ -146,14 +132,6 @@ def clear_dir(path: Path) -> Path:
 
 
 # ---- hashing ----
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def dir_sha256(path: Path, exclude: tuple[str, ...] = ()) -> str:
     """Hash of every file's relative path and content under ``path`` (sorted, stable)."""
     h = hashlib.sha256()

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from hydra_ops.config import PipelineConfig
 from tasks import models_io
 from tasks.common import COMPILED, HYDRA, METRICS, publish_dir, stage_main, write_json
+from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 

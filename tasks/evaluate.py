@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from hydra_ops.config import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
 from tasks import models_io
 from tasks.common import (
     BASE,
@@ -41,6 +40,7 @@ from tasks.common import (
     write_json,
     write_text,
 )
+from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 

@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.config import PipelineConfig
 from tasks.common import BASELINES, DATA, dir_sha256, fingerprint, stage_main
 from tasks.finetune_base import train_base
+from tasks.params import PipelineConfig
 from tasks.resumable import ensure_unit, finalise
 
 log = logging.getLogger("hydra_ens")

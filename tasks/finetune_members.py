@@ -21,9 +21,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.config import PipelineConfig
 from tasks import models_io
 from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
+from tasks.params import PipelineConfig
 from tasks.resumable import ensure_unit, finalise
 
 log = logging.getLogger("hydra_ens")

@@ -1,6 +1,6 @@
 """Stage ``gate``: the checks of ``params.yaml``'s ``gates:`` on the Hydra model's metrics.
 
-Each check (``hydra_ops.config.GateCheck``, modelled on MLflow's ``MetricThreshold``) is either an
+Each check (``tasks.params.GateCheck``, modelled on MLflow's ``MetricThreshold``) is either an
 absolute threshold or a comparison with a baseline (``single``, ``naive_pruned``,
 ``deep_ensemble``, ``control``) or the current ``prod`` model, with a direction per metric, on
 calibrated probabilities unless it says ``calibrated: false``. With a baseline the candidate may be
@@ -26,10 +26,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.config import MODEL_METRICS, GateCheck, PipelineConfig
 from tasks.common import REPORTS, stage_main, write_json, write_text
 from tasks.evaluate import load_evaluation
 from tasks.lineage import judged_hashes
+from tasks.params import MODEL_METRICS, GateCheck, PipelineConfig
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from torch import nn
 
-from hydra_ops.config import PipelineConfig
 from tasks import models_io
 from tasks.common import BASE, MEMBERS, MERGED, PLANS, publish_dir, read_json, stage_main
+from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from hydra_ops.config import PipelineConfig
 from hydra_ops.plans import HeadPlan
 from tasks.common import DATA
+from tasks.params import PipelineConfig
 
 Batch = dict[str, torch.Tensor]
 

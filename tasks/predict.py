@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_ops.config import PipelineConfig
 from hydra_ops.ood_thresholds import VERDICT_LABELS, OodThresholds, verdicts
 from tasks import models_io
+from tasks.params import PipelineConfig
 
 SCHEMA_VERSION = 1
 """Version of the row schema; bumped when a field is removed, renamed or changes meaning."""

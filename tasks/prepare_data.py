@@ -13,9 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.config import PipelineConfig
 from hydra_ops.data import materialise_splits
 from tasks.common import DATA, METRICS, stage_main, write_json
+from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 

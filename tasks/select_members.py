@@ -12,9 +12,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.config import PipelineConfig
 from tasks.common import METRICS, PLANS, SCORES, publish_dir, stage_main, write_json
 from tasks.models_io import plans_json
+from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 

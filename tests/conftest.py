@@ -49,7 +49,7 @@ def make_project(dest: Path, params: dict | None = None) -> Path:
     ``git init`` with an identity and a first commit (GTO tags commits)."""
     import yaml
 
-    from hydra_ops.config import resolve_params, write_params
+    from tasks.params import resolve_params, write_params
 
     dest.mkdir(parents=True, exist_ok=True)
     for name in PROJECT_FILES:

@@ -14,6 +14,7 @@ from tiny_models import FAMILIES, make_members, member_plans, positional, tiny_i
 from torch import nn
 
 from hydra_ops import compile as hc
+from hydra_ops.compile import build as hc_build
 from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
 from hydra_ops.merge import merge_members
 from hydra_ops.plans import HeadPlan
@@ -122,13 +123,13 @@ def test_auto_without_cuda_measures_and_keeps_the_fastest_that_agrees(hydra, tmp
 def test_auto_never_keeps_a_backend_that_disagrees_with_eager(hydra, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
-    build_runner = hc._build_runner
+    build_runner = hc_build.load_runner
 
     def wrong(backend, directory, device):
         runner = build_runner(backend, directory, device)
         return lambda *tensors: runner(*tensors) + torch.arange(3.0)  # shifts the softmax
 
-    monkeypatch.setattr(hc, "_build_runner", wrong)
+    monkeypatch.setattr(hc_build, "load_runner", wrong)
     with pytest.raises(hc.CompileError, match=r"export: max \|dp\|"):
         hc.compile_model(hydra, "auto", tiny_inputs("bert", 2), tmp_path, max_batch=8)
 
@@ -162,6 +163,20 @@ def test_bad_arguments_and_tampered_artifact(hydra, export_dir, tmp_path):
         handle.write(b"x")
     with pytest.raises(ValueError, match="SHA-256"):
         hc.load_compiled(tmp_path)
+
+
+def test_backend_registry_lists_the_backends_and_refuses_unknown_names(tmp_path):
+    assert list(hc.BACKEND_REGISTRY) == ["tensorrt", "inductor", "export", "onnxruntime"]
+    assert ("auto", *hc.BACKEND_REGISTRY) == hc.BACKENDS
+    assert set(hc.available_backends()) == set(hc.BACKEND_REGISTRY)
+    assert {n: b.artifact_file for n, b in hc.BACKEND_REGISTRY.items()} == hc.ARTIFACT_FILES
+    allowed = r"\['tensorrt', 'inductor', 'export', 'onnxruntime'\], got 'tvm'"
+    with pytest.raises(ValueError, match=allowed):
+        hc.get_backend("tvm")
+    with pytest.raises(ValueError, match=allowed):
+        hc.backends.load_runner("tvm", tmp_path, torch.device("cpu"))
+    with pytest.raises(ValueError, match="already taken"):
+        hc.register_backend(hc.get_backend("export"))
 
 
 def test_verify_flags_a_wrong_artifact(hydra):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hydra_ops.config import (
+from tasks.params import (
     PROFILES,
     ConfigError,
     load_params,

@@ -16,7 +16,7 @@ from PIL import Image
 
 from hydra_ops.data import (
     DataIntegrityError,
-    DataSourceConfig,
+    DataSpec,
     bbc_news_folder,
     char_noise,
     load_manifest,
@@ -305,7 +305,7 @@ def test_bad_configs_raise_value_error(tmp_path, config, message):
 def test_ood_val_cannot_be_an_ood_test_set(tmp_path):
     ood = {"kind": "csv", "path": str(tmp_path / "o.csv")}
     with pytest.raises(ValueError, match="ood_val must not be an OOD test set"):
-        DataSourceConfig(name="bbc-news", far_ood=ood, ood_val=ood)
+        DataSpec(name="bbc-news", far_ood=ood, ood_val=ood)
 
 
 def test_missing_manifest(tmp_path):
@@ -500,12 +500,12 @@ def test_image_class_folder_without_images_is_refused(tmp_path):
 
 def test_repeated_class_names_are_refused():
     with pytest.raises(ValueError, match=r"id_classes lists \['a'\] more than once"):
-        DataSourceConfig(name="csv", path="x.csv", id_classes=["a", "b", "a"])
+        DataSpec(name="csv", path="x.csv", id_classes=["a", "b", "a"])
 
 
 def test_prepare_data_stage_prints_one_error_line(tmp_path, monkeypatch, capsys):
-    from hydra_ops.config import resolve_params, write_params
     from tasks import prepare_data
+    from tasks.params import resolve_params, write_params
 
     path = _csv(tmp_path / "one.csv", [(t, "spam") for t in _texts(12, "spam")])
     cfg = resolve_params("quick", sets={"data.name": "csv", "data.path": str(path)})

@@ -67,7 +67,7 @@ def _paths(rels) -> list[str]:
 @pytest.fixture()
 def project_files(tmp_path) -> Path:
     """A folder with the project's dvc.yaml and a valid quick params.yaml (no git, no DVC)."""
-    from hydra_ops.config import resolve_params, write_params
+    from tasks.params import resolve_params, write_params
 
     (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
     write_params(resolve_params("quick", {}), tmp_path / "params.yaml")

@@ -10,9 +10,9 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from hydra_ops.config import GateCheck
 from tasks.common import STAGES
 from tasks.gate import evaluate_check
+from tasks.params import GateCheck
 from tasks.resumable import ensure_unit, finalise, unit_is_done
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,13 +136,13 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path, me
     import torch
     from tiny_models import NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
 
-    from hydra_ops.config import resolve_params
     from hydra_ops.merge import merge_members
     from hydra_ops.scoring import random_scores, score_heads
     from hydra_ops.surgery import prune_heads
     from tasks import select_members
     from tasks.common import PLANS, SCORES
     from tasks.models_io import read_plans
+    from tasks.params import resolve_params
 
     base = tiny_model("bert")
     sets = {"scoring.method": method, "members.heads_per_layer": 2, "merge.shared_layers": 2}

@@ -12,10 +12,10 @@ import pytest
 import torch
 from tiny_models import make_members, member_plans
 
-from hydra_ops.config import GateCheck, resolve_params, write_params
 from hydra_ops.merge import merge_members
 from hydra_ops.serialization import save_hydra
 from tasks import bundle, gate
+from tasks.params import GateCheck, resolve_params, write_params
 from tasks.promote import promote, rollback
 from tasks.registry import (
     VERSIONS_BRANCH,
@@ -80,7 +80,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def _cfg(root: Path):
-    from hydra_ops.config import load_params
+    from tasks.params import load_params
 
     return load_params(root / "params.yaml")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -11,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
-from tiny_models import tiny_model
+from tiny_models import FAMILIES, tiny_inputs, tiny_model
 from transformers import BertConfig, BertForSequenceClassification
 
 from hydra_ops.adapters import get_adapter
@@ -393,3 +396,99 @@ def test_circuit_prefix_replay_changes_nothing(family) -> None:
         atol=1e-6,
     )
     assert all("forward" not in vars(adapter.block(i)) for i in range(adapter.num_layers))
+
+
+# ----- bit-identity with the scorers as they were before the package split ----------------------
+REFERENCE = Path(__file__).parent / "data" / "scoring_reference.safetensors"
+
+
+@functools.cache
+def _reference_model(family: str) -> torch.nn.Module:
+    return tiny_model(family)  # scoring neither changes weights nor leaves the model in train mode
+
+
+def _reference_data(family: str) -> tuple[list[dict], list[dict]]:
+    """Two labelled batches of 6 (train / ID validation) and one unlabelled OOD batch."""
+    label_gen = torch.Generator().manual_seed(5)
+    labelled = []
+    for seed in (21, 22):
+        batch = tiny_inputs(family, 6, seed=seed)
+        batch["labels"] = torch.randint(3, (6,), generator=label_gen)
+        labelled.append(batch)
+    return labelled, [tiny_inputs(family, 6, seed=23)]
+
+
+def _reference_cases() -> dict[str, tuple[str, str, dict]]:
+    """Case name -> (family, method, options): every method, several seeds and options."""
+    cases: dict[str, tuple[str, str, dict]] = {}
+    for family in FAMILIES:
+        cases[f"{family}/taylor"] = (family, "taylor", {})
+        cases[f"{family}/taylor/raw"] = (family, "taylor", {"normalize": False, "max_batches": 1})
+        cases[f"{family}/magnitude"] = (family, "magnitude", {})
+    for family, seed in (("bert", 0), ("bert", 1), ("hf_vit", 0), ("timm_vit", 1)):
+        cases[f"{family}/circuit/seed{seed}"] = (family, "circuit", {"seed": seed})
+    cases["bert/circuit/trunk"] = (
+        "bert",
+        "circuit",
+        {"shared_layers": 1, "overlap_penalty": 0.25, "reuse_prefix": False, "objective": "avg"},
+    )
+    cases["bert/circuit/search_trunk"] = (
+        "bert",
+        "circuit",
+        {
+            "shared_layers": 1,
+            "search_trunk": True,
+            "bootstrap": False,
+            "objective": ["ood", "nll"],
+            "num_circuits": 3,
+            "heads_per_layer": 1,
+        },
+    )
+    for seed in (0, 1, 2):
+        cases[f"bert/random/seed{seed}"] = ("bert", "random", {"seed": seed})
+    return cases
+
+
+def _reference_run(family: str, method: str, options: dict) -> HeadScores:
+    model = _reference_model(family)
+    labelled, ood = _reference_data(family)
+    if method == "taylor":
+        options = {"train_batches": labelled, "progress": False, **options}
+    elif method == "circuit":
+        options = {
+            "val_batches": labelled,
+            "ood_val_batches": ood,
+            "num_circuits": 2,
+            "heads_per_layer": 2,
+            "progress": False,
+            **options,
+        }
+    return score_heads(model, method, **options)
+
+
+def _reference_record(hs: HeadScores) -> tuple[dict[str, torch.Tensor], dict]:
+    """The tensors (scores [L, H]; circuit: per-circuit importances [M, L, H] float64) and the
+    rest of the result as JSON-ready data (method, meta, circuits)."""
+    meta = dict(hs.meta)
+    tensors = {"scores": hs.scores}
+    if "per_circuit_importance" in meta:
+        per = meta.pop("per_circuit_importance")
+        tensors["per_circuit"] = torch.tensor(per, dtype=torch.float64)
+    circuits = None if hs.circuits is None else [p.to_dict() for p in hs.circuits]
+    header = json.loads(json.dumps({"method": hs.method, "meta": meta, "circuits": circuits}))
+    return tensors, header
+
+
+def _write_reference() -> None:
+    """Regenerate the fixture: only when a change of the scores is intended (say so in review)."""
+    tensors, metadata = {}, {}
+    for name, case in _reference_cases().items():
+        record, header = _reference_record(_reference_run(*case))
+        tensors.update({f"{name}/{key}": value for key, value in record.items()})
+        metadata[name] = json.dumps(header, allow_nan=False, separators=(",", ":"))
+    REFERENCE.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(REFERENCE), metadata=metadata)
+
+
+if __name__ == "__main__":
+    _write_reference()

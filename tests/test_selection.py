@@ -178,7 +178,7 @@ def test_circuits_default_penalty_is_the_old_hard_coded_one(circuit_runs) -> Non
 
 
 def test_resolve_penalty_and_the_pipeline_default(scores: torch.Tensor) -> None:
-    from hydra_ops.config import validate_params
+    from tasks.params import validate_params
 
     assert DEFAULT_PENALTIES == {"overlap_penalty": 1.0, "circuits": 0.5}
     assert resolve_penalty("overlap_penalty", None) == 1.0

@@ -14,7 +14,6 @@ import torch
 import yaml
 
 from hydra_ops.calibration import apply_temperature, ensemble_log_probs
-from hydra_ops.config import ConfigError, resolve_params, validate_params
 from hydra_ops.metrics import OOD_SCORE_KINDS, ood_scores
 from hydra_ops.ood_thresholds import (
     VERDICTS,
@@ -25,6 +24,7 @@ from hydra_ops.ood_thresholds import (
     verdicts,
 )
 from hydra_ops.uncertainty import calibrated_ood_score, calibrated_uncertainty, decompose
+from tasks.params import ConfigError, resolve_params, validate_params
 from tasks.predict import ROW_FIELDS, legend, rows_from_member_logits, validate_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -434,7 +434,7 @@ def test_cli_predict_prints_the_table_with_a_legend_and_json_lines(tmp_path, ser
     from typer.testing import CliRunner
 
     from flows.cli import app
-    from hydra_ops.config import write_params
+    from tasks.params import write_params
 
     write_params(resolve_params("quick"), tmp_path / "params.yaml")
     runner = CliRunner()

@@ -102,7 +102,9 @@ def load_compiled(
         raise ValueError(f"{artifact}: missing or its SHA-256 does not match {METADATA_FILE}")
     run_device = torch.device(device) if device is not None else torch.device(metadata["device"])
     metadata = {**metadata, "device": str(run_device)}
-    return CompiledArtifact(backend, directory, metadata, load_runner(backend, directory, run_device))
+    return CompiledArtifact(
+        backend, directory, metadata, load_runner(backend, directory, run_device)
+    )
 
 
 def write_json(path: Path, payload: Mapping[str, Any]) -> None:

@@ -6,12 +6,12 @@ docs/data.md.
 """
 
 from hydra_ops.data.build import ID_SPLITS, OOD_SPLITS, SPLIT_NAMES, build_splits
-from hydra_ops.data.config import (
+from hydra_ops.data.spec import (
     ALL_SOURCES,
     BUILTIN_SOURCES,
     USER_SOURCES,
-    DataSourceConfig,
-    OODSourceConfig,
+    DataSpec,
+    OODSource,
 )
 from hydra_ops.data.sources import bbc_news_folder, kaomoji_texts
 from hydra_ops.data.splits import stratified_cap, stratified_split
@@ -41,9 +41,9 @@ __all__ = [
     "SPLIT_NAMES",
     "USER_SOURCES",
     "DataIntegrityError",
-    "DataSourceConfig",
+    "DataSpec",
     "Manifest",
-    "OODSourceConfig",
+    "OODSource",
     "Split",
     "SplitInfo",
     "bbc_news_folder",

@@ -1,4 +1,4 @@
-"""From a :class:`DataSourceConfig` to in-memory splits (ID train/val/test, shift, near-OOD,
+"""From a :class:`DataSpec` to in-memory splits (ID train/val/test, shift, near-OOD,
 far-OOD and the scorer's OOD-validation set)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hydra_ops.data import sources, transforms
-from hydra_ops.data.config import (
+from hydra_ops.data.spec import (
     IMAGE_OOD_VAL,
     TEXT_OOD_VAL,
-    DataSourceConfig,
-    OODSourceConfig,
+    DataSpec,
+    OODSource,
 )
 from hydra_ops.data.splits import random_cap, stratified_cap, stratified_split
 
@@ -61,7 +61,7 @@ class BuiltData:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def _load_raw(cfg: DataSourceConfig) -> sources.RawData:
+def _load_raw(cfg: DataSpec) -> sources.RawData:
     if cfg.name == "bbc-news":
         return sources.load_bbc_news()
     if cfg.name == "mnist5k":
@@ -100,12 +100,12 @@ def _class_ids(raw: sources.RawData, wanted: list[str], key: str) -> list[int]:
     return [raw.names.index(c) for c in wanted]
 
 
-def _source(cfg: DataSourceConfig) -> str:
+def _source(cfg: DataSpec) -> str:
     return f"data source {cfg.name!r}" + (f" ({cfg.path!r})" if cfg.path else "")
 
 
 def check_trainable(
-    cfg: DataSourceConfig, raw: sources.RawData, id_names: list[str], near_names: list[str]
+    cfg: DataSpec, raw: sources.RawData, id_names: list[str], near_names: list[str]
 ) -> None:
     """ValueError (one line) unless the ID data can train and evaluate a classifier.
 
@@ -141,7 +141,7 @@ def check_trainable(
         )
 
 
-def build_splits(cfg: DataSourceConfig) -> BuiltData:
+def build_splits(cfg: DataSpec) -> BuiltData:
     """All splits of ``cfg`` in memory, deterministic under ``cfg.seed``."""
     raw = _load_raw(cfg)
     if raw.modality == "text" and cfg.dedupe:
@@ -216,7 +216,7 @@ def build_splits(cfg: DataSourceConfig) -> BuiltData:
     )
 
 
-def _ood_from_user(cfg: DataSourceConfig, ood: OODSourceConfig, raw, key: str, seed_stream: str):
+def _ood_from_user(cfg: DataSpec, ood: OODSource, raw, key: str, seed_stream: str):
     image_size = raw.images.shape[1:3] if raw.images is not None else None
     texts, images = sources.load_ood_source(
         ood.kind, ood.path, ood.text_column, raw.modality, cfg.channels, image_size, key
@@ -253,8 +253,8 @@ def _near_ood(cfg, raw, near_ids, near_names) -> SplitData | None:
     )
 
 
-def _far_ood(cfg: DataSourceConfig, raw: sources.RawData) -> SplitData:
-    if isinstance(cfg.far_ood, OODSourceConfig):
+def _far_ood(cfg: DataSpec, raw: sources.RawData) -> SplitData:
+    if isinstance(cfg.far_ood, OODSource):
         return _ood_from_user(cfg, cfg.far_ood, raw, "far_ood", "far_ood")
     n = cfg.far_ood_size if cfg.max_per_split is None else min(cfg.far_ood_size, cfg.max_per_split)
     seed = int(_rng(cfg.seed, "far_ood").integers(2**31))
@@ -282,8 +282,8 @@ def _far_ood(cfg: DataSourceConfig, raw: sources.RawData) -> SplitData:
     return SplitData("far_ood", np.full(n, -1, dtype=np.int64), images=images, description=desc)
 
 
-def _ood_val(cfg: DataSourceConfig, raw: sources.RawData, val: SplitData) -> SplitData:
-    if isinstance(cfg.ood_val, OODSourceConfig):
+def _ood_val(cfg: DataSpec, raw: sources.RawData, val: SplitData) -> SplitData:
+    if isinstance(cfg.ood_val, OODSource):
         split = _ood_from_user(cfg, cfg.ood_val, raw, "ood_val", "ood_val")
         split.description = f"user OOD-validation set {cfg.ood_val.path!r} (not an OOD test set)"
         return split

@@ -12,11 +12,8 @@ OOD splits (near_ood/far_ood/ood_val). Files are byte-deterministic given the co
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from hydra_ops.atomic import replace_dir
+from hydra_ops.atomic import atomic_write_dir
 from hydra_ops.data.build import ID_SPLITS, SplitData, build_splits
-from hydra_ops.data.config import DataSourceConfig
+from hydra_ops.data.spec import DataSpec
+from hydra_ops.hashing import sha256_file
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -89,14 +87,6 @@ class Split:
         return int(self.labels.shape[0])
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _write_split(split: SplitData, directory: Path, modality: str) -> str:
     if modality == "text":
         assert split.texts is not None
@@ -121,7 +111,7 @@ def _write_split(split: SplitData, directory: Path, modality: str) -> str:
 
 
 def materialise_splits(
-    source_config: DataSourceConfig | Mapping[str, Any], out_dir: str | os.PathLike[str]
+    source_config: DataSpec | Mapping[str, Any], out_dir: str | os.PathLike[str]
 ) -> Manifest:
     """Build every split of ``source_config`` and write them with ``manifest.json`` to ``out_dir``.
 
@@ -129,15 +119,11 @@ def materialise_splits(
     replaces it. Returns the :class:`Manifest` (also on disk).
     """
     cfg = (
-        source_config
-        if isinstance(source_config, DataSourceConfig)
-        else DataSourceConfig.model_validate(dict(source_config))
+        source_config if isinstance(source_config, DataSpec) else DataSpec.from_dict(source_config)
     )
     built = build_splits(cfg)
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_write_dir(out, mode=0o755) as tmp:
         infos: dict[str, SplitInfo] = {}
         for name, split in built.splits.items():
             file = _write_split(split, tmp, built.modality)
@@ -163,7 +149,7 @@ def materialise_splits(
             source={
                 "name": cfg.name,
                 "description": built.source_description,
-                "config": cfg.model_dump(mode="json"),
+                "config": cfg.to_dict(),
             },
             ood_val_provenance=built.splits["ood_val"].description,
             image_shape=list(first.images.shape[1:]) if first.images is not None else None,
@@ -173,11 +159,6 @@ def materialise_splits(
         with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
             json.dump(manifest.to_dict(), fh, indent=2, sort_keys=True)
             fh.write("\n")
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 

@@ -1,4 +1,4 @@
-"""The compile backends, registered by name (like :data:`hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS`).
+"""The compile backends, registered by name (as ``hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS``).
 
 ``BACKEND_REGISTRY`` maps a name to its :class:`Backend` (builder, loader, artifact file,
 availability check): ``tensorrt`` (:mod:`.tensorrt`), ``inductor`` and ``export``
@@ -14,7 +14,12 @@ import torch
 from .base import Backend, CompileError, Runner
 from .export import EXPORT, INDUCTOR
 from .onnx_runtime import ONNXRUNTIME
-from .tensorrt import ATTENTION_OPS, TENSORRT, attention_fallback_report, tensorrt_unavailable_reason
+from .tensorrt import (
+    ATTENTION_OPS,
+    TENSORRT,
+    attention_fallback_report,
+    tensorrt_unavailable_reason,
+)
 
 BACKEND_REGISTRY: dict[str, Backend] = {}
 #: Backend name -> its artifact file, kept in step with the registry by :func:`register_backend`.

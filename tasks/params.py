@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from hydra_ops.data.config import DataSourceConfig, OODSourceConfig
+from hydra_ops.data.spec import DataSpec, OODSource
 
 IMAGE_SOURCES = ("mnist5k", "digits")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -64,7 +64,7 @@ GREATER_IS_BETTER = {
 MINILM_LAYERS, MINILM_HEADS = 6, 12
 
 
-def data_modality(data: DataSourceConfig) -> str:
+def data_modality(data: DataSpec) -> str:
     """``"image"`` for mnist5k/digits and folders of images, else ``"text"``."""
     if data.name in IMAGE_SOURCES:
         return "image"
@@ -283,7 +283,7 @@ class PipelineConfig(_Strict):
 
     profile: str = "default"
     seed: int = 0
-    data: DataSourceConfig = DataSourceConfig()
+    data: DataSpec = DataSpec()
     model: ModelConfig = ModelConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     baselines: BaselinesConfig = BaselinesConfig()
@@ -367,7 +367,7 @@ class PipelineConfig(_Strict):
             problems.append(("data.path", f"{self.data.path!r} does not exist"))
         for key in ("near_ood", "far_ood", "ood_val"):
             value = getattr(self.data, key)
-            if isinstance(value, OODSourceConfig) and not Path(value.path).exists():
+            if isinstance(value, OODSource) and not Path(value.path).exists():
                 problems.append((f"data.{key}.path", f"{value.path!r} does not exist"))
         if self.model.path and not Path(self.model.path).exists():
             problems.append(("model.path", f"{self.model.path!r} does not exist"))
@@ -506,7 +506,7 @@ def write_params(cfg: PipelineConfig, path: str | os.PathLike[str] = "params.yam
     """Write the resolved config atomically, in a stable key order."""
     path = Path(path)
     text = (
-        "# Resolved pipeline parameters (validated by hydra_ops.config). Regenerate with\n"
+        "# Resolved pipeline parameters (validated by tasks.params). Regenerate with\n"
         "# `hydra-ens run --profile NAME [--params FILE] [--set key=value]` or edit by hand.\n"
         + yaml.safe_dump(to_raw(cfg), sort_keys=False, default_flow_style=None, width=100)
     )

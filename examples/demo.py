@@ -1,6 +1,7 @@
 """A short library example: MiniLM on a BBC News subset -> 3 pruned members -> one Hydra Ensemble.
 
-``hydra-ens demo`` runs :func:`run_demo`. It uses the library alone (no Prefect, no DVC) and takes a
+``python examples/demo.py`` (or ``hydra-ens demo``) runs :func:`run_demo`, with the library alone
+(no Prefect, no DVC). It takes a
 few minutes on 2 CPU cores: fine-tune MiniLM-L6 briefly, score heads with Taylor importance,
 select 3 overlap-penalised members of 4 heads per layer, fine-tune each pruned member for one
 short epoch, merge them (``stack``: the merged model is
@@ -17,15 +18,15 @@ from typing import Any
 
 import torch
 
-from .data import DataSourceConfig, build_splits
-from .merge import merge_members
-from .metrics import classification_metrics, ood_metrics, ood_scores
-from .models import load_text_classifier, make_text_batches
-from .plans import plan_overlap
-from .scoring import score_heads
-from .selection import select_members
-from .surgery import prune_heads
-from .training import evaluate_logits, fine_tune
+from hydra_ops.data import DataSpec, build_splits
+from hydra_ops.merge import merge_members
+from hydra_ops.metrics import classification_metrics, ood_metrics, ood_scores
+from hydra_ops.models import load_text_classifier, make_text_batches
+from hydra_ops.plans import plan_overlap
+from hydra_ops.scoring import score_heads
+from hydra_ops.selection import select_members
+from hydra_ops.surgery import prune_heads
+from hydra_ops.training import evaluate_logits, fine_tune
 
 
 def run_demo(
@@ -42,7 +43,7 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the example end to end; returns ``{"single": metrics, "hydra": metrics, ...}``."""
     start = time.perf_counter()
-    data = build_splits(DataSourceConfig(name="bbc-news", max_per_split=max_per_split, seed=seed))
+    data = build_splits(DataSpec(name="bbc-news", max_per_split=max_per_split, seed=seed))
     train, test, near = data.splits["train"], data.splits["test"], data.splits["near_ood"]
     log(f"data: {len(train)} train, {len(test)} test, {len(near)} near-OOD ({data.classes})")
     model, tokenizer = load_text_classifier(len(data.classes), class_names=data.classes)
@@ -117,3 +118,11 @@ def run_demo(
         log(key.ljust(24) + f"{results['single'][key]:10.4f}{results['hydra'][key]:10.4f}")
     log(f"done in {results['seconds']:.0f} s")
     return results
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    run_demo()
