@@ -1,0 +1,139 @@
+"""Which source files each DVC stage runs: the import closure of its ``python -m tasks.<stage>``.
+
+A DVC stage reruns when a dependency's hash changes, so ``dvc.yaml`` lists, per stage, the code
+the stage actually imports (no stage depends on the whole ``hydra_ops`` folder: an edit to the
+metrics code reruns evaluate and what follows, not the fine-tunes). The closure is read from the
+source with :mod:`ast`: every ``import``/``from ... import`` of a project module, at module level
+or inside a function (a lazy import still runs), plus the ``__init__.py`` of every package on the
+way. ``tests/pipeline/test_stage_deps.py`` fails when ``dvc.yaml`` misses a file of a closure;
+``python -m tasks.stage_deps`` prints each stage's closure, ready to paste.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("hydra_ops", "tasks")
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    """The file of a project module (``a.b`` -> ``a/b.py`` or ``a/b/__init__.py``)."""
+    if name.split(".")[0] not in PACKAGES:
+        return None
+    base = root.joinpath(*name.split("."))
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return None
+
+
+def _package_inits(name: str, root: Path) -> set[Path]:
+    parts = name.split(".")
+    inits = set()
+    for i in range(1, len(parts)):
+        init = root.joinpath(*parts[:i], "__init__.py")
+        if init.is_file():
+            inits.add(init)
+    return inits
+
+
+def _imported_modules(path: Path, module: str) -> set[str]:
+    """Project module names ``path`` (module ``module``) imports anywhere in its body."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, node.module] if node.module else anchor)
+            else:
+                base = node.module or ""
+            names.add(base)
+            # ``from pkg import sub`` imports the submodule ``pkg.sub`` when there is one
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {n for n in names if n.split(".")[0] in PACKAGES}
+
+
+@cache
+def import_closure(module: str, root: Path = ROOT) -> frozenset[Path]:
+    """Every project source file that running ``module`` imports (itself included)."""
+    seen: set[Path] = set()
+    todo = [module]
+    names_done: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in names_done:
+            continue
+        names_done.add(name)
+        path = _module_file(name, root)
+        if path is None:
+            continue
+        seen |= {path} | _package_inits(name, root)
+        todo.extend(_imported_modules(path, name) - names_done)
+        todo.extend(
+            str(init.parent.relative_to(root)).replace("/", ".")
+            for init in _package_inits(name, root)
+        )
+    return frozenset(seen)
+
+
+def stage_modules(root: Path = ROOT) -> dict[str, str]:
+    """``{stage: module}`` for every stage whose command is ``python -m <module>``."""
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    modules = {}
+    for name, stage in stages.items():
+        words = str(stage["cmd"]).split()
+        if words[:2] == ["python", "-m"]:
+            modules[name] = words[2]
+    return modules
+
+
+def missing_deps(root: Path = ROOT) -> dict[str, list[str]]:
+    """``{stage: files of its closure that no code dep of dvc.yaml covers}``."""
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    missing = {}
+    for name, module in stage_modules(root).items():
+        deps = [Path(d) for d in stages[name].get("deps", [])]
+        files = sorted(p.relative_to(root) for p in import_closure(module, root))
+        uncovered = [str(f) for f in files if not any(f == d or d in f.parents for d in deps)]
+        if uncovered:
+            missing[name] = uncovered
+    return missing
+
+
+def code_deps(module: str, root: Path = ROOT) -> list[str]:
+    """The closure of ``module`` as ``dvc.yaml`` deps: a package folder when the closure holds
+    every source file of it, else the files."""
+    files = {p.relative_to(root) for p in import_closure(module, root)}
+    folders = sorted(
+        {f.parent for f in files if f.parent != Path(".") and f.parent.name != "tasks"},
+        key=lambda p: len(p.parts),
+    )
+    kept: list[Path] = []
+    for folder in folders:
+        if folder == Path("hydra_ops") or any(k in folder.parents for k in kept):
+            continue
+        if {p.relative_to(root) for p in (root / folder).rglob("*.py")} <= files:
+            kept.append(folder)
+    rest = [f for f in files if not any(k in f.parents for k in kept)]
+    return [str(p) for p in sorted([*kept, *rest])]
+
+
+def main() -> None:
+    for stage, module in stage_modules().items():
+        print(f"{stage}:\n  deps: [{', '.join(code_deps(module))}]")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
