@@ -1,4 +1,5 @@
-"""Saving and loading base models as safetensors + a JSON config, verified by sha256.
+"""Saving and loading models (bases, pruned members) as safetensors + a JSON config, verified
+by sha256.
 
 Layout of a checkpoint folder::
 
@@ -10,17 +11,28 @@ Layout of a checkpoint folder::
 :func:`hydra_ops.surgery.prune_heads`: loading rebuilds the unpruned architecture from ``config``,
 prunes it to that plan, then loads the weights.
 
-``family`` is ``bert`` / ``hf_vit`` (``config`` = ``model.config.to_dict()``) or ``timm_vit``
-(``config`` = the ``VisionTransformer`` constructor kwargs, see
-:func:`hydra_ops.models.timm_vit_kwargs`). Loading never touches the network.
+``family`` is an adapter family (``hydra_ops.adapters.ADAPTERS``); its adapter class writes
+``config`` (:meth:`~hydra_ops.adapters.ModelAdapter.model_config`: ``model.config.to_dict()`` for
+``bert`` / ``hf_vit``, the ``VisionTransformer`` constructor kwargs for ``timm_vit``) and rebuilds
+the model from it (:meth:`~hydra_ops.adapters.ModelAdapter.build_model`). Loading never touches
+the network.
+
+A checkpoint is a cacheable output: the same model and metadata give the same bytes. So
+``metadata`` holds no wall-clock field (:data:`TIMING_FIELDS`, see :func:`split_timings`) and the
+Hugging Face config's ``_name_or_path`` (the folder the pretrained weights were read from, which
+differs between checkouts) is stored empty.
+
+Members (:func:`save_member` / :func:`load_member`) are checkpoints of pruned models that record
+the ``weights_sha256`` of the base they were cut from; loading checks it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -28,64 +40,60 @@ from torch import nn
 from .atomic import atomic_write_dir
 from .hashing import sha256_file
 
+if TYPE_CHECKING:
+    from .plans import HeadPlan
+
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
 FORMAT_VERSION = 1
-FAMILIES = ("bert", "hf_vit", "timm_vit")
+#: ``TrainReport`` fields that are wall-clock measurements: they differ between two runs that give
+#: the same weights, so they go to a stage's uncached metrics or the log, never into a checkpoint.
+TIMING_FIELDS = ("epoch_seconds", "total_seconds")
 
 
 class CheckpointError(ValueError):
     """A checkpoint folder is missing a file, or a file is truncated, corrupt or tampered with."""
 
 
+def _families() -> tuple[str, ...]:
+    from .adapters import ADAPTERS
+
+    return tuple(ADAPTERS)
+
+
 def model_family(model: nn.Module) -> str:
     """``bert`` | ``hf_vit`` | ``timm_vit`` (ValueError naming the supported ones otherwise)."""
-    name = type(model).__name__
-    if name == "BertForSequenceClassification":
-        return "bert"
-    if name == "ViTForImageClassification":
-        return "hf_vit"
-    from timm.models.vision_transformer import VisionTransformer
+    from .adapters import UnsupportedModelError, adapter_class
 
-    if isinstance(model, VisionTransformer):
-        return "timm_vit"
-    raise ValueError(
-        f"save_model: unsupported model type {name}; supported families: {', '.join(FAMILIES)} "
-        "(BertForSequenceClassification, ViTForImageClassification, timm VisionTransformer)"
-    )
+    try:
+        return adapter_class(model).family
+    except UnsupportedModelError:
+        raise ValueError(
+            f"save_model: unsupported model type {type(model).__name__}; supported families: "
+            f"{', '.join(_families())}"
+        ) from None
 
 
-def _timm_kwargs(model: nn.Module) -> dict[str, Any]:
-    """Constructor kwargs recorded by build_timm_vit, or recovered from the module's shapes."""
-    recorded = getattr(model, "hydra_init_kwargs", None)
-    if recorded is not None:
-        return dict(recorded)
-    patch = model.patch_embed
-    img = patch.img_size
-    blocks = list(model.blocks)
-    embed_dim = int(model.embed_dim)
-    return {
-        "img_size": int(img[0]),
-        "patch_size": int(patch.patch_size[0]),
-        "in_chans": int(patch.proj.in_channels),
-        "num_classes": int(model.num_classes),
-        "embed_dim": embed_dim,
-        "depth": len(blocks),
-        # head_dim survives pruning, the head count does not
-        "num_heads": embed_dim // int(blocks[0].attn.head_dim),
-        "mlp_ratio": blocks[0].mlp.fc1.out_features / embed_dim,
-        "class_token": model.cls_token is not None,
-        "global_pool": model.global_pool,
-        "qkv_bias": blocks[0].attn.qkv.bias is not None,
-        # LayerScale present or not; its values come from the weights file
-        "init_values": None if isinstance(blocks[0].ls1, nn.Identity) else 1.0,
-    }
+def split_timings(report: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(record, timings)`` of a ``TrainReport.to_dict()``: ``record`` is what the same inputs
+    always give (loss curve, steps, lr, seed, trainable parameters) and may go into a checkpoint;
+    ``timings`` holds the :data:`TIMING_FIELDS`."""
+    record = {k: v for k, v in report.items() if k not in TIMING_FIELDS}
+    timings = {k: report[k] for k in TIMING_FIELDS if k in report}
+    return record, timings
 
 
-def _model_config(model: nn.Module, family: str) -> dict[str, Any]:
-    if family == "timm_vit":
-        return _timm_kwargs(model)
-    return model.config.to_dict()
+def _timing_keys(obj: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of :data:`TIMING_FIELDS` keys anywhere in a JSON-like ``obj``."""
+    if isinstance(obj, dict):
+        return [
+            p
+            for k, v in obj.items()
+            for p in ([f"{prefix}{k}"] if k in TIMING_FIELDS else _timing_keys(v, f"{prefix}{k}."))
+        ]
+    if isinstance(obj, list | tuple):
+        return [p for i, v in enumerate(obj) for p in _timing_keys(v, f"{prefix}{i}.")]
+    return []
 
 
 def _state_dict_for_save(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -101,6 +109,22 @@ def _state_dict_for_save(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _portable_config(model: nn.Module) -> dict[str, Any]:
+    """The adapter's :meth:`~hydra_ops.adapters.ModelAdapter.model_config`, taken with the Hugging
+    Face config's ``_name_or_path`` emptied (and restored afterwards)."""
+    from .adapters import adapter_class
+
+    config = getattr(model, "config", None)
+    name_or_path = getattr(config, "_name_or_path", None)
+    if name_or_path:
+        config._name_or_path = ""
+    try:
+        return adapter_class(model).model_config(model)
+    finally:
+        if name_or_path:
+            config._name_or_path = name_or_path
+
+
 def _head_plan_dict(model: nn.Module) -> dict[str, list[int]] | None:
     """The pruned model's kept heads (original indices), or None for an unpruned model."""
     from .surgery import PLAN_ATTRIBUTE
@@ -114,21 +138,27 @@ def save_model(
     directory: str | os.PathLike[str],
     extra_metadata: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``model`` to ``directory`` atomically (temp folder next to it, then rename).
+    """Write ``model`` to ``directory`` atomically (temp folder next to it, then rename); the same
+    model and metadata give the same bytes (module docstring).
 
-    ``extra_metadata`` must be JSON-serialisable (e.g. class names, the train report).
-    Returns the checkpoint folder.
+    ``extra_metadata`` must be JSON-serialisable (e.g. class names, the train record) and hold no
+    :data:`TIMING_FIELDS` key (ValueError naming it). Returns the checkpoint folder.
     """
     from safetensors.torch import save_file
 
     family = model_family(model)
+    if timing := _timing_keys(extra_metadata or {}):
+        raise ValueError(
+            f"metadata: {', '.join(timing)} is a wall-clock timing; a cached checkpoint holds only "
+            "what the same inputs always give (put timings in the stage's metrics or the log)"
+        )
     out = Path(directory)
     with atomic_write_dir(out, mode=0o755) as tmp:
         save_file(_state_dict_for_save(model), str(tmp / WEIGHTS), metadata={"format": "pt"})
         meta = {
             "format_version": FORMAT_VERSION,
             "family": family,
-            "config": _model_config(model, family),
+            "config": _portable_config(model),
             "weights_sha256": sha256_file(tmp / WEIGHTS),
             "head_plan": _head_plan_dict(model),
             "metadata": extra_metadata or {},
@@ -151,28 +181,12 @@ def read_checkpoint_metadata(directory: str | os.PathLike[str]) -> dict[str, Any
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"checkpoint file {str(path)!r} is not valid JSON: {exc}") from None
     missing = [k for k in ("family", "config", "weights_sha256") if k not in meta]
-    if missing or meta.get("family") not in FAMILIES:
+    if missing or meta.get("family") not in _families():
         raise CheckpointError(
             f"checkpoint file {str(path)!r} is malformed: missing {missing} or unknown family "
-            f"{meta.get('family')!r} (allowed: {', '.join(FAMILIES)})"
+            f"{meta.get('family')!r} (allowed: {', '.join(_families())})"
         )
     return meta
-
-
-def _build_empty(family: str, config: dict[str, Any]) -> nn.Module:
-    if family == "timm_vit":
-        from timm.models.vision_transformer import VisionTransformer
-
-        model = VisionTransformer(**config)
-        model.hydra_init_kwargs = dict(config)
-        return model
-    if family == "bert":
-        from transformers import BertConfig, BertForSequenceClassification
-
-        return BertForSequenceClassification(BertConfig.from_dict(config))
-    from transformers import ViTConfig, ViTForImageClassification
-
-    return ViTForImageClassification(ViTConfig.from_dict(config))
 
 
 def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Module:
@@ -201,8 +215,10 @@ def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Mod
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint file {str(weights)!r} cannot be read: {exc}") from None
+    from .adapters import ADAPTERS
+
     try:
-        model = _build_empty(meta["family"], dict(meta["config"]))
+        model = ADAPTERS[meta["family"]].build_model(dict(meta["config"]))
     except (TypeError, ValueError, KeyError) as exc:
         raise CheckpointError(
             f"checkpoint file {str(folder / META)!r}: config cannot build a "
@@ -234,4 +250,52 @@ def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Mod
     if hasattr(model, "tie_weights") and missing:
         model.tie_weights()
     model.eval()
+    return model
+
+
+def weights_hash(directory: str | os.PathLike[str]) -> str:
+    """The ``weights_sha256`` recorded in a checkpoint (CheckpointError if missing/malformed)."""
+    return str(read_checkpoint_metadata(directory)["weights_sha256"])
+
+
+def load_pruned(directory: str | os.PathLike[str], plan: HeadPlan) -> nn.Module:
+    """The checkpoint's model with its heads pruned to ``plan`` (a fresh copy each call)."""
+    from .surgery import prune_heads
+
+    model = load_model(directory)
+    prune_heads(model, plan)
+    return model
+
+
+def save_member(
+    model: nn.Module,
+    directory: str | os.PathLike[str],
+    base_dir: str | os.PathLike[str],
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write a (pruned) member as a checkpoint whose metadata records ``base_weights_sha256``,
+    the weights hash of the base checkpoint in ``base_dir`` it was cut from (the head plan is
+    recorded from the model itself, see :func:`save_model`)."""
+    meta = {"base_weights_sha256": weights_hash(base_dir), **(metadata or {})}
+    return save_model(model, directory, meta)
+
+
+def load_member(directory: str | os.PathLike[str], base_dir: str | os.PathLike[str]) -> nn.Module:
+    """Rebuild a member saved by :func:`save_member`.
+
+    Raises:
+        CheckpointError: the member's files are missing, truncated or tampered with, or it was cut
+            from another base than the checkpoint in ``base_dir``.
+    """
+    try:
+        model = load_model(directory)
+    except CheckpointError as err:
+        raise CheckpointError(
+            f"member {directory}: checkpoint is missing, truncated or tampered with ({err})"
+        ) from None
+    cut_from = read_checkpoint_metadata(directory)["metadata"].get("base_weights_sha256")
+    if cut_from != weights_hash(base_dir):
+        raise CheckpointError(
+            f"member {directory}: cut from a different base model than {base_dir}"
+        )
     return model

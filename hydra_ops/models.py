@@ -4,6 +4,7 @@
   ``BertForSequenceClassification``, loaded with ``local_files_only=True``; never touches a hub.
 * :func:`build_timm_vit`: a randomly initialised timm ``VisionTransformer`` (no ViT weights exist
   offline).
+* :func:`build_base`: a new base model of a family (one of the two above), seeded.
 * :func:`make_text_batches` / :func:`make_image_batches`: iterables of batch dicts in the contract's
   format (``input_ids``/``attention_mask``/``token_type_ids``/``labels``, or
   ``pixel_values``/``labels``).
@@ -155,6 +156,51 @@ def build_timm_vit(
             torch.manual_seed(int(seed))
             model = VisionTransformer(**kwargs)
     model.hydra_init_kwargs = kwargs  # what hydra_ops.checkpoints stores to rebuild it
+    return model
+
+
+BASE_FAMILIES = ("bert", "timm_vit")
+
+
+def build_base(
+    family: str,
+    class_names: Sequence[str],
+    *,
+    seed: int,
+    model_path: str | os.PathLike[str] | None = None,
+    in_chans: int = 1,
+    image_size: int = 16,
+    patch_size: int = 4,
+    embed_dim: int = 96,
+    depth: int = 4,
+    num_heads: int = 6,
+    mlp_ratio: float = 2.0,
+) -> torch.nn.Module:
+    """A new base model classifying ``len(class_names)`` classes.
+
+    ``family="bert"``: the local BERT folder ``model_path`` (default: the bundled MiniLM-L6) with
+    a new classification head initialised from ``seed`` (:func:`load_text_classifier`; the image
+    arguments are ignored). ``family="timm_vit"``: :func:`build_timm_vit` from ``seed`` with the
+    image arguments (``model_path`` is ignored). The caller's RNG is untouched either way.
+    """
+    if family not in BASE_FAMILIES:
+        raise ValueError(f"family must be one of {list(BASE_FAMILIES)}, got {family!r}")
+    num_classes = len(class_names)
+    if family == "timm_vit":
+        return build_timm_vit(
+            image_size,
+            in_chans,
+            num_classes,
+            depth=depth,
+            embed_dim=embed_dim,
+            num_heads=num_heads,
+            patch_size=patch_size,
+            mlp_ratio=mlp_ratio,
+            seed=seed,
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))  # the new classifier head's initialisation
+        model, _ = load_text_classifier(num_classes, model_path, list(class_names))
     return model
 
 

@@ -245,7 +245,7 @@ class Served:
 
     @torch.no_grad()
     def member_logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        from hydra_ops.compile import arrange_inputs
+        from hydra_ops.compile import arrange_inputs, input_names_of
 
         if self._compiled is not None:
             try:
@@ -254,10 +254,7 @@ class Served:
                 self.answered_by = f"eager (compiled artifact failed here: {type(err).__name__})"
                 self._compiled = None
         self.hydra.eval()
-        names = ["pixel_values"] if "pixel_values" in batch else None
-        if names is None:
-            names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in batch]
-        return self.hydra(*arrange_inputs(batch, names)).float()
+        return self.hydra(*arrange_inputs(batch, input_names_of(batch))).float()
 
 
 def verify_bundle(directory: Path) -> dict[str, Any]:

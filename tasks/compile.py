@@ -29,7 +29,6 @@ from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 
-METADATA_FILE = "compiled.json"
 #: Fields of ``compiled.json`` that are facts of one run, not of the artifact.
 RUN_FACTS = ("compile_seconds", "created_utc")
 
@@ -54,7 +53,7 @@ def _split_run_facts(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.compile import compile_model, verify_compiled
+    from hydra_ops.compile import METADATA_FILE, compile_model, verify_compiled
     from hydra_ops.serialization import load_hydra, read_hydra_config
 
     hydra = load_hydra(root / HYDRA)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from hydra_ops.atomic import atomic_write_bytes
 from hydra_ops.data.spec import DataSpec, OODSource
 
 IMAGE_SOURCES = ("mnist5k", "digits")
@@ -510,8 +510,5 @@ def write_params(cfg: PipelineConfig, path: str | os.PathLike[str] = "params.yam
         "# `hydra-ens run --profile NAME [--params FILE] [--set key=value]` or edit by hand.\n"
         + yaml.safe_dump(to_raw(cfg), sort_keys=False, default_flow_style=None, width=100)
     )
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, text.encode(), keep_suffix=False)
     return path

@@ -48,26 +48,30 @@ def layer_progress_logger(num_heads: int) -> Any:
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.adapters import get_adapter
-    from hydra_ops.scoring import score_heads
+    from hydra_ops.scoring import get_scorer, scorer_arguments
 
     model = models_io.load_base(root / BASE)
     sc = cfg.scoring
-    kwargs: dict[str, Any] = {
+    run_wide = {
         "seed": sc.seed,
         "max_batches": sc.max_batches,
         "progress": os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
     }
+    # each criterion gets the run-wide settings it takes (taylor: no seed; random: seed only)
+    taken = scorer_arguments(sc.method).options
+    options: dict[str, Any] = {key: value for key, value in run_wide.items() if key in taken}
+    data: dict[str, Any] = {}
     ood_val = None
     if sc.method == "taylor":
-        kwargs["train_batches"] = models_io.batches(
+        data["train_batches"] = models_io.batches(
             cfg, models_io.split(root, "train"), sc.batch_size, shuffle=True, seed=sc.seed
         )
     elif sc.method == "circuit":
-        kwargs["val_batches"] = models_io.batches(cfg, models_io.split(root, "val"), sc.batch_size)
-        kwargs["ood_val_batches"] = models_io.batches(
+        data["val_batches"] = models_io.batches(cfg, models_io.split(root, "val"), sc.batch_size)
+        data["ood_val_batches"] = models_io.batches(
             cfg, models_io.split(root, "ood_val"), sc.batch_size, with_labels=False
         )
-        kwargs.update(
+        options.update(
             num_circuits=cfg.members.num_members,
             heads_per_layer=cfg.heads_per_member,
             objective=sc.objective,
@@ -78,7 +82,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         )
         ood_val = models_io.manifest(root).ood_val_provenance
     log.info("score_heads: method %s (%s)", sc.method, "ood_val: " + ood_val if ood_val else "")
-    scores = score_heads(model, sc.method, **kwargs)
+    scores = get_scorer(sc.method, **options)(model, **data)
     with publish_dir(root / SCORES) as tmp:
         scores.save(tmp / "scores.safetensors")
     summary = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -13,6 +14,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from safetensors.torch import save_file
 from tiny_models import FAMILIES, tiny_inputs, tiny_model
 from transformers import BertConfig, BertForSequenceClassification
@@ -20,7 +22,24 @@ from transformers import BertConfig, BertForSequenceClassification
 from hydra_ops.adapters import get_adapter
 from hydra_ops.gating import head_gates
 from hydra_ops.plans import HeadPlan, plan_overlap
-from hydra_ops.scoring import METHODS, HeadScores, score_heads
+from hydra_ops.scoring import (
+    METHODS,
+    SCORERS,
+    CircuitImportance,
+    HeadImportance,
+    HeadScores,
+    MagnitudeImportance,
+    RandomImportance,
+    TaylorImportance,
+    circuit_scores,
+    get_scorer,
+    magnitude_scores,
+    random_scores,
+    register_scorer,
+    score_heads,
+    scorer_arguments,
+    taylor_scores,
+)
 
 L, H, C = 2, 4, 3
 
@@ -488,6 +507,110 @@ def _write_reference() -> None:
         metadata[name] = json.dumps(header, allow_nan=False, separators=(",", ":"))
     REFERENCE.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(REFERENCE), metadata=metadata)
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    with safe_open(str(REFERENCE), framework="pt") as f:
+        return {key: f.get_tensor(key) for key in f.keys()}, f.metadata()  # noqa: SIM118
+
+
+@pytest.mark.parametrize("name", sorted(_reference_cases()))
+def test_scores_are_bit_identical_to_the_single_module_scorers(name, reference) -> None:
+    """Every method, seeds and options: the very tensors (and meta, circuits) of the scorers as
+    they were before the split into a package (tests/data, written by ``_write_reference``)."""
+    tensors, metadata = reference
+    record, header = _reference_record(_reference_run(*_reference_cases()[name]))
+    stored = {key for key in tensors if key.rsplit("/", 1)[0] == name}
+    assert stored == {f"{name}/{key}" for key in record}
+    for key, value in record.items():
+        expected = tensors[f"{name}/{key}"]
+        assert value.dtype == expected.dtype and torch.equal(value, expected), key
+    assert header == json.loads(metadata[name])
+
+
+# ----- the registry ---------------------------------------------------------------------------
+def test_registry_lists_the_four_criteria() -> None:
+    assert METHODS == ("taylor", "circuit", "magnitude", "random")
+    assert list(SCORERS)[:4] == list(METHODS)
+    classes = (TaylorImportance, CircuitImportance, MagnitudeImportance, RandomImportance)
+    assert [SCORERS[m] for m in METHODS] == list(classes)
+    assert all(issubclass(cls, HeadImportance) and cls.name == m for m, cls in SCORERS.items())
+    assert scorer_arguments("taylor") == (
+        ("normalize", "max_batches", "progress"),
+        ("train_batches",),
+    )
+    assert scorer_arguments("circuit").data == ("val_batches", "ood_val_batches")
+    assert scorer_arguments("magnitude") == ((), ())
+    assert scorer_arguments("random") == (("seed",), ())
+    built = get_scorer("taylor", normalize=False)
+    assert built == TaylorImportance(normalize=False) and built.options()["normalize"] is False
+
+
+def test_get_scorer_rejects_unknown_names_and_options(model) -> None:
+    with pytest.raises(ValueError, match=r"name='nope'.*taylor, circuit, magnitude, random"):
+        get_scorer("nope")
+    with pytest.raises(ValueError, match=r"'random' does not take normalize; allowed: seed$"):
+        get_scorer("random", normalize=True)
+    with pytest.raises(ValueError, match="'magnitude' does not take seed; allowed: nothing"):
+        score_heads(model, "magnitude", seed=1)
+    allowed = "train_batches, normalize, max_batches, progress"
+    with pytest.raises(
+        ValueError, match=f"'taylor' does not take seed, val_batches; allowed: {allowed}"
+    ):
+        score_heads(model, "taylor", seed=0, val_batches=[], train_batches=[_batch(4, 0)])
+
+
+def test_criteria_objects_compute_what_the_functions_compute(model, val, ood) -> None:
+    batches = [_batch(8, 3)]
+    taylor = TaylorImportance(normalize=False, progress=False)(model, train_batches=batches)
+    direct = taylor_scores(model, batches, normalize=False)
+    assert torch.equal(taylor.scores, direct.scores) and taylor.meta == direct.meta
+    options = dict(num_circuits=2, heads_per_layer=1, seed=3, progress=False)
+    circuit = get_scorer("circuit", **options)(model, val_batches=val, ood_val_batches=ood)
+    direct = circuit_scores(model, val, ood_val_batches=ood, **options)
+    assert torch.equal(circuit.scores, direct.scores) and circuit.circuits == direct.circuits
+    assert torch.equal(MagnitudeImportance()(model).scores, magnitude_scores(model).scores)
+    assert torch.equal(RandomImportance(seed=4)(model).scores, random_scores(model, seed=4).scores)
+
+
+@pytest.fixture
+def registered_mine():
+    """A user criterion ``mine``: layer index x its option ``scale``, counted over a batch list."""
+
+    @register_scorer("mine")
+    @dataclasses.dataclass(frozen=True)
+    class LayerDepthImportance(HeadImportance):
+        scale: float = 1.0
+
+        def __call__(self, model, *, probe_batches=None) -> HeadScores:
+            adapter = get_adapter(model)
+            layers, heads = adapter.num_layers, adapter.num_heads(0)
+            depth = torch.arange(layers, dtype=torch.float32)[:, None].expand(layers, heads)
+            meta = {"batches": len(probe_batches or [])}
+            return HeadScores(self.scale * depth, self.name, meta=meta)
+
+    yield LayerDepthImportance
+    del SCORERS["mine"]
+
+
+def test_a_user_criterion_is_usable_through_score_heads(model, registered_mine) -> None:
+    assert list(SCORERS) == [*METHODS, "mine"] and registered_mine.name == "mine"
+    hs = score_heads(model, "mine", scale=2.0, probe_batches=[_batch(4, 0)] * 3)
+    assert hs.method == "mine" and hs.meta == {"batches": 3}
+    assert torch.equal(hs.scores[:, 0], torch.tensor([0.0, 2.0]))
+    assert get_scorer("mine", scale=3.0) == registered_mine(scale=3.0)
+    with pytest.raises(
+        ValueError, match="'mine' does not take seed; allowed: probe_batches, scale"
+    ):
+        score_heads(model, "mine", seed=1)
+    with pytest.raises(ValueError, match=r"method='fisher'.*random, mine"):
+        score_heads(model, "fisher")
+    with pytest.raises(ValueError, match="'mine' is already registered"):
+        register_scorer("mine")(registered_mine)
+    with pytest.raises(ValueError, match="__call__"):
+        register_scorer("not_callable")(type("NoCall", (), {}))
+    assert "not_callable" not in SCORERS
 
 
 if __name__ == "__main__":

@@ -43,16 +43,23 @@ SUPPORTED_FAMILIES = (
 )
 
 
-def get_adapter(model: nn.Module) -> ModelAdapter:
-    """The adapter for ``model``; ``UnsupportedModelError`` (a ``ValueError``) names the supported
-    families when ``model`` is none of them."""
+def adapter_class(model: nn.Module) -> type[ModelAdapter]:
+    """The adapter class of ``model``'s family, found without checking the model's variant (the
+    one family dispatch: :func:`get_adapter` and :mod:`hydra_ops.checkpoints` use it).
+    ``UnsupportedModelError`` (a ``ValueError``) names the supported families otherwise."""
     for adapter_cls in ADAPTERS.values():
         if adapter_cls.matches(model):
-            return adapter_cls(model)
+            return adapter_cls
     raise UnsupportedModelError(
         f"unsupported model type {type(model).__name__}; supported families: "
         + "; ".join(SUPPORTED_FAMILIES)
     )
+
+
+def get_adapter(model: nn.Module) -> ModelAdapter:
+    """The adapter for ``model``; ``UnsupportedModelError`` (a ``ValueError``) names the supported
+    families when ``model`` is none of them, or a variant of one the adapter cannot handle."""
+    return adapter_class(model)(model)
 
 
 def embedding_stage_from_config(family: str, config: dict) -> EmbeddingStage:
@@ -74,6 +81,7 @@ __all__ = [
     "MLPWeights",
     "ModelAdapter",
     "UnsupportedModelError",
+    "adapter_class",
     "embedding_stage_from_config",
     "get_adapter",
 ]

@@ -271,6 +271,18 @@ class ModelAdapter(abc.ABC):
         """JSON-serialisable description of the base architecture (for provenance)."""
         return {}
 
+    # ----- checkpoints (hydra_ops.checkpoints) -----------------------------------------------
+    @classmethod
+    def model_config(cls, model: nn.Module) -> dict[str, Any]:
+        """JSON-serialisable config of ``model``'s *unpruned* architecture, from which
+        :meth:`build_model` rebuilds it (head counts as before any pruning)."""
+        raise UnsupportedModelError(f"family {cls.family!r} cannot be saved as a checkpoint")
+
+    @classmethod
+    def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
+        """A new, untrained model from :meth:`model_config`'s output (never touches a hub)."""
+        raise UnsupportedModelError(f"family {cls.family!r} cannot be loaded from a checkpoint")
+
     # ----- running -----------------------------------------------------------------------------
     @abc.abstractmethod
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:

@@ -188,6 +188,14 @@ class BertAdapter(ModelAdapter):
     def architecture_config(self) -> dict[str, Any]:
         return self.model.config.to_dict()
 
+    @classmethod
+    def model_config(cls, model: nn.Module) -> dict[str, Any]:
+        return model.config.to_dict()
+
+    @classmethod
+    def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
+        return BertForSequenceClassification(BertConfig.from_dict(dict(config)))
+
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         kwargs = {"input_ids": batch["input_ids"]}
         for key in ("attention_mask", "token_type_ids"):

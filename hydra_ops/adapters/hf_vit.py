@@ -163,5 +163,13 @@ class HFViTAdapter(ModelAdapter):
     def architecture_config(self) -> dict[str, Any]:
         return self.model.config.to_dict()
 
+    @classmethod
+    def model_config(cls, model: nn.Module) -> dict[str, Any]:
+        return model.config.to_dict()
+
+    @classmethod
+    def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
+        return ViTForImageClassification(ViTConfig.from_dict(dict(config)))
+
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         return self.model(pixel_values=batch["pixel_values"]).logits

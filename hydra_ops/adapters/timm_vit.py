@@ -303,5 +303,39 @@ class TimmViTAdapter(ModelAdapter):
     def architecture_config(self) -> dict[str, Any]:
         return {**self._embedding_config(), "depth": self.num_layers}
 
+    @classmethod
+    def model_config(cls, model: nn.Module) -> dict[str, Any]:
+        """The ``VisionTransformer`` constructor kwargs recorded by
+        :func:`hydra_ops.models.build_timm_vit` (``hydra_init_kwargs``), else recovered from the
+        module's shapes."""
+        recorded = getattr(model, "hydra_init_kwargs", None)
+        if recorded is not None:
+            return dict(recorded)
+        patch = model.patch_embed
+        blocks = list(model.blocks)
+        embed_dim = int(model.embed_dim)
+        return {
+            "img_size": int(patch.img_size[0]),
+            "patch_size": int(patch.patch_size[0]),
+            "in_chans": int(patch.proj.in_channels),
+            "num_classes": int(model.num_classes),
+            "embed_dim": embed_dim,
+            "depth": len(blocks),
+            # head_dim survives pruning, the head count does not
+            "num_heads": embed_dim // int(blocks[0].attn.head_dim),
+            "mlp_ratio": blocks[0].mlp.fc1.out_features / embed_dim,
+            "class_token": model.cls_token is not None,
+            "global_pool": model.global_pool,
+            "qkv_bias": blocks[0].attn.qkv.bias is not None,
+            # LayerScale present or not; its values come from the weights file
+            "init_values": None if isinstance(blocks[0].ls1, nn.Identity) else 1.0,
+        }
+
+    @classmethod
+    def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
+        model = VisionTransformer(**config)
+        model.hydra_init_kwargs = dict(config)
+        return model
+
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         return self.model(batch["pixel_values"])

@@ -21,7 +21,7 @@ from .artifact import (
     model_device_dtype,
     write_json,
 )
-from .backends import Runner, get_backend, load_runner
+from .backends import CompileRequest, Runner, get_backend, load_runner
 from .inputs import dynamic_dims
 
 #: A built backend: its runner, the metadata its builder returned and the device it runs on.
@@ -53,13 +53,11 @@ class Build:
         device, _ = model_device_dtype(self.model)
         extra = self._written.get(backend.artifact_file)
         if extra is None:
+            target = self.out / backend.artifact_file
             extra = backend.compile(
-                self.model,
-                self.tensors,
-                self.names,
-                self.out / backend.artifact_file,
-                self.max_batch,
-                self.opt_batch,
+                CompileRequest(
+                    self.model, self.tensors, self.names, target, self.max_batch, self.opt_batch
+                )
             )
             self._written[backend.artifact_file] = extra
         run_device = torch.device(backend.device) if backend.device is not None else device

@@ -2,10 +2,12 @@
 
 Built-in sources: ``bbc-news`` (default, text), ``mnist5k`` and ``digits`` (images); user sources:
 ``folder`` (class sub-folders of text or image files), ``csv`` and ``jsonl`` (text,label). See
-docs/data.md.
+docs/data.md. A loaded split becomes contract batches with :func:`split_batches`.
 """
 
+from hydra_ops.data.batching import split_batches, split_labels, text_tokenizer
 from hydra_ops.data.build import ID_SPLITS, OOD_SPLITS, SPLIT_NAMES, build_splits
+from hydra_ops.data.sources import bbc_news_folder, kaomoji_texts
 from hydra_ops.data.spec import (
     ALL_SOURCES,
     BUILTIN_SOURCES,
@@ -13,7 +15,6 @@ from hydra_ops.data.spec import (
     DataSpec,
     OODSource,
 )
-from hydra_ops.data.sources import bbc_news_folder, kaomoji_texts
 from hydra_ops.data.splits import stratified_cap, stratified_split
 from hydra_ops.data.store import (
     DataIntegrityError,
@@ -57,7 +58,10 @@ __all__ = [
     "patch_shuffle",
     "pixel_shuffle",
     "sha256_file",
+    "split_batches",
+    "split_labels",
     "stratified_cap",
     "stratified_split",
+    "text_tokenizer",
     "word_shuffle",
 ]

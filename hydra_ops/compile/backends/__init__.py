@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .base import Backend, CompileError, Runner
+from .base import Backend, CompileError, CompileRequest, Runner
 from .export import EXPORT, INDUCTOR
 from .onnx_runtime import ONNXRUNTIME
 from .tensorrt import (
@@ -63,6 +63,7 @@ __all__ = [
     "BACKEND_REGISTRY",
     "Backend",
     "CompileError",
+    "CompileRequest",
     "Runner",
     "attention_fallback_report",
     "available_backends",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -18,18 +18,18 @@ class CompileError(RuntimeError):
     """A backend could not compile, save or load the model."""
 
 
-class CompileFn(Protocol):
-    def __call__(
-        self,
-        model: nn.Module,
-        tensors: tuple[Tensor, ...],
-        names: list[str],
-        target: Path,
-        max_batch: int,
-        opt_batch: int,
-    ) -> dict[str, Any]:
-        """Write the artifact of ``model`` to ``target`` (atomically); returns extra metadata."""
-        ...
+@dataclass(frozen=True)
+class CompileRequest:
+    """What a backend's builder gets: the model (eval mode), the example tensors in ``names``
+    order (on the model's device), the artifact file to write (atomically), the largest batch the
+    artifact must accept and TensorRT's optimisation batch."""
+
+    model: nn.Module
+    tensors: tuple[Tensor, ...]
+    names: list[str]
+    target: Path
+    max_batch: int
+    opt_batch: int
 
 
 def always_available() -> str | None:
@@ -40,16 +40,17 @@ def always_available() -> str | None:
 class Backend:
     """One compile backend.
 
-    ``compile`` writes ``artifact_file`` (backends with the same file share one build per
-    :func:`~hydra_ops.compile.compile_model` call), ``load(path, device)`` turns it into a
-    :data:`Runner`, ``unavailable_reason()`` is ``None`` when the backend can run here (it never
-    imports an optional library that needs CUDA without CUDA), and ``device`` is the device the
-    artifact always runs on (``None``: the model's).
+    ``compile(request)`` writes ``request.target`` (the ``artifact_file``; backends with the same
+    file share one build per :func:`~hydra_ops.compile.compile_model` call) and returns extra
+    metadata, ``load(path, device)`` turns the file into a :data:`Runner`,
+    ``unavailable_reason()`` is ``None`` when the backend can run here (it never imports an
+    optional library that needs CUDA without CUDA), and ``device`` is the device the artifact
+    always runs on (``None``: the model's).
     """
 
     name: str
     artifact_file: str
-    compile: CompileFn
+    compile: Callable[[CompileRequest], dict[str, Any]]
     load: Callable[[Path, torch.device], Runner]
     unavailable_reason: Callable[[], str | None] = always_available
     device: str | None = None

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from ...atomic import atomic_write_file
 from ..inputs import dynamic_shapes, trace_inputs
-from .base import Backend, CompileError, Runner, no_grad_runner
+from .base import Backend, CompileError, CompileRequest, Runner, no_grad_runner
 
 PROGRAM_FILE = "program.pt2"
 
@@ -35,16 +35,9 @@ def export_program(
         raise CompileError(f"torch.export failed: {type(error).__name__}: {error}") from error
 
 
-def compile_export(
-    model: nn.Module,
-    tensors: tuple[Tensor, ...],
-    names: list[str],
-    target: Path,
-    max_batch: int,
-    opt_batch: int,
-) -> dict[str, Any]:
-    program = export_program(model, tensors, names, max_batch)
-    atomic_write_file(target, lambda p: torch.export.save(program, str(p)))
+def compile_export(request: CompileRequest) -> dict[str, Any]:
+    program = export_program(request.model, request.tensors, request.names, request.max_batch)
+    atomic_write_file(request.target, lambda p: torch.export.save(program, str(p)))
     return {}
 
 

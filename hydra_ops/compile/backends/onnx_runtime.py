@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ...atomic import atomic_write_file
 from ..inputs import dynamic_shapes, trace_inputs
-from .base import Backend, CompileError, Runner
+from .base import Backend, CompileError, CompileRequest, Runner
 
 REQUIRED_MODULES = ("onnxruntime", "onnx", "onnxscript")
 
@@ -24,22 +24,15 @@ def onnxruntime_unavailable_reason() -> str | None:
     return None
 
 
-def compile_onnxruntime(
-    model: nn.Module,
-    tensors: tuple[Tensor, ...],
-    names: list[str],
-    target: Path,
-    max_batch: int,
-    opt_batch: int,
-) -> dict[str, Any]:
-    shapes = dynamic_shapes(names, max_batch)
-    traced = trace_inputs(tensors)
+def compile_onnxruntime(request: CompileRequest) -> dict[str, Any]:
+    shapes = dynamic_shapes(request.names, request.max_batch)
+    traced = trace_inputs(request.tensors)
 
     def write(path: Path) -> None:
         program = torch.onnx.export(
-            model,
+            request.model,
             traced,
-            input_names=list(names),
+            input_names=list(request.names),
             output_names=["logits"],
             dynamic_shapes=shapes,
             dynamo=True,
@@ -52,12 +45,12 @@ def compile_onnxruntime(
         program.save(str(path), external_data=False)
 
     try:
-        atomic_write_file(target, write)
+        atomic_write_file(request.target, write)
     except CompileError:
         raise
     except Exception as error:
         raise CompileError(f"ONNX export failed: {type(error).__name__}: {error}") from error
-    return {"opset": onnx_opset(target)}
+    return {"opset": onnx_opset(request.target)}
 
 
 def onnx_opset(path: Path) -> int | None:

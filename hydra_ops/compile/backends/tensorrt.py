@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ...atomic import atomic_write_file
-from .base import Backend, CompileError, Runner, no_grad_runner
+from .base import Backend, CompileError, CompileRequest, Runner, no_grad_runner
 
 # Ops whose presence in a PyTorch-executed TensorRT partition means attention fell back.
 ATTENTION_OPS = ("scaled_dot_product", "bmm", "baddbmm", "softmax", "matmul")
@@ -77,19 +77,12 @@ def _tensorrt_inputs(tensors: tuple[Tensor, ...], max_batch: int, opt_batch: int
     return specs
 
 
-def compile_tensorrt(
-    model: nn.Module,
-    tensors: tuple[Tensor, ...],
-    names: list[str],
-    target: Path,
-    max_batch: int,
-    opt_batch: int,
-) -> dict[str, Any]:
+def compile_tensorrt(request: CompileRequest) -> dict[str, Any]:
     import torch_tensorrt
 
-    model = model.to("cuda")
-    tensors = tuple(t.to("cuda") for t in tensors)
-    specs = _tensorrt_inputs(tensors, max_batch, opt_batch)
+    model = request.model.to("cuda")
+    tensors = tuple(t.to("cuda") for t in request.tensors)
+    specs = _tensorrt_inputs(tensors, request.max_batch, request.opt_batch)
     settings = {
         "ir": "dynamo",
         "arg_inputs": specs,
@@ -110,13 +103,13 @@ def compile_tensorrt(
             trt_module, str(path), output_format="exported_program", arg_inputs=list(specs)
         )
 
-    atomic_write_file(target, write)
+    atomic_write_file(request.target, write)
     return {
         "tensorrt_partitions": sorted(
             n for n, _ in trt_module.named_children() if n.startswith("_run_on_acc")
         ),
         "attention_in_tensorrt": True,
-        "opt_batch": opt_batch,
+        "opt_batch": request.opt_batch,
     }
 
 

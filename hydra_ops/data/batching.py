@@ -1,0 +1,90 @@
+"""A prepared split (:class:`hydra_ops.data.Split`) as contract batches, and its labels.
+
+Batches follow docs/architecture.md: ``input_ids`` / ``attention_mask`` (/ ``token_type_ids``)
+for text, ``pixel_values`` for images, plus ``labels`` when asked for (built by
+:func:`hydra_ops.models.make_text_batches` / :func:`hydra_ops.models.make_image_batches`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import torch
+
+from hydra_ops.data.store import Split
+
+Batch = dict[str, torch.Tensor]
+
+
+@functools.cache
+def text_tokenizer(model_path: str | None = None) -> Any:
+    """The fast tokenizer of the local model folder ``model_path`` (default: the bundled MiniLM-L6),
+    loaded once per process and never from a hub."""
+    from transformers import AutoTokenizer
+
+    from hydra_ops.models import default_text_model_path
+
+    path = model_path or str(default_text_model_path())
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def split_batches(
+    split: Split,
+    batch_size: int,
+    *,
+    tokenizer: Any = None,
+    max_length: int = 64,
+    image_size: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    with_labels: bool = True,
+    limit: int | None = None,
+) -> list[Batch]:
+    """The first ``limit`` examples of ``split`` (all when None) as batches of ``batch_size``.
+
+    Text splits need ``tokenizer`` (e.g. :func:`text_tokenizer`) and are cut at ``max_length``
+    tokens; image splits are resized to ``image_size`` (None: the stored size). ``labels`` [B]
+    long is included with ``with_labels``. With ``shuffle`` the order is a permutation drawn
+    from ``seed`` only, so the same arguments give the same batches.
+    """
+    from hydra_ops.models import make_image_batches, make_text_batches
+
+    labels = split.labels if with_labels else None
+    if split.texts is not None:
+        if tokenizer is None:
+            raise ValueError(
+                f"tokenizer is required for the text split {split.name!r} "
+                "(e.g. hydra_ops.data.text_tokenizer(model_path))"
+            )
+        texts = split.texts if limit is None else split.texts[:limit]
+        labels = None if labels is None else labels[: len(texts)]
+        return list(
+            make_text_batches(
+                texts,
+                None if labels is None else labels.tolist(),
+                tokenizer,
+                max_length=max_length,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                seed=seed,
+            )
+        )
+    images = split.images if limit is None else split.images[:limit]
+    labels = None if labels is None else labels[: len(images)]
+    return list(
+        make_image_batches(
+            images,
+            None if labels is None else labels.tolist(),
+            batch_size=batch_size,
+            image_size=image_size,
+            shuffle=shuffle,
+            seed=seed,
+        )
+    )
+
+
+def split_labels(split: Split) -> torch.Tensor:
+    """``split.labels`` as a [N] long tensor (-1 marks the examples of an OOD split)."""
+    return torch.as_tensor(np.asarray(split.labels), dtype=torch.long)

@@ -1,0 +1,237 @@
+"""What every head-importance criterion shares: the result, the criterion base class, the registry.
+
+A criterion is a small class in the manner of Torch-Pruning's importance criteria: its options go
+to the constructor (``TaylorImportance(normalize=False)``), the data to the call
+(``criterion(model, train_batches=...) -> HeadScores``). Criteria are registered by name
+(``register_scorer``) and built by name (``get_scorer``); :func:`score_heads` is the facade.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import inspect
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple, TypeVar
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from hydra_ops.plans import HeadPlan
+
+_FORMAT = "hydra-ens/head-scores/v1"
+
+
+# ----------------------------------------------------------------------------------------------
+# The result
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class HeadScores:
+    """Head importance of one model.
+
+    Attributes:
+        scores: ``[L, H]`` float32, higher = more important, finite.
+        method: the criterion's registered name (one of ``SCORERS``).
+        meta: JSON-serialisable details (parameters, data sizes, per-circuit objectives, overlap).
+        circuits: for ``circuit`` only, the M plans found (``heads_per_layer`` heads per layer).
+    """
+
+    scores: Tensor
+    method: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    circuits: list[HeadPlan] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scores, Tensor) or self.scores.dim() != 2:
+            raise ValueError("HeadScores.scores must be a [layers, heads] tensor")
+        if not self.scores.is_floating_point():
+            raise ValueError(f"HeadScores.scores must be a float tensor, got {self.scores.dtype}")
+        if not torch.isfinite(self.scores).all():
+            raise ValueError("HeadScores.scores must be finite (no NaN or inf)")
+        self.scores = self.scores.detach().to("cpu", torch.float32).contiguous()
+        if self.circuits is not None:
+            for plan in self.circuits:
+                plan.validate_for([self.num_heads] * self.num_layers)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.scores.shape[0])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.scores.shape[1])
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write one safetensors file (tensor ``scores`` + JSON metadata), atomically."""
+        path = Path(path)
+        header = {
+            "format": _FORMAT,
+            "method": self.method,
+            "meta": self.meta,
+            "circuits": None if self.circuits is None else [p.to_dict() for p in self.circuits],
+        }
+        try:
+            metadata = {"hydra_head_scores": json.dumps(header, allow_nan=False)}
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"HeadScores.meta must be JSON-serialisable: {err}") from err
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            save_file({"scores": self.scores}, tmp, metadata=metadata)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> HeadScores:
+        """Read a file written by :meth:`save`."""
+        from safetensors import safe_open
+
+        path = Path(path)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                metadata = f.metadata() or {}
+            tensors = load_file(str(path))
+        except Exception as err:
+            raise ValueError(
+                f"{path} is not a readable head-scores safetensors file: {err}"
+            ) from err
+        raw = metadata.get("hydra_head_scores")
+        if raw is None or "scores" not in tensors:
+            raise ValueError(f"{path} is a safetensors file but not one written by HeadScores.save")
+        header = json.loads(raw)
+        if header.get("format") != _FORMAT:
+            raise ValueError(f"{path}: unknown head-scores format {header.get('format')!r}")
+        circuits = header.get("circuits")
+        return cls(
+            scores=tensors["scores"],
+            method=header["method"],
+            meta=header.get("meta") or {},
+            circuits=None if circuits is None else [HeadPlan.from_dict(c) for c in circuits],
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The criterion
+# ----------------------------------------------------------------------------------------------
+class HeadImportance(abc.ABC):
+    """A head-importance criterion: options in the constructor, data in the call.
+
+    Subclasses declare their options as constructor keywords (the built-ins are frozen dataclasses:
+    fields = options) and their data as named keywords of ``__call__`` after ``model`` (e.g.
+    ``train_batches``); :func:`score_heads` routes a keyword by those names. The call scores every
+    head of an unpruned ``model`` and returns ``HeadScores`` with ``scores`` ``[L, H]``.
+    """
+
+    #: the registry name, set by :func:`register_scorer`
+    name: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def __call__(self, model: nn.Module, **data: Any) -> HeadScores:
+        """Score every head of ``model`` from ``data`` (batch iterables, by keyword)."""
+
+    def options(self) -> dict[str, Any]:
+        """The options this criterion was built with (a dataclass's fields), by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The registry
+# ----------------------------------------------------------------------------------------------
+#: Registered criteria, name -> class, in registration order (the built-ins first).
+SCORERS: dict[str, type[HeadImportance]] = {}
+
+_C = TypeVar("_C", bound=type)
+
+
+class ScorerArguments(NamedTuple):
+    """The keywords a registered criterion takes: constructor ``options``, call ``data``."""
+
+    options: tuple[str, ...]
+    data: tuple[str, ...]
+
+
+def register_scorer(name: str) -> Callable[[_C], _C]:
+    """Class decorator: register a criterion under ``name`` (ValueError if the name is taken).
+
+    The class must define ``__call__(self, model, *, <data>=...) -> HeadScores``; subclassing
+    :class:`HeadImportance` is the usual way. Its ``name`` attribute is set to ``name``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if name in SCORERS:
+        raise ValueError(f"name={name!r} is already registered; taken: {', '.join(SCORERS)}")
+
+    def register(cls: _C) -> _C:
+        callable_instances = any("__call__" in vars(k) for k in cls.__mro__[:-1])
+        if not isinstance(cls, type) or not callable_instances:
+            raise ValueError(f"register_scorer({name!r}) needs a class that defines __call__")
+        cls.name = name  # type: ignore[attr-defined]
+        SCORERS[name] = cls  # type: ignore[assignment]
+        return cls
+
+    return register
+
+
+def _lookup(name: str, argument: str) -> type[HeadImportance]:
+    if name not in SCORERS:
+        raise ValueError(f"{argument}={name!r} is unknown; allowed: {', '.join(SCORERS)}")
+    return SCORERS[name]
+
+
+def _keywords(params: list[inspect.Parameter]) -> tuple[str, ...]:
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in params if p.kind in kinds)
+
+
+def scorer_arguments(name: str) -> ScorerArguments:
+    """The option and data keywords of the criterion registered as ``name``."""
+    cls = _lookup(name, "name")
+    init = list(inspect.signature(cls).parameters.values())
+    call = list(inspect.signature(cls.__call__).parameters.values())[2:]  # after self, model
+    return ScorerArguments(_keywords(init), _keywords(call))
+
+
+def _reject_unknown(name: str, given: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = [key for key in given if key not in allowed]
+    if unknown:
+        raise ValueError(
+            f"scorer {name!r} does not take {', '.join(unknown)}; "
+            f"allowed: {', '.join(allowed) or 'nothing'}"
+        )
+
+
+def get_scorer(name: str, **options: Any) -> HeadImportance:
+    """The criterion registered as ``name``, built with ``options``.
+
+    ValueError naming the registered criteria for an unknown ``name``, or naming the criterion's
+    options for an option it does not take.
+    """
+    cls = _lookup(name, "name")
+    _reject_unknown(name, options, scorer_arguments(name).options)
+    return cls(**options)
+
+
+def score_heads(model: nn.Module, method: str, **kwargs: Any) -> HeadScores:
+    """Score every attention head of ``model`` with the criterion registered as ``method``.
+
+    ``kwargs`` are the criterion's data (e.g. ``train_batches``) and options (e.g. ``normalize``),
+    told apart by name (:func:`scorer_arguments`); a keyword the criterion does not take is a
+    ValueError naming the ones it does. Same as ``get_scorer(method, **options)(model, **data)``.
+    Batches follow docs/architecture.md; they are cached on the model's device once.
+    """
+    _lookup(method, "method")
+    args = scorer_arguments(method)
+    _reject_unknown(method, kwargs, args.data + args.options)
+    data = {key: value for key, value in kwargs.items() if key in args.data}
+    options = {key: value for key, value in kwargs.items() if key not in args.data}
+    return get_scorer(method, **options)(model, **data)
