@@ -1,21 +1,28 @@
 """Grouped (block-diagonal) layers over M member streams.
 
-Every tensor of streams is laid out ``[B, M, T, D]``: batch, member, token, feature. Member ``m``'s
-stream only ever meets member ``m``'s weights; nothing here mixes members.
+Every tensor of streams is laid out member-major, ``[M, B, T, D]``: member, batch, token, feature
+(contiguous). Member ``m``'s stream only ever meets member ``m``'s weights; nothing here mixes
+members. Member-major is what a batched matmul over members reads and writes directly:
+``[M, B, T, D]`` is ``[M, B*T, D]`` without a copy, so per-member projections, MLPs and norms go
+from one to the next without materialising a transposed copy of the activations.
 
 Attention implementations (``ATTENTION_IMPLEMENTATIONS``, selected by name), all exact:
 
 * ``padded_bmm``: every member's heads are zero-padded to ``H = max_m h_m`` heads; q/k/v of all
-  members is ONE batched matmul ``[M, B*T, D] x [M, D, 3*H*dh]``, attention runs on
-  ``[B, M*H, T, dh]`` and the output projection is one more batched matmul. A padded head has zero
-  q/k/v weights and bias, so its context is exactly 0, and its output-projection columns are 0:
-  padding changes nothing but wastes ``(M*H - sum h_m)`` heads of work when counts differ.
-* ``block_diagonal``: the streams are concatenated along features (``[B, T, M*D]``) and the heads
-  of all members are packed without padding (``sum h_m`` heads); q/k/v is ONE dense matmul with a
-  block-diagonal ``[3*sum(h_m)*dh, M*D]`` weight and the output projection one with a
-  block-diagonal ``[M*D, sum(h_m)*dh]`` weight. No padding, but the zero blocks are multiplied.
+  members is ONE batched matmul ``[M, B*T, D] x [M, D, 3*H*dh]``, attention runs on strided views
+  ``[M*B, H, T, dh]`` of its output and the output projection is one more batched matmul that reads
+  the attention output in place. A padded head has zero q/k/v weights and bias, so its context is
+  exactly 0, and its output-projection columns are 0: padding changes nothing but wastes
+  ``(M*H - sum h_m)`` heads of work when counts differ. No layout copy at all.
+* ``member_gemm``: per-member weights, no padding; each projection is M plain GEMMs on the
+  contiguous slices ``x[m]``; one stack of the M outputs per layer.
+* ``block_diagonal``: the streams are concatenated along features (``[B, T, M*D]``, one permuting
+  copy in) and the heads of all members are packed without padding (``sum h_m`` heads); q/k/v is
+  ONE dense matmul with a block-diagonal ``[3*sum(h_m)*dh, M*D]`` weight and the output projection
+  one with a block-diagonal ``[M*D, sum(h_m)*dh]`` weight. No padding, but the zero blocks are
+  multiplied.
 
-Both read and write the same per-member :class:`~hydra_ops.adapters.AttentionWeights`, so a model
+All read and write the same per-member :class:`~hydra_ops.adapters.AttentionWeights`, so a model
 can switch implementation (``to_implementation``) without changing what it computes.
 """
 
@@ -41,10 +48,11 @@ def _bias_or_zeros(bias: Tensor | None, weight: Tensor) -> Tensor:
 
 
 class GroupedAttention(nn.Module, abc.ABC):
-    """Self-attention of M members over ``[B, M, T, D]`` streams, one grouped op per projection.
+    """Self-attention of M members over ``[M, B, T, D]`` streams, one grouped op per projection.
 
-    ``forward(x [B, M, T, D], key_padding_mask [B, T] bool or None) -> [B, M, T, D]`` (True in the
-    mask = a real token). The output includes the output projection's bias.
+    ``forward(x [M, B, T, D], key_padding_mask [B, T] bool or None) -> [M, B, T, D]`` (True in the
+    mask = a real token; the same mask for every member). The output includes the output
+    projection's bias and is contiguous.
     """
 
     name: ClassVar[str]
@@ -99,9 +107,22 @@ class GroupedAttention(nn.Module, abc.ABC):
         return impl.from_members(self.member_weights())
 
     @staticmethod
-    def _attend(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        """q, k, v ``[B, heads, T, dh]`` -> context ``[B, heads, T, dh]``."""
-        mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+    def _attend(
+        q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, members: int = 1
+    ) -> Tensor:
+        """q, k, v ``[members*B, heads, T, dh]`` (member-major batch; any strides with a unit last
+        stride) -> context ``[members*B, heads, T, dh]``.
+
+        On CPU, ``scaled_dot_product_attention`` reads strided q/k/v as they are and returns a
+        context whose memory is ``[members*B, T, heads, dh]``, so ``context.transpose(1, 2)`` is
+        contiguous and flattening its heads is a view.
+        """
+        mask = None
+        if key_padding_mask is not None:
+            b, t = key_padding_mask.shape
+            mask = key_padding_mask[:, None, None, :]
+            if members > 1:  # [B, T] -> [M*B, 1, 1, T]: tiny (bools), the kernel needs 4-D
+                mask = mask.expand(members, b, 1, 1, t).reshape(members * b, 1, 1, t)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
@@ -170,16 +191,16 @@ class PaddedBmmAttention(GroupedAttention):
         return result
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        b, m, t, d = x.shape
+        m, b, t, d = x.shape
         h, dh = self.max_heads, self.head_dim
-        streams = x.transpose(0, 1).reshape(m, b * t, d)
+        streams = x.reshape(m, b * t, d)  # a view (also of the expanded trunk output)
         qkv = torch.baddbmm(self.qkv_bias.unsqueeze(1), streams, self.qkv_weight.transpose(1, 2))
-        # [M, B*T, 3*H*dh] -> [3, B, M*H, T, dh]
-        qkv = qkv.view(m, b, t, 3, h, dh).permute(3, 1, 0, 4, 2, 5).reshape(3, b, m * h, t, dh)
-        context = self._attend(qkv[0], qkv[1], qkv[2], key_padding_mask)
-        context = context.view(b, m, h, t, dh).permute(1, 0, 3, 2, 4).reshape(m, b * t, h * dh)
+        # [M, B*T, 3*H*dh] is [M*B, T, 3, H, dh]: q, k, v are strided [M*B, H, T, dh] views
+        q, k, v = qkv.view(m * b, t, 3, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
+        context = self._attend(q, k, v, key_padding_mask, m)
+        context = context.transpose(1, 2).reshape(m, b * t, h * dh)
         out = torch.baddbmm(self.out_bias.unsqueeze(1), context, self.out_weight.transpose(1, 2))
-        return out.view(m, b, t, d).transpose(0, 1)
+        return out.view(m, b, t, d)
 
 
 class BlockDiagonalAttention(GroupedAttention):
@@ -257,15 +278,16 @@ class BlockDiagonalAttention(GroupedAttention):
         return result
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        b, m, t, d = x.shape
+        m, b, t, d = x.shape
         heads, dh = self.total_heads, self.head_dim
-        streams = x.transpose(1, 2).reshape(b, t, m * d)
+        streams = x.permute(1, 2, 0, 3).reshape(b, t, m * d)  # the one layout copy
         qkv = F.linear(streams, self.qkv_weight, self.qkv_bias)
         q, k, v = qkv.view(b, t, 3, heads, dh).permute(2, 0, 3, 1, 4).unbind(0)
         context = self._attend(q, k, v, key_padding_mask)
         context = context.transpose(1, 2).reshape(b, t, heads * dh)
         out = F.linear(context, self.out_weight, self.out_bias)
-        return out.view(b, t, m, d).transpose(1, 2)
+        # a strided view; the residual add that follows writes it member-major
+        return out.view(b, t, m, d).permute(2, 0, 1, 3)
 
 
 ATTENTION_IMPLEMENTATIONS: dict[str, type[GroupedAttention]] = {
@@ -286,7 +308,9 @@ class GroupedLinear(nn.Module):
     """A dense layer that is either shared by all members or one per member.
 
     Shared: ``weight [out, in]``, ``bias [out]``. Per member: ``weight [M, out, in]``,
-    ``bias [M, out]``. ``forward(x [B, M, ..., in]) -> [B, M, ..., out]``.
+    ``bias [M, out]``. ``forward(x [M, ..., in]) -> [M, ..., out]`` (member-major); per member it
+    is one batched matmul over ``[M, N, in]``, a view of ``x`` when ``x`` is contiguous past its
+    member dim (or, like a pooled ``x[:, :, 0]``, only strided along one flattened dim).
     """
 
     def __init__(
@@ -305,20 +329,20 @@ class GroupedLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.per_member:
             return F.linear(x, self.weight, self.bias)
-        b, m = x.shape[:2]
-        inner = x.shape[2:-1]
-        streams = x.transpose(0, 1).reshape(m, -1, x.shape[-1])
+        m, inner = x.shape[0], x.shape[1:-1]
+        streams = x.reshape(m, -1, x.shape[-1])
         if self.bias is None:
             out = torch.bmm(streams, self.weight.transpose(1, 2))
         else:
             out = torch.baddbmm(self.bias.unsqueeze(1), streams, self.weight.transpose(1, 2))
-        return out.view(m, b, *inner, -1).transpose(0, 1)
+        return out.view(m, *inner, -1)
 
 
 class GroupedLayerNorm(nn.Module):
     """LayerNorm over the last dim, shared (``weight [D]``) or per member (``weight [M, D]``).
 
-    ``forward(x [B, M, ..., D])``; per-member affine parameters broadcast over batch and tokens.
+    ``forward(x [M, ..., D])``; per-member affine parameters broadcast over batch and tokens (one
+    ``addcmul`` pass after the unscaled norm).
     """
 
     def __init__(self, dim: int, eps: float, num_members: int | None, bias: bool = True) -> None:
@@ -334,13 +358,15 @@ class GroupedLayerNorm(nn.Module):
         if not self.per_member:
             return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
         normed = F.layer_norm(x, (self.dim,), None, None, self.eps)
-        view = (1, self.weight.shape[0]) + (1,) * (x.dim() - 3) + (self.dim,)
-        out = normed * self.weight.view(view)
-        return out if self.bias is None else out + self.bias.view(view)
+        view = (self.weight.shape[0],) + (1,) * (x.dim() - 2) + (self.dim,)
+        if self.bias is None:
+            return normed * self.weight.view(view)
+        return torch.addcmul(self.bias.view(view), normed, self.weight.view(view))
 
 
 class GroupedMLP(nn.Module):
-    """``fc2(act(fc1(x)))``; each dense layer shared (``None``) or per member (``M``)."""
+    """``fc2(act(fc1(x)))`` over ``[M, ..., D]``; each dense layer shared (``None``) or per member
+    (``M``)."""
 
     def __init__(
         self,
@@ -436,16 +462,16 @@ class MemberGemmAttention(GroupedAttention):
         return result
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        b, _, t, _ = x.shape
+        _, b, t, _ = x.shape
         dh = self.head_dim
         outs = []
         for member, h in enumerate(self.head_counts):
             qkv_weight, qkv_bias, out_weight, out_bias = self._member(member)
-            qkv = F.linear(x[:, member], qkv_weight, qkv_bias)
+            qkv = F.linear(x[member], qkv_weight, qkv_bias)
             q, k, v = qkv.view(b, t, 3, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
             context = self._attend(q, k, v, key_padding_mask).transpose(1, 2).reshape(b, t, h * dh)
             outs.append(F.linear(context, out_weight, out_bias))
-        return torch.stack(outs, dim=1)
+        return torch.stack(outs)
 
 
 ATTENTION_IMPLEMENTATIONS[MemberGemmAttention.name] = MemberGemmAttention
@@ -454,7 +480,7 @@ ATTENTION_IMPLEMENTATIONS[MemberGemmAttention.name] = MemberGemmAttention
 class MemberGemmMLP(nn.Module):
     """A per-member MLP run as M plain GEMM pairs (alternative to :class:`GroupedMLP`'s ``bmm``).
 
-    Built from a :class:`GroupedMLP` (``MemberGemmMLP.from_grouped``); ``forward(x [B, M, T, D])``
+    Built from a :class:`GroupedMLP` (``MemberGemmMLP.from_grouped``); ``forward(x [M, B, T, D])``
     computes exactly what that module computes. Shared (non-per-member) layers stay one GEMM over
     all streams. Not wired into the merge: the benchmark swaps it in to measure it.
     """
@@ -474,10 +500,10 @@ class MemberGemmMLP(nn.Module):
         if not layer.per_member:
             return F.linear(x, layer.weight, layer.bias)
         outs = [
-            F.linear(x[:, m], layer.weight[m], None if layer.bias is None else layer.bias[m])
-            for m in range(x.shape[1])
+            F.linear(x[m], layer.weight[m], None if layer.bias is None else layer.bias[m])
+            for m in range(x.shape[0])
         ]
-        return torch.stack(outs, dim=1)
+        return torch.stack(outs)
 
     def forward(self, x: Tensor) -> Tensor:
         return self._apply(self.fc2, ACTIVATIONS[self.activation](self._apply(self.fc1, x)))

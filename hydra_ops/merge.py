@@ -1,8 +1,10 @@
 """The merge: M pruned members of one architecture fused into one :class:`HydraEnsemble`.
 
-Streams are laid out ``[B, M, T, D]``. Per layer, every member's q/k/v and output projections run as
-ONE grouped op (see :mod:`hydra_ops.grouped`); attention never mixes members; one forward returns
-member logits ``[B, M, C]``.
+Streams are laid out member-major, ``[M, B, T, D]``, from the embedding to the classifier, so every
+per-member projection, MLP and norm reads the previous one's output as it is (no transposed copies).
+Per layer, every member's q/k/v and output projections run as ONE grouped op (see
+:mod:`hydra_ops.grouped`); attention never mixes members; one forward returns member logits
+``[B, M, C]``.
 
 Modes:
 
@@ -17,8 +19,8 @@ The input embedding is computed once when the members' embeddings are equal, and
 ``average`` mode; otherwise each stream gets its own.
 
 ``shared_layers = k`` (a hydra: one neck, many heads): the first ``k`` layers are unpruned, run once
-on ``[B, 1, T, D]`` and the streams fork after them. In ``stack`` mode the members must be identical
-in those layers; in ``average`` mode they are averaged.
+on ``[1, B, T, D]`` and the streams fork after them (an expanded view, no copy). In ``stack`` mode
+the members must be identical in those layers; in ``average`` mode they are averaged.
 
 The merged model is for inference: it has no dropout.
 """
@@ -58,7 +60,7 @@ MERGE_MODES = ("stack", "average")
 
 
 class HydraBlock(nn.Module):
-    """One transformer block over ``[B, M, T, D]`` streams (pre- or post-norm, see BlockWeights)."""
+    """One transformer block over ``[M, B, T, D]`` streams (pre- or post-norm, see BlockWeights)."""
 
     def __init__(
         self,
@@ -84,7 +86,7 @@ class HydraBlock(nn.Module):
 
 
 class HydraClassifier(nn.Module):
-    """Classification head over ``[B, M, T, D]`` -> ``[B, M, C]`` (see ClassifierWeights)."""
+    """Classification head over ``[M, B, T, D]`` -> ``[M, B, C]`` (see ClassifierWeights)."""
 
     def __init__(
         self,
@@ -206,18 +208,19 @@ class HydraEnsemble(nn.Module):
         token_type_ids: Tensor | None = None,
     ) -> Tensor:
         mask = None if attention_mask is None else attention_mask.to(torch.bool)
+        # streams [M, B, T, D] (member-major, see hydra_ops.grouped)
         if isinstance(self.embeddings, nn.ModuleList):
             x = torch.stack(
-                [stage(inputs, attention_mask, token_type_ids) for stage in self.embeddings], dim=1
+                [stage(inputs, attention_mask, token_type_ids) for stage in self.embeddings]
             )
         else:
-            x = self.embeddings(inputs, attention_mask, token_type_ids).unsqueeze(1)
+            x = self.embeddings(inputs, attention_mask, token_type_ids).unsqueeze(0)
             for block in self.trunk:
                 x = block(x, mask)
-            x = x.expand(-1, self.num_members, -1, -1)
+            x = x.expand(self.num_members, -1, -1, -1)
         for block in self.blocks:
             x = block(x, mask)
-        return self.head(x)
+        return self.head(x).transpose(0, 1).contiguous()
 
     @torch.no_grad()
     def predict_proba(

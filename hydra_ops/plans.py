@@ -3,15 +3,22 @@
 A :class:`HeadPlan` maps every layer ``l`` of a model to the sorted tuple of head indices (into the
 *unpruned* model's ``heads_per_layer[l]`` heads) that survive pruning. Every layer keeps at least
 one head: removing all heads of a layer is not a pruning the merge can represent.
+
+A plans file (:func:`save_plans` / :func:`load_plans`) is JSON ``{"plans": [plan.to_dict(), ...],
+...extra}``, indented by 2, keys in insertion order, ending in a newline.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from hydra_ops.atomic import atomic_write_bytes
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,29 @@ class HeadPlan:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
+
+
+def save_plans(path: str | os.PathLike[str], plans: Sequence[HeadPlan], **extra: Any) -> Path:
+    """Write ``plans`` (and the JSON-ready ``extra`` fields after them) to ``path`` atomically;
+    the same plans and extras give the same bytes. Returns ``path``."""
+    path = Path(path)
+    data = {"plans": [plan.to_dict() for plan in plans], **extra}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode(), keep_suffix=False)
+    return path
+
+
+def load_plans(path: str | os.PathLike[str]) -> list[HeadPlan]:
+    """The plans of a file written by :func:`save_plans` (ValueError naming ``path`` when it is
+    missing or not a plans file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"plans file {str(path)!r} is missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [HeadPlan.from_layers(p) for p in data["plans"]]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"plans file {str(path)!r} is not a valid plans file: {err}") from None
 
 
 def jaccard(a: Sequence[int], b: Sequence[int]) -> float:

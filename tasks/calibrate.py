@@ -17,8 +17,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks import models_io
+from hydra_ops.checkpoints import weights_hash
+from hydra_ops.data import split_labels
+from hydra_ops.inference import logits
 from tasks.common import BASE, HYDRA, MERGED, METRICS, publish_dir, stage_main, write_json
+from tasks.data import batches, split
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
@@ -32,11 +35,9 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.uncertainty import calibrated_ood_score
 
     hydra = load_hydra(root / MERGED)
-    val = models_io.split(root, "val")
-    member_logits = models_io.hydra_logits(
-        hydra, models_io.batches(cfg, val, cfg.evaluate.batch_size)
-    )
-    labels = models_io.labels_of(val)
+    val = split(root, "val")
+    member_logits = logits(hydra, batches(cfg, val, cfg.evaluate.batch_size))
+    labels = split_labels(val)
     log_probs = ensemble_log_probs(member_logits)
     t = fit_temperature(log_probs, labels)
     hydra.set_temperature(t)
@@ -59,9 +60,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     meta["calibration"] = summary
     meta["ood_thresholds"] = thresholds
     with publish_dir(root / HYDRA) as tmp:
-        save_hydra(
-            hydra, tmp, base_weights_hash=models_io.base_weights_hash(root / BASE), metadata=meta
-        )
+        save_hydra(hydra, tmp, base_weights_hash=weights_hash(root / BASE), metadata=meta)
     result = {**summary, "ood_thresholds": thresholds}
     write_json(root / METRICS / "calibrate.json", result)
     log.info(

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from tasks import models_io
 from tasks.common import COMPILED, HYDRA, METRICS, publish_dir, stage_main, write_json
+from tasks.data import batches, split
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
@@ -57,8 +57,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.serialization import load_hydra, read_hydra_config
 
     hydra = load_hydra(root / HYDRA)
-    test = models_io.split(root, "test")
-    check = models_io.batches(
+    test = split(root, "test")
+    check = batches(
         cfg, test, cfg.evaluate.batch_size, with_labels=False, limit=cfg.compile.check_examples
     )
     requested = cfg.compile.backend

@@ -25,7 +25,11 @@ from typing import Any
 
 import torch
 
-from tasks import models_io
+from hydra_ops.checkpoints import load_model, load_pruned
+from hydra_ops.data import split_labels
+from hydra_ops.inference import logits
+from hydra_ops.plans import load_plans
+from tasks import data as prepared
 from tasks.common import (
     BASE,
     BASELINES,
@@ -87,14 +91,14 @@ def _singles(
     member 0, and runs once per split."""
 
     def fn(b: dict) -> torch.Tensor:
-        return torch.stack([models_io.logits_of(m, [b]) for m in models], dim=1)
+        return torch.stack([logits(m, [b]) for m in models], dim=1)
 
     def split_logits(batches: list[dict]) -> torch.Tensor:
         per_model = []
         for m in models:
             key = (id(m), id(batches))
             if key not in cache:
-                cache[key] = models_io.logits_of(m, batches)
+                cache[key] = logits(m, batches)
             per_model.append(cache[key])
         return torch.stack(per_model, dim=1)
 
@@ -111,20 +115,20 @@ def build_candidates(cfg: PipelineConfig, root: Path) -> tuple[list[Candidate], 
     cands = [
         Candidate(
             "hydra",
-            lambda b: models_io.hydra_logits(hydra, [b]),
+            lambda b: logits(hydra, [b]),
             int(hydra.num_parameters(effective=True)),
             cfg.members.num_members,
         )
     ]
     cache: dict[tuple[int, int], torch.Tensor] = {}
-    base = models_io.load_base(root / BASE)
+    base = load_model(root / BASE)
     cands.append(_singles("single", [base], cache))
-    naive_plan = models_io.read_plans(root / PLANS / "naive_plan.json")[0]
-    cands.append(_singles("naive_pruned", [models_io.pruned_copy(root / BASE, naive_plan)], cache))
+    naive_plan = load_plans(root / PLANS / "naive_plan.json")[0]
+    cands.append(_singles("naive_pruned", [load_pruned(root / BASE, naive_plan)], cache))
     ensemble = [base]
     index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
     for unit in index["units"]:
-        ensemble.append(models_io.load_base(root / BASELINES / unit))
+        ensemble.append(load_model(root / BASELINES / unit))
     cands.append(_singles("deep_ensemble", ensemble, cache))
     controls = load_members(cfg, root, kind="control")
     if controls:
@@ -212,19 +216,9 @@ def _bootstrap(
     for split in ("near_ood", "far_ood"):
         a_ood, b_ood = _ood_score(cfg, hydra_out[split], t_a), _ood_score(cfg, base_out[split], t_b)
         result[split] = {}
-        r = paired_bootstrap_ood(_fast_auroc, a_id, a_ood, b_id, b_ood, n_resamples=n, seed=seed)
+        r = paired_bootstrap_ood(hm.auroc, a_id, a_ood, b_id, b_ood, n_resamples=n, seed=seed)
         result[split]["auroc"] = _interval(r)
     return result
-
-
-def _fast_auroc(id_scores: torch.Tensor, ood_scores: torch.Tensor) -> float:
-    """AUROC (OOD positive) by the rank-sum identity, ties averaged: equals
-    ``hydra_ops.metrics.ood_metrics(...)["auroc"]`` and is cheap enough for every resample."""
-    from scipy.stats import rankdata
-
-    n, k = len(id_scores), len(ood_scores)
-    ranks = rankdata(torch.cat([id_scores, ood_scores]).double().numpy())
-    return float((ranks[n:].sum() - k * (k + 1) / 2) / (n * k))
 
 
 def _interval(r) -> dict[str, float]:
@@ -237,46 +231,15 @@ def _interval(r) -> dict[str, float]:
     }
 
 
-def _reliability(name: str, probs: torch.Tensor, labels: torch.Tensor, bins: int = 15) -> list:
-    conf, pred = probs.max(-1)
-    correct = (pred == labels).float()
-    rows = []
-    for b in range(bins):
-        lo, hi = b / bins, (b + 1) / bins
-        mask = (conf >= lo) & ((conf < hi) if b < bins - 1 else (conf <= hi))
-        if mask.any():
-            rows.append(
-                {
-                    "model": name,
-                    "confidence": float(conf[mask].mean()),
-                    "accuracy": float(correct[mask].mean()),
-                    "count": int(mask.sum()),
-                }
-            )
-    return rows
-
-
-def _roc(name: str, split: str, id_scores: torch.Tensor, ood_scores: torch.Tensor) -> list:
-    from sklearn.metrics import roc_curve
-
-    y = torch.cat([torch.zeros(len(id_scores)), torch.ones(len(ood_scores))]).numpy()
-    s = torch.cat([id_scores, ood_scores]).numpy()
-    fpr, tpr, _ = roc_curve(y, s)
-    step = max(1, len(fpr) // 200)
-    idx = [*range(0, len(fpr), step), len(fpr) - 1]
-    return [
-        {"model": name, "split": split, "fpr": float(fpr[i]), "tpr": float(tpr[i])} for i in idx
-    ]
-
-
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature
+    from hydra_ops.metrics import reliability_bins, roc_points
 
-    data = {s: models_io.split(root, s) for s in EVAL_SPLITS}
-    labels = {s: models_io.labels_of(data[s]) for s in ("val", "test", "shift")}
+    data = {s: prepared.split(root, s) for s in EVAL_SPLITS}
+    labels = {s: split_labels(data[s]) for s in ("val", "test", "shift")}
     bs = cfg.evaluate.batch_size
-    batched = {s: models_io.batches(cfg, d, bs, with_labels=False) for s, d in data.items()}
-    latency_batch = models_io.batches(
+    batched = {s: prepared.batches(cfg, d, bs, with_labels=False) for s, d in data.items()}
+    latency_batch = prepared.batches(
         cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False
     )[0]
     candidates, hydra_t = build_candidates(cfg, root)
@@ -342,7 +305,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         time.perf_counter() - t0,
     )
 
-    manifest = models_io.manifest(root)
+    manifest = prepared.manifest(root)
     result = {
         "variant": cfg.scoring.method,
         "num_members": cfg.members.num_members,
@@ -363,12 +326,12 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
     reliability, roc = [], []
     for name in models:
-        reliability += _reliability(
-            name, _probs(outputs[name]["test"], temps[name]), labels["test"]
-        )
+        probs = _probs(outputs[name]["test"], temps[name])
+        reliability += [{"model": name, **row} for row in reliability_bins(probs, labels["test"])]
         id_s = _ood_score(cfg, outputs[name]["test"], temps[name])
         for split in ("near_ood", "far_ood"):
-            roc += _roc(name, split, id_s, _ood_score(cfg, outputs[name][split], temps[name]))
+            points = roc_points(id_s, _ood_score(cfg, outputs[name][split], temps[name]))
+            roc += [{"model": name, "split": split, "fpr": f, "tpr": t} for f, t in points]
     write_json(root / PLOTS / "reliability.json", reliability)
     write_json(root / PLOTS / "roc.json", roc)
     write_text(root / REPORTS / "evaluate.md", render_report({**result, **report_extra}))

@@ -4,10 +4,16 @@ images) on the training split; writes a safetensors checkpoint to ``models/base`
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
-from tasks import models_io
+from hydra_ops.checkpoints import save_model, split_timings
+from hydra_ops.data import split_labels
+from hydra_ops.inference import logits
+from hydra_ops.models import build_base
+from hydra_ops.training import fine_tune
+from tasks import data
 from tasks.common import BASE, METRICS, stage_main, write_json
 from tasks.params import PipelineConfig
 
@@ -23,7 +29,17 @@ def train_base(
     same inputs always give and is stored in the checkpoint; ``timings`` (epoch and total wall
     seconds) is for the stage's uncached metrics or the log only.
     """
-    model = models_io.new_base(cfg, root, seed)
+    manifest = data.manifest(root)
+    vit = cfg.model.vit
+    shape = manifest.image_shape or [vit.image_size, vit.image_size]
+    model = build_base(
+        cfg.family,
+        manifest.classes,
+        seed=seed,
+        model_path=cfg.model.path,
+        in_chans=int(shape[2]) if len(shape) == 3 else 1,
+        **vit.model_dump(),
+    )
     log.info(
         "fine-tuning %s (seed %d): %d epochs, lr %g",
         cfg.family,
@@ -31,23 +47,29 @@ def train_base(
         cfg.finetune.epochs,
         cfg.base_lr,
     )
-    report = models_io.fine_tune(
-        cfg, root, model, epochs=cfg.finetune.epochs, lr=cfg.base_lr, seed=seed
+    report = fine_tune(
+        model,
+        data.train_batches(cfg, root, seed),
+        epochs=cfg.finetune.epochs,
+        lr=cfg.base_lr,
+        weight_decay=cfg.finetune.weight_decay,
+        warmup_ratio=cfg.finetune.warmup_ratio,
+        seed=seed,
+        progress=os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
     )
-    train, timings = models_io.split_timings(report)
-    val = models_io.split(root, "val")
-    logits = models_io.logits_of(model, models_io.batches(cfg, val, cfg.evaluate.batch_size))
-    probs = logits.softmax(-1)
-    labels = models_io.labels_of(val)
+    train, timings = split_timings(report.to_dict())
+    val = data.split(root, "val")
+    probs = logits(model, data.batches(cfg, val, cfg.evaluate.batch_size)).softmax(-1)
+    labels = split_labels(val)
     summary = {
         "seed": seed,
         "family": cfg.family,
         "train": train,
         "val_accuracy": float((probs.argmax(-1) == labels).float().mean()),
         "val_mean_confidence": float(probs.max(-1).values.mean()),
-        "classes": list(models_io.manifest(root).classes),
+        "classes": list(manifest.classes),
     }
-    models_io.save_base(model, out_dir, summary)
+    save_model(model, out_dir, summary)
     log.info(
         "seed %d: val accuracy %.3f, mean confidence %.3f, trained in %.1fs",
         seed,

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
-from tasks import models_io
+from hydra_ops.checkpoints import load_model, load_pruned, save_member, split_timings, weights_hash
+from hydra_ops.plans import load_plans
+from hydra_ops.training import fine_tune
 from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
+from tasks.data import train_batches
 from tasks.params import PipelineConfig
 from tasks.resumable import ensure_unit, finalise
 
@@ -37,7 +41,7 @@ def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m
     return fingerprint(
         {
             "kind": kind,
-            "base": models_io.base_weights_hash(root / BASE),
+            "base": weights_hash(root / BASE),
             "plan": plan_layers,
             "finetune": cfg.members.finetune.model_dump(exclude={"max_parallel"}),
             "batch": cfg.finetune.batch_size,
@@ -51,7 +55,7 @@ def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m
 
 def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str, Any]]:
     """Build (or verify) ``member_m`` and ``control_m``; returns their done-records."""
-    plans = models_io.read_plans(root / PLANS / "plans.json")
+    plans = load_plans(root / PLANS / "plans.json")
     if not 0 <= m < len(plans):
         raise ValueError(f"--member {m}: allowed 0..{len(plans) - 1}")
     plan = plans[m]
@@ -64,20 +68,22 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
 
         def build(tmp: Path, unit_plan=unit_plan, kind=kind) -> dict[str, Any]:
             if unit_plan is None:
-                model = models_io.load_base(root / BASE)
+                model = load_model(root / BASE)
             else:
-                model = models_io.pruned_copy(root / BASE, unit_plan)
-            report = models_io.fine_tune(
-                cfg,
-                root,
+                model = load_pruned(root / BASE, unit_plan)
+            report = fine_tune(
                 model,
+                train_batches(cfg, root, seed),
                 epochs=ft.epochs,
                 lr=cfg.member_lr,
+                weight_decay=cfg.finetune.weight_decay,
+                warmup_ratio=cfg.finetune.warmup_ratio,
                 seed=seed,
+                progress=os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
                 frozen_layers=cfg.shared_layers or None,
             )
             # the unit's done.json and checkpoint are cached: timings only to the log
-            train, timings = models_io.split_timings(report)
+            train, timings = split_timings(report.to_dict())
             log.info(
                 "%s_%d: trained in %.1fs (epoch seconds %s)",
                 kind,
@@ -86,7 +92,7 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 timings.get("epoch_seconds"),
             )
             info = {"kind": kind, "member": m, "seed": seed, "train": train}
-            models_io.save_member(model, tmp, root / BASE, info)
+            save_member(model, tmp, root / BASE, info)
             return info
 
         fp = _unit_fingerprint(cfg, root, kind, layers if unit_plan is not None else None, m)

@@ -12,8 +12,10 @@ from typing import Any
 
 from torch import nn
 
-from tasks import models_io
+from hydra_ops.checkpoints import CheckpointError, load_member, load_pruned, weights_hash
+from hydra_ops.plans import load_plans
 from tasks.common import BASE, MEMBERS, MERGED, PLANS, publish_dir, read_json, stage_main
+from tasks.data import manifest
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
@@ -22,15 +24,17 @@ log = logging.getLogger("hydra_ens")
 def load_members(cfg: PipelineConfig, root: Path, kind: str = "member") -> list[nn.Module]:
     """The M members (``kind="member"``) or, when fine-tuned, the M controls (``"control"``)."""
     index = read_json(root / MEMBERS / "index.json", "finetune_members output")
-    plans = models_io.read_plans(root / PLANS / "plans.json")
+    plans = load_plans(root / PLANS / "plans.json")
     if index.get("finetuned"):
-        return [
-            models_io.load_member(root / MEMBERS / f"{kind}_{m}", root / BASE)
-            for m in range(len(plans))
-        ]
+        try:
+            return [
+                load_member(root / MEMBERS / f"{kind}_{m}", root / BASE) for m in range(len(plans))
+            ]
+        except CheckpointError as err:
+            raise ValueError(f"{err}; rerun finetune_members") from None
     if kind == "control":
         return []
-    return [models_io.pruned_copy(root / BASE, plan) for plan in plans]
+    return [load_pruned(root / BASE, plan) for plan in plans]
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
@@ -38,7 +42,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.serialization import save_hydra
 
     members = load_members(cfg, root)
-    classes = list(models_io.manifest(root).classes)
+    classes = list(manifest(root).classes)
     hydra = merge_members(
         members,
         mode=cfg.merge.mode,
@@ -56,9 +60,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "variant": cfg.scoring.method,
     }
     with publish_dir(root / MERGED) as tmp:
-        save_hydra(
-            hydra, tmp, base_weights_hash=models_io.base_weights_hash(root / BASE), metadata=info
-        )
+        save_hydra(hydra, tmp, base_weights_hash=weights_hash(root / BASE), metadata=info)
     log.info("merge: %d members, mode %s, %d parameters", len(members), cfg.merge.mode, params)
     return info
 

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from hydra_ops.ood_thresholds import VERDICT_LABELS, OodThresholds, verdicts
-from tasks import models_io
 from tasks.params import PipelineConfig
 
 SCHEMA_VERSION = 1
@@ -168,6 +167,7 @@ def _image_array(path: str, channels: int) -> np.ndarray:
 
 
 def _batch(cfg: PipelineConfig, inputs: list[str]) -> dict[str, torch.Tensor]:
+    from hydra_ops.data import text_tokenizer
     from hydra_ops.models import make_text_batches, prepare_images
 
     if cfg.modality == "text":
@@ -175,7 +175,7 @@ def _batch(cfg: PipelineConfig, inputs: list[str]) -> dict[str, torch.Tensor]:
             make_text_batches(
                 inputs,
                 None,
-                models_io.tokenizer_for(cfg.model.path),
+                text_tokenizer(cfg.model.path),
                 cfg.model.max_length,
                 batch_size=len(inputs),
             )

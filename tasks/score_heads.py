@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks import models_io
+from hydra_ops.checkpoints import load_model
 from tasks.common import BASE, METRICS, SCORES, publish_dir, stage_main, write_json
+from tasks.data import batches, manifest, split
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
@@ -50,7 +51,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.adapters import get_adapter
     from hydra_ops.scoring import get_scorer, scorer_arguments
 
-    model = models_io.load_base(root / BASE)
+    model = load_model(root / BASE)
     sc = cfg.scoring
     run_wide = {
         "seed": sc.seed,
@@ -63,13 +64,13 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     data: dict[str, Any] = {}
     ood_val = None
     if sc.method == "taylor":
-        data["train_batches"] = models_io.batches(
-            cfg, models_io.split(root, "train"), sc.batch_size, shuffle=True, seed=sc.seed
+        data["train_batches"] = batches(
+            cfg, split(root, "train"), sc.batch_size, shuffle=True, seed=sc.seed
         )
     elif sc.method == "circuit":
-        data["val_batches"] = models_io.batches(cfg, models_io.split(root, "val"), sc.batch_size)
-        data["ood_val_batches"] = models_io.batches(
-            cfg, models_io.split(root, "ood_val"), sc.batch_size, with_labels=False
+        data["val_batches"] = batches(cfg, split(root, "val"), sc.batch_size)
+        data["ood_val_batches"] = batches(
+            cfg, split(root, "ood_val"), sc.batch_size, with_labels=False
         )
         options.update(
             num_circuits=cfg.members.num_members,
@@ -80,7 +81,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             overlap_penalty=cfg.members.overlap_penalty,
             callback=layer_progress_logger(get_adapter(model).num_heads(0)),
         )
-        ood_val = models_io.manifest(root).ood_val_provenance
+        ood_val = manifest(root).ood_val_provenance
     log.info("score_heads: method %s (%s)", sc.method, "ood_val: " + ood_val if ood_val else "")
     scores = get_scorer(sc.method, **options)(model, **data)
     with publish_dir(root / SCORES) as tmp:

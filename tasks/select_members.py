@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from hydra_ops.plans import save_plans
 from tasks.common import METRICS, PLANS, SCORES, publish_dir, stage_main, write_json
-from tasks.models_io import plans_json
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
@@ -44,8 +44,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     diversity = diversity_report(plans, scores.num_heads)
     pruned_jaccard = diversity["jaccard_per_layer"][shared:]
     with publish_dir(root / PLANS) as tmp:
-        write_json(tmp / "plans.json", {**plans_json(plans), "strategy": cfg.strategy})
-        write_json(tmp / "naive_plan.json", {**plans_json(naive), "strategy": "topk"})
+        save_plans(tmp / "plans.json", plans, strategy=cfg.strategy)
+        save_plans(tmp / "naive_plan.json", naive, strategy="topk")
     summary = {
         "strategy": cfg.strategy,
         "num_members": m,

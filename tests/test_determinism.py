@@ -18,8 +18,8 @@ from tiny_models import tiny_model
 
 from flows import dvcops
 from hydra_ops.atomic import leftovers, replace_dir
+from hydra_ops.checkpoints import TIMING_FIELDS, load_model, save_model, split_timings
 from hydra_ops.training import TrainReport
-from tasks import models_io
 from tasks.common import (
     cached_outputs,
     publish_dir,
@@ -171,31 +171,31 @@ def test_dvc_ignores_leftovers_not_outputs(tmp_path):
 def test_train_report_timings_are_split_off():
     report = TrainReport(epochs=2, steps=4, epoch_losses=[0.9, 0.5], epoch_seconds=[1.5, 1.25])
     report.total_seconds = 2.75
-    record, timings = models_io.split_timings(report.to_dict())
+    record, timings = split_timings(report.to_dict())
     assert timings == {"epoch_seconds": [1.5, 1.25], "total_seconds": 2.75}
     assert record["epoch_losses"] == [0.9, 0.5] and record["steps"] == 4
     # every wall-clock field of TrainReport is one of TIMING_FIELDS
     clock = {f.name for f in dataclasses.fields(TrainReport) if "second" in f.name}
-    assert clock == set(models_io.TIMING_FIELDS) == set(report.to_dict()) - set(record)
+    assert clock == set(TIMING_FIELDS) == set(report.to_dict()) - set(record)
 
 
 def test_checkpoint_bytes_do_not_depend_on_where_the_weights_came_from(tmp_path):
     model = tiny_model("bert")
     meta = {"seed": 0, "train": {"epoch_losses": [0.5]}}
     model.config._name_or_path = "/home/someone/checkout-a/site-packages/minilm"
-    models_io.save_base(model, tmp_path / "a", meta)
+    save_model(model, tmp_path / "a", meta)
     model.config._name_or_path = "/srv/ci/checkout-b/site-packages/minilm"
-    models_io.save_base(model, tmp_path / "b", meta)
+    save_model(model, tmp_path / "b", meta)
     for name in ("checkpoint.json", "model.safetensors"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert "checkout-" not in (tmp_path / "a" / "checkpoint.json").read_text()
     assert model.config._name_or_path == "/srv/ci/checkout-b/site-packages/minilm"  # restored
-    assert models_io.load_base(tmp_path / "a").config.num_labels == model.config.num_labels
+    assert load_model(tmp_path / "a").config.num_labels == model.config.num_labels
 
 
 def test_a_timing_in_checkpoint_metadata_is_refused(tmp_path):
     model = tiny_model("timm_vit")
     meta = {"train": {"epoch_losses": [0.5], "epoch_seconds": [3.0]}}
     with pytest.raises(ValueError, match=r"metadata: train\.epoch_seconds is a wall-clock"):
-        models_io.save_base(model, tmp_path / "ckpt", meta)
+        save_model(model, tmp_path / "ckpt", meta)
     assert not (tmp_path / "ckpt").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -110,6 +111,39 @@ def test_ece_hand_value() -> None:
     assert hm.ece(probs, labels) == pytest.approx(2 / 3 * 0.4 + 1 / 3 * 0.45, abs=1e-6)
     # With one bin everything is pooled: |2/3 - (0.9 + 0.9 + 0.55) / 3|.
     assert hm.ece(probs, labels, n_bins=1) == pytest.approx(abs(2 / 3 - 2.35 / 3), abs=1e-6)
+
+
+def test_confidence_one_lands_in_the_last_bin_for_ece_and_the_reliability_diagram() -> None:
+    # One shared binning: bins [k/B, (k+1)/B) for k < B, and confidence exactly 1.0 in bin B.
+    conf = torch.tensor([0.0, 0.5, 14 / 15 + 1e-3, 1.0 - 1e-3, 1.0], dtype=torch.float64)
+    assert hm.calibration_bins(conf).tolist() == [0, 7, 14, 14, 15]
+    probs = _two_class([0.95, 1.0, 1.0, 0.6])
+    labels = torch.tensor([0, 0, 1, 0])
+    rows = hm.reliability_bins(probs, labels)
+    # 0.6 -> bin 9, 0.95 -> bin 14, both 1.0 -> bin 15 (the last): three rows in bin order
+    assert [r["count"] for r in rows] == [1, 1, 2]
+    assert rows[-1] == {"confidence": 1.0, "accuracy": 0.5, "count": 2}
+    # ECE uses the same bins: the 1.0 pair (accuracy 1/2) is not pooled with 0.95 (accuracy 1).
+    expected = (1 / 4) * 0.4 + (1 / 4) * 0.05 + (2 / 4) * 0.5
+    assert hm.ece(probs, labels) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ece_is_torchmetrics_to_the_bit_and_reliability_counts_sum_to_n(seed: int) -> None:
+    from torchmetrics.functional.classification import multiclass_calibration_error
+
+    g = torch.Generator().manual_seed(seed)
+    probs = (torch.randn(300, 4, generator=g, dtype=torch.float64) * 4).softmax(-1)
+    probs[:30] = torch.nn.functional.one_hot(torch.arange(30) % 4, 4).double()  # confidence 1.0
+    labels = torch.randint(0, 4, (300,), generator=g)
+    for n_bins in (1, 10, 15):
+        reference = multiclass_calibration_error(probs, labels, num_classes=4, n_bins=n_bins)
+        assert hm.ece(probs, labels, n_bins) == float(reference)
+        rows = hm.reliability_bins(probs, labels, n_bins)
+        assert sum(r["count"] for r in rows) == 300
+        assert rows[-1]["count"] >= 30 and rows[-1]["confidence"] == 1.0
+    resampled = hm.ece_resampled(probs, labels, torch.arange(300)[None])
+    assert float(resampled[0]) == pytest.approx(hm.ece(probs, labels), abs=1e-6)
 
 
 def test_adaptive_ece_hand_value() -> None:
@@ -280,6 +314,29 @@ def test_ood_metrics_match_sklearn(seed: int) -> None:
     assert out["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-6)
     assert out["aupr_out"] == pytest.approx(average_precision_score(y, s), abs=1e-6)
     assert out["aupr_in"] == pytest.approx(average_precision_score(1 - y, -s), abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rank_sum_auroc_equals_ood_metrics_auroc(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    idd, ood = torch.randn(150, generator=g), torch.randn(90, generator=g) + 0.5
+    idd[:15], ood[:15] = torch.round(idd[:15]), torch.round(ood[:15])  # ties count 1/2
+    # ood_metrics' torchmetrics AUROC comes back in float32: equal up to its rounding
+    assert hm.auroc(idd, ood) == pytest.approx(hm.ood_metrics(idd, ood)["auroc"], abs=1e-6)
+    assert hm.auroc(torch.tensor([1.0, 1.0]), torch.tensor([1.0])) == 0.5
+    with pytest.raises(ValueError, match="ood_scores"):
+        hm.auroc(idd, torch.tensor([float("nan")]))
+
+
+def test_roc_points_run_from_the_origin_to_one_one_and_are_thinned() -> None:
+    g = torch.Generator().manual_seed(4)
+    idd, ood = torch.randn(2000, generator=g), torch.randn(2000, generator=g) + 0.3
+    points = hm.roc_points(idd, ood, max_points=50)
+    assert points[0] == (0.0, 0.0) and points[-1] == (1.0, 1.0)
+    assert 50 <= len(points) <= 2 * 50 + 1
+    assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in itertools.pairwise(points))
+    with pytest.raises(ValueError, match="max_points"):
+        hm.roc_points(idd, ood, max_points=0)
 
 
 def test_fpr_at_95_tpr_matches_brute_force() -> None:

@@ -162,7 +162,7 @@ def test_image_report_and_promotion(resumed):
 
 
 def test_corrupted_checkpoint_gets_a_clear_error(resumed, tmp_path):
-    from tasks import models_io
+    from hydra_ops.checkpoints import load_member
 
     root = resumed["root"]
     member = root / "models" / "members" / "member_1"
@@ -173,7 +173,7 @@ def test_corrupted_checkpoint_gets_a_clear_error(resumed, tmp_path):
     weights = copy / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
     with pytest.raises(ValueError, match="truncated or tampered"):
-        models_io.load_member(copy, root / "models" / "base")
+        load_member(copy, root / "models" / "base")
 
 
 def test_bad_params_stop_the_run_before_any_stage(tmp_path):

@@ -137,11 +137,11 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path, me
     from tiny_models import NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
 
     from hydra_ops.merge import merge_members
+    from hydra_ops.plans import load_plans
     from hydra_ops.scoring import random_scores, score_heads
     from hydra_ops.surgery import prune_heads
     from tasks import select_members
     from tasks.common import PLANS, SCORES
-    from tasks.models_io import read_plans
     from tasks.params import resolve_params
 
     base = tiny_model("bert")
@@ -164,11 +164,11 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path, me
     (tmp_path / SCORES).mkdir(parents=True)
     scores.save(tmp_path / SCORES / "scores.safetensors")
     summary = select_members.run(cfg, tmp_path)
-    plans = read_plans(tmp_path / PLANS / "plans.json")
+    plans = load_plans(tmp_path / PLANS / "plans.json")
     assert summary["shared_layers"] == 2 and len(plans) == cfg.members.num_members
     if method == "circuit":
         assert plans == list(scores.circuits)
-    naive = read_plans(tmp_path / PLANS / "naive_plan.json")
+    naive = load_plans(tmp_path / PLANS / "naive_plan.json")
     for plan in [*plans, *naive]:
         assert plan.num_layers == NUM_LAYERS
         assert plan.heads(0) == plan.heads(1) == tuple(range(NUM_HEADS))

@@ -344,7 +344,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
 
     from hydra_ops.merge import merge_members
     from hydra_ops.serialization import read_hydra_config, save_hydra
-    from tasks import calibrate, evaluate, models_io
+    from tasks import calibrate, evaluate
     from tasks.common import HYDRA, MERGED
 
     save_hydra(
@@ -353,11 +353,11 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     g = torch.Generator().manual_seed(6)
     val_logits = torch.randn(40, 2, 3, generator=g) * 2
     labels = val_logits.mean(1).argmax(1)
-    monkeypatch.setattr(models_io, "split", lambda root, name: name)
-    monkeypatch.setattr(models_io, "batches", lambda cfg, data, bs, **kw: [])
-    monkeypatch.setattr(models_io, "hydra_logits", lambda hydra, batches: val_logits)
-    monkeypatch.setattr(models_io, "labels_of", lambda data: labels)
-    monkeypatch.setattr(models_io, "base_weights_hash", lambda d: "test")
+    monkeypatch.setattr(calibrate, "split", lambda root, name: name)
+    monkeypatch.setattr(calibrate, "batches", lambda cfg, data, bs, **kw: [])
+    monkeypatch.setattr(calibrate, "logits", lambda hydra, batches: val_logits)
+    monkeypatch.setattr(calibrate, "split_labels", lambda data: labels)
+    monkeypatch.setattr(calibrate, "weights_hash", lambda d: "test")
     cfg = validate_params({"calibrate": {"uncertain_quantile": 0.5, "likely_ood_quantile": 0.75}})
     result = calibrate.run(cfg, tmp_path)
 

@@ -172,8 +172,7 @@ def register_scorer(name: str) -> Callable[[_C], _C]:
         raise ValueError(f"name={name!r} is already registered; taken: {', '.join(SCORERS)}")
 
     def register(cls: _C) -> _C:
-        callable_instances = any("__call__" in vars(k) for k in cls.__mro__[:-1])
-        if not isinstance(cls, type) or not callable_instances:
+        if not isinstance(cls, type) or not any("__call__" in vars(k) for k in cls.__mro__[:-1]):
             raise ValueError(f"register_scorer({name!r}) needs a class that defines __call__")
         cls.name = name  # type: ignore[attr-defined]
         SCORERS[name] = cls  # type: ignore[assignment]
