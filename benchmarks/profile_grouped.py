@@ -10,7 +10,11 @@ Side by side in one process, on the same members and inputs (MiniLM-L6 shaped BE
 
 For fp32 and for bf16 CPU autocast it reports:
 
-* the median wall time of one forward (round robin over the rows, so load drift hits all alike);
+* the median wall time of one forward (round robin over the rows, so load drift hits all alike)
+  and its median count of minor page faults (``getrusage``): with glibc's malloc, freed tensors
+  above its (dynamic, at most 32 MB) mmap threshold go back to the OS and are faulted in again on
+  the next call; ``--mallopt`` pins the thresholds (mmap 32 MB, no trimming) to take most of that
+  out of the comparison;
 * the top ops of one profiled forward (``torch.profiler``, CPU, ``record_shapes``, self CPU time);
 * the materialising copies of ONE layer: block 0 (HF: encoder layer 0) rerun on its captured input
   under a ``TorchDispatchMode`` that records every op that only moves data: ``clone`` (what
@@ -25,7 +29,9 @@ It checks that old and new give the same logits (fp32, max abs difference printe
 
 from __future__ import annotations
 
+import ctypes
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -83,7 +89,7 @@ class CopyCounter(TorchDispatchMode):
         super().__init__()
         self.records: list[tuple[str, str, int]] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         packet = func.overloadpacket
         kind = "layout" if packet in LAYOUT_OPS else "cast" if packet in CAST_OPS else None
@@ -131,23 +137,41 @@ def _under(cast: Callable[[], AbstractContextManager], fn: Callable[[], Any]) ->
         return fn()
 
 
-def top_ops(fn: Callable[[], Any], rows: int) -> list[tuple[str, int, float]]:
-    """``(op, calls, self CPU ms)`` of one profiled call, most expensive first."""
+def top_ops(fn: Callable[[], Any], rows: int, calls: int) -> list[tuple[str, float, float]]:
+    """``(op, calls, self CPU ms)`` per forward, averaged over ``calls`` profiled forwards, most
+    expensive first."""
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        fn()
+        for _ in range(calls):
+            fn()
     averages = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    return [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in averages[:rows]]
+    return [(e.key, e.count / calls, e.self_cpu_time_total / 1e3 / calls) for e in averages[:rows]]
 
 
-def median_ms(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Median ms per call, timing every function once per round (round robin)."""
+def median_ms(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, tuple[float, float]]:
+    """``(median ms, median minor page faults)`` per call, every function once per round."""
     times: dict[str, list[float]] = {name: [] for name in fns}
+    faults: dict[str, list[int]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return {name: (statistics.median(times[name]), statistics.median(faults[name])) for name in fns}
+
+
+def pin_malloc_thresholds() -> bool:
+    """glibc ``mallopt``: mmap threshold 32 MB (its maximum), trim threshold 1 GB; False if not
+    glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20)) and bool(
+        libc.mallopt(m_trim_threshold, 1 << 30)
+    )
 
 
 def cpu_facts() -> str:
@@ -163,9 +187,8 @@ def cpu_facts() -> str:
         pass
     shown = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
     missing = [f for f in ("avx512_bf16", "amx_bf16") if f not in flags]
-    return (
-        f"{model}, {os.cpu_count()} CPUs; flags: {' '.join(shown) or 'none of avx512/amx'}"
-        + (f" (no {', '.join(missing)})" if missing else "")
+    return f"{model}, {os.cpu_count()} CPUs; flags: {' '.join(shown) or 'none of avx512/amx'}" + (
+        f" (no {', '.join(missing)})" if missing else ""
     )
 
 
@@ -178,12 +201,15 @@ def main(
     threads: int = typer.Option(2),
     rounds: int = typer.Option(7, help="timed rounds per dtype"),
     rows: int = typer.Option(10, help="ops per top-ops table"),
+    profiled: int = typer.Option(3, help="profiled forwards per row (the table is per forward)"),
     baseline_rev: str = typer.Option(BASELINE_REV, help="git revision of the old layout"),
     dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16 (CPU autocast)"),
+    mallopt: bool = typer.Option(False, help="pin glibc's malloc thresholds (see above)"),
 ) -> None:
     """Print markdown: median ms, copies per layer and top ops, old vs new layout."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(threads)
+    pinned = pin_malloc_thresholds() if mallopt else False
     spec = MODELS[model]
     if spec.family != "bert":
         raise typer.BadParameter(f"model must be a BERT-family key, got {model!r}")
@@ -216,7 +242,9 @@ def main(
             raise typer.BadParameter(f"dtypes must be among {sorted(casts)}, got {d!r}")
     typer.echo(
         f"Machine: {cpu_facts()}; torch {torch.__version__}, {threads} threads; "
-        f"{model} b{batch} s{seq}, M = {members}; load average at start "
+        f"{model} b{batch} s{seq}, M = {members}; glibc malloc thresholds "
+        + ("pinned (mmap 32 MB, trim 1 GB)" if pinned else "default")
+        + "; load average at start "
         + ", ".join(f"{x:.1f}" for x in load_start)
     )
     for d in chosen:
@@ -234,15 +262,13 @@ def main(
             fn()  # warm-up
         ms = median_ms(fns, rounds)
         typer.echo(f"\n#### {d}: median ms of one forward ({rounds} rounds)\n")
-        typer.echo("| row | median ms | x single |\n|---|---|---|")
-        for name, value in ms.items():
-            typer.echo(f"| {name} | {value:.1f} | {value / ms['single']:.2f} |")
+        typer.echo("| row | median ms | x single | minor page faults |\n|---|---|---|---|")
+        for name, (value, faults) in ms.items():
+            typer.echo(f"| {name} | {value:.1f} | {value / ms['single'][0]:.2f} | {faults:.0f} |")
 
         typer.echo(f"\n#### {d}: materialising copies in one layer (count / MB)\n")
         kinds = ["layout", "cast"]
-        copies = {
-            name: layer_copies(layer, fns[name], cast) for name, (_, layer) in rows_.items()
-        }
+        copies = {name: layer_copies(layer, fns[name], cast) for name, (_, layer) in rows_.items()}
         detail_keys = sorted({k for c in copies.values() for k in c if ":" in k})
         header = ["row", *kinds, *detail_keys]
         typer.echo("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
@@ -250,21 +276,21 @@ def main(
             cells = [f"{c.get(k, (0, 0.0))[0]} / {c.get(k, (0, 0.0))[1]:.1f}" for k in header[1:]]
             typer.echo(f"| {name} | " + " | ".join(cells) + " |")
 
-        typer.echo(f"\n#### {d}: top ops of one forward (self CPU ms; calls)\n")
-        tables = {name: top_ops(fn, rows) for name, fn in fns.items()}
+        typer.echo(
+            f"\n#### {d}: top ops per forward (self CPU ms; calls), mean of {profiled} forwards\n"
+        )
+        tables = {name: top_ops(fn, rows, profiled) for name, fn in fns.items()}
         typer.echo("| rank | " + " | ".join(tables) + " |\n|" + "---|" * (len(tables) + 1))
         for rank in range(rows):
             cells = []
             for table in tables.values():
                 if rank < len(table):
                     op, count, self_ms = table[rank]
-                    cells.append(f"`{op}` {self_ms:.1f} ({count})")
+                    cells.append(f"`{op}` {self_ms:.1f} ({count:g})")
                 else:
                     cells.append("")
             typer.echo(f"| {rank + 1} | " + " | ".join(cells) + " |")
-    typer.echo(
-        "\nLoad average at end: " + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + "\n"
-    )
+    typer.echo("\nLoad average at end: " + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + "\n")
 
 
 if __name__ == "__main__":

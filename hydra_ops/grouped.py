@@ -16,11 +16,11 @@ Attention implementations (``ATTENTION_IMPLEMENTATIONS``, selected by name), all
   ``(M*H - sum h_m)`` heads of work when counts differ. No layout copy at all.
 * ``member_gemm``: per-member weights, no padding; each projection is M plain GEMMs on the
   contiguous slices ``x[m]``; one stack of the M outputs per layer.
-* ``block_diagonal``: the streams are concatenated along features (``[B, T, M*D]``, one permuting
-  copy in) and the heads of all members are packed without padding (``sum h_m`` heads); q/k/v is
-  ONE dense matmul with a block-diagonal ``[3*sum(h_m)*dh, M*D]`` weight and the output projection
-  one with a block-diagonal ``[M*D, sum(h_m)*dh]`` weight. No padding, but the zero blocks are
-  multiplied.
+* ``block_diagonal``: the streams are concatenated along features (``[B, T, M*D]``: one permuting
+  copy in, one out) and the heads of all members are packed without padding (``sum h_m`` heads);
+  q/k/v is ONE dense matmul with a block-diagonal ``[3*sum(h_m)*dh, M*D]`` weight and the output
+  projection one with a block-diagonal ``[M*D, sum(h_m)*dh]`` weight. No padding, but the zero
+  blocks are multiplied.
 
 All read and write the same per-member :class:`~hydra_ops.adapters.AttentionWeights`, so a model
 can switch implementation (``to_implementation``) without changing what it computes.
@@ -45,6 +45,26 @@ def _zeros_like_bias(weight: Tensor) -> Tensor:
 
 def _bias_or_zeros(bias: Tensor | None, weight: Tensor) -> Tensor:
     return _zeros_like_bias(weight) if bias is None else bias
+
+
+#: In-place twins of ``ACTIVATIONS`` (the same kernels: bit-identical results).
+_INPLACE_ACTIVATIONS = {
+    "gelu": lambda x: torch.ops.aten.gelu_(x),
+    "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "relu": torch.relu_,
+    "silu": lambda x: F.silu(x, inplace=True),
+    "tanh": torch.tanh_,
+}
+
+
+def _activate(name: str, hidden: Tensor) -> Tensor:
+    """``ACTIVATIONS[name](hidden)``, in place when autograd does not need ``hidden`` (inference):
+    the MLP's hidden activations are its largest tensors (``[M, B*T, 4D]``), so this saves
+    allocating (and page-faulting in) a second one per layer. ``hidden`` must be a fresh tensor.
+    """
+    if hidden.requires_grad or name not in _INPLACE_ACTIVATIONS:
+        return ACTIVATIONS[name](hidden)
+    return _INPLACE_ACTIVATIONS[name](hidden)
 
 
 class GroupedAttention(nn.Module, abc.ABC):
@@ -280,14 +300,13 @@ class BlockDiagonalAttention(GroupedAttention):
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         m, b, t, d = x.shape
         heads, dh = self.total_heads, self.head_dim
-        streams = x.permute(1, 2, 0, 3).reshape(b, t, m * d)  # the one layout copy
+        streams = x.permute(1, 2, 0, 3).reshape(b, t, m * d)  # the copy in
         qkv = F.linear(streams, self.qkv_weight, self.qkv_bias)
         q, k, v = qkv.view(b, t, 3, heads, dh).permute(2, 0, 3, 1, 4).unbind(0)
         context = self._attend(q, k, v, key_padding_mask)
         context = context.transpose(1, 2).reshape(b, t, heads * dh)
         out = F.linear(context, self.out_weight, self.out_bias)
-        # a strided view; the residual add that follows writes it member-major
-        return out.view(b, t, m, d).permute(2, 0, 1, 3)
+        return out.view(b, t, m, d).permute(2, 0, 1, 3).contiguous()  # the copy out
 
 
 ATTENTION_IMPLEMENTATIONS: dict[str, type[GroupedAttention]] = {
@@ -385,7 +404,7 @@ class GroupedMLP(nn.Module):
         self.fc2 = GroupedLinear(hidden, dim, fc2_members, bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(ACTIVATIONS[self.activation](self.fc1(x)))
+        return self.fc2(_activate(self.activation, self.fc1(x)))
 
 
 class MemberGemmAttention(GroupedAttention):
@@ -506,4 +525,4 @@ class MemberGemmMLP(nn.Module):
         return torch.stack(outs)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self._apply(self.fc2, ACTIVATIONS[self.activation](self._apply(self.fc1, x)))
+        return self._apply(self.fc2, _activate(self.activation, self._apply(self.fc1, x)))

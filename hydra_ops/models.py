@@ -168,39 +168,23 @@ def build_base(
     *,
     seed: int,
     model_path: str | os.PathLike[str] | None = None,
-    in_chans: int = 1,
-    image_size: int = 16,
-    patch_size: int = 4,
-    embed_dim: int = 96,
-    depth: int = 4,
-    num_heads: int = 6,
-    mlp_ratio: float = 2.0,
+    **vit: Any,
 ) -> torch.nn.Module:
-    """A new base model classifying ``len(class_names)`` classes.
+    """A new base model classifying ``len(class_names)`` classes; the caller's RNG is untouched.
 
     ``family="bert"``: the local BERT folder ``model_path`` (default: the bundled MiniLM-L6) with
-    a new classification head initialised from ``seed`` (:func:`load_text_classifier`; the image
-    arguments are ignored). ``family="timm_vit"``: :func:`build_timm_vit` from ``seed`` with the
-    image arguments (``model_path`` is ignored). The caller's RNG is untouched either way.
+    a new classification head initialised from ``seed`` (:func:`load_text_classifier`).
+    ``family="timm_vit"``: :func:`build_timm_vit` from ``seed``, ``vit`` holding its other
+    arguments (``image_size``, ``in_chans``; optional ``patch_size``, ``embed_dim``, ``depth``,
+    ``num_heads``, ``mlp_ratio``). ``model_path`` only matters to ``bert``, ``vit`` to ``timm_vit``.
     """
     if family not in BASE_FAMILIES:
         raise ValueError(f"family must be one of {list(BASE_FAMILIES)}, got {family!r}")
-    num_classes = len(class_names)
     if family == "timm_vit":
-        return build_timm_vit(
-            image_size,
-            in_chans,
-            num_classes,
-            depth=depth,
-            embed_dim=embed_dim,
-            num_heads=num_heads,
-            patch_size=patch_size,
-            mlp_ratio=mlp_ratio,
-            seed=seed,
-        )
+        return build_timm_vit(num_classes=len(class_names), seed=seed, **vit)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))  # the new classifier head's initialisation
-        model, _ = load_text_classifier(num_classes, model_path, list(class_names))
+        model, _ = load_text_classifier(len(class_names), model_path, list(class_names))
     return model
 
 

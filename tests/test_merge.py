@@ -13,6 +13,7 @@ from tiny_models import (
     tiny_inputs,
     tiny_model,
 )
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hydra_ops.adapters import get_adapter
 from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS
@@ -178,3 +179,79 @@ def test_mismatched_members_are_refused():
         merge_members([a], attention="loop")
     with pytest.raises(ValueError, match="non-empty"):
         merge_members([])
+
+
+# ----- member-major streams: no layout copies --------------------------------------------------
+class _CopyLog(TorchDispatchMode):
+    """Sizes (elements) of every clone / cat / stack / copy_ run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = {"clone", "contiguous", "cat", "stack", "copy_", "copy"}
+        self.sizes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in self.ops:
+            self.sizes.append((out if isinstance(out, torch.Tensor) else args[0]).numel())
+        return out
+
+
+def _block_inputs(hydra, batch):
+    seen = []
+    hooks = [
+        block.register_forward_hook(lambda _m, args, out: seen.append((args, out)))
+        for block in [*hydra.trunk, *hydra.blocks]
+    ]
+    with torch.no_grad():
+        hydra(*positional(batch))
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("attention", sorted(ATTENTION_IMPLEMENTATIONS))
+def test_streams_are_member_major_and_contiguous_between_blocks(family, attention):
+    base = tiny_model(family)
+    plans = [HeadPlan(((0, 1, 2, 3), (m,), ((m + 1) % 4, (m + 2) % 4))) for m in range(3)]
+    members = [prune_heads(copy.deepcopy(base), p) for p in plans]
+    hydra = merge_members(members, mode="average", attention=attention, shared_layers=1)
+    batch = tiny_inputs(family, 5)
+    seen = _block_inputs(hydra, batch)
+    assert len(seen) == 3
+    (trunk_in, _mask), trunk_out = seen[0]
+    assert trunk_in.shape[:2] == (1, 5) and trunk_out.shape == trunk_in.shape
+    for (x, _mask), out in seen[1:]:
+        assert x.shape[:2] == (3, 5) and out.shape == x.shape  # [M, B, T, D]
+        assert out.is_contiguous()
+
+
+def test_padded_bmm_block_makes_no_activation_copies():
+    members = make_members("bert", member_plans(3, unequal=True), fine_tuned=True)
+    hydra = merge_members(members, attention="padded_bmm")
+    batch = tiny_inputs("bert", 4, padded=True)
+    (x, mask), _ = _block_inputs(hydra, batch)[1]
+    for block_attention in ("padded_bmm", "member_gemm"):
+        block = hydra.blocks[1]
+        block.attention = block.attention.to_implementation(block_attention)
+        log = _CopyLog()
+        with torch.no_grad(), log:
+            block(x, mask)
+        # only the [M*B, 1, 1, T] boolean mask may be copied; member_gemm stacks its M outputs
+        big = [n for n in log.sizes if n > mask.numel() * 3]
+        assert big == ([] if block_attention == "padded_bmm" else [x.numel()])
+
+
+def test_merged_model_still_backpropagates():
+    # the MLP activation runs in place only when autograd does not need its input
+    members = make_members("bert", member_plans(2), fine_tuned=True)
+    hydra = merge_members(members)
+    batch = tiny_inputs("bert", 3)
+    with torch.no_grad():
+        expected = hydra(*positional(batch))
+    out = hydra(*positional(batch))
+    out.square().sum().backward()
+    fc1 = hydra.blocks[0].mlp.fc1.weight
+    assert fc1.grad is not None and fc1.grad.abs().sum() > 0
+    assert torch.equal(out.detach(), expected)

@@ -289,6 +289,22 @@ class ModelAdapter(abc.ABC):
         """Run the model on a contract batch (docs/architecture.md); returns ``[B, classes]``."""
 
 
+class HuggingFaceAdapter(ModelAdapter):
+    """An adapter of a ``transformers`` classifier: its checkpoint config is
+    ``model.config.to_dict()``, rebuilt as ``model_class(config_class.from_dict(config))``."""
+
+    config_class: ClassVar[Any]
+    model_class: ClassVar[Any]
+
+    @classmethod
+    def model_config(cls, model: nn.Module) -> dict[str, Any]:
+        return model.config.to_dict()
+
+    @classmethod
+    def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
+        return cls.model_class(cls.config_class.from_dict(dict(config)))
+
+
 def _unique(params: list[nn.Parameter]) -> list[nn.Parameter]:
     seen: set[int] = set()
     out = []

@@ -22,8 +22,8 @@ from .base import (
     BlockWeights,
     ClassifierWeights,
     EmbeddingStage,
+    HuggingFaceAdapter,
     MLPWeights,
-    ModelAdapter,
     UnsupportedModelError,
     detached,
     layer_norm_weights,
@@ -76,7 +76,9 @@ class BertEmbeddingStage(EmbeddingStage):
         return cls(BertConfig.from_dict(dict(config)))
 
 
-class BertAdapter(ModelAdapter):
+class BertAdapter(HuggingFaceAdapter):
+    config_class = BertConfig
+    model_class = BertForSequenceClassification
     family: ClassVar[str] = "bert"
     modality = "text"
 
@@ -187,14 +189,6 @@ class BertAdapter(ModelAdapter):
 
     def architecture_config(self) -> dict[str, Any]:
         return self.model.config.to_dict()
-
-    @classmethod
-    def model_config(cls, model: nn.Module) -> dict[str, Any]:
-        return model.config.to_dict()
-
-    @classmethod
-    def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
-        return BertForSequenceClassification(BertConfig.from_dict(dict(config)))
 
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         kwargs = {"input_ids": batch["input_ids"]}

@@ -21,8 +21,8 @@ from .base import (
     BlockWeights,
     ClassifierWeights,
     EmbeddingStage,
+    HuggingFaceAdapter,
     MLPWeights,
-    ModelAdapter,
     UnsupportedModelError,
     detached,
     layer_norm_weights,
@@ -60,7 +60,9 @@ class HFViTEmbeddingStage(EmbeddingStage):
         return cls(ViTConfig.from_dict(dict(config)))
 
 
-class HFViTAdapter(ModelAdapter):
+class HFViTAdapter(HuggingFaceAdapter):
+    config_class = ViTConfig
+    model_class = ViTForImageClassification
     family: ClassVar[str] = "hf_vit"
     modality = "image"
 
@@ -162,14 +164,6 @@ class HFViTAdapter(ModelAdapter):
 
     def architecture_config(self) -> dict[str, Any]:
         return self.model.config.to_dict()
-
-    @classmethod
-    def model_config(cls, model: nn.Module) -> dict[str, Any]:
-        return model.config.to_dict()
-
-    @classmethod
-    def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
-        return ViTForImageClassification(ViTConfig.from_dict(dict(config)))
 
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         return self.model(pixel_values=batch["pixel_values"]).logits

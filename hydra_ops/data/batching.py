@@ -51,38 +51,18 @@ def split_batches(
     """
     from hydra_ops.models import make_image_batches, make_text_batches
 
-    labels = split.labels if with_labels else None
+    if split.texts is not None and tokenizer is None:
+        raise ValueError(
+            f"tokenizer is required for the text split {split.name!r} "
+            "(e.g. hydra_ops.data.text_tokenizer(model_path))"
+        )
+    inputs = split.texts if split.texts is not None else split.images
+    inputs = inputs if limit is None else inputs[:limit]
+    labels = split.labels[: len(inputs)].tolist() if with_labels else None
+    order = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed}
     if split.texts is not None:
-        if tokenizer is None:
-            raise ValueError(
-                f"tokenizer is required for the text split {split.name!r} "
-                "(e.g. hydra_ops.data.text_tokenizer(model_path))"
-            )
-        texts = split.texts if limit is None else split.texts[:limit]
-        labels = None if labels is None else labels[: len(texts)]
-        return list(
-            make_text_batches(
-                texts,
-                None if labels is None else labels.tolist(),
-                tokenizer,
-                max_length=max_length,
-                batch_size=batch_size,
-                shuffle=shuffle,
-                seed=seed,
-            )
-        )
-    images = split.images if limit is None else split.images[:limit]
-    labels = None if labels is None else labels[: len(images)]
-    return list(
-        make_image_batches(
-            images,
-            None if labels is None else labels.tolist(),
-            batch_size=batch_size,
-            image_size=image_size,
-            shuffle=shuffle,
-            seed=seed,
-        )
-    )
+        return list(make_text_batches(inputs, labels, tokenizer, max_length=max_length, **order))
+    return list(make_image_batches(inputs, labels, image_size=image_size, **order))
 
 
 def split_labels(split: Split) -> torch.Tensor:
