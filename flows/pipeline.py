@@ -104,7 +104,8 @@ def _locked_outs(root: Path, stage: str) -> dict[str, str]:
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
-    from tasks.evaluate import load_evaluation, metrics_table
+    from tasks.common import load_evaluation
+    from tasks.evaluate import metrics_table
 
     summary: dict[str, Any] = {}
     ev_path, gate_path = root / METRICS / "evaluate.json", root / REPORTS / "gate.json"

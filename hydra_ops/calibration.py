@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hydra_ops.metrics import validate_labels
+from hydra_ops.checks import validate_labels
 
 __all__ = ["DEFAULT_BOUNDS", "apply_temperature", "ensemble_log_probs", "fit_temperature"]
 
@@ -54,7 +54,13 @@ def _validate_temperature(temperature: Any) -> float:
     return t
 
 
-def _nll(z: Tensor, labels: Tensor, temperature: float) -> float:
+def nll_at_temperature(z: Tensor, labels: Tensor, temperature: float = 1.0) -> float:
+    """Mean NLL of ``softmax(z / T)``: the objective :func:`fit_temperature` minimises.
+
+    Args:
+        z: [N, C] logits, or the log of mean member probabilities.
+        labels: [N] class ids.
+    """
     log_probs = torch.log_softmax(z / temperature, dim=1)
     return float(-log_probs.gather(1, labels[:, None]).mean())
 
@@ -96,7 +102,7 @@ def fit_temperature(
         raise ValueError(f"tol must be positive, got {tol!r}")
 
     def objective(log_t: float) -> float:
-        return _nll(z, labels, math.exp(log_t))
+        return nll_at_temperature(z, labels, math.exp(log_t))
 
     a, b = math.log(low), math.log(high)
     c, d = b - _INV_PHI * (b - a), a + _INV_PHI * (b - a)

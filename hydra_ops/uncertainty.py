@@ -172,7 +172,7 @@ def calibrated_ood_score(member_logits: Tensor, temperature: float, kind: str = 
     """
     # deferred: hydra_ops.metrics and hydra_ops.calibration import this module
     from hydra_ops.calibration import apply_temperature, ensemble_log_probs
-    from hydra_ops.metrics import ood_scores
+    from hydra_ops.ood_criteria import ood_scores
 
     probs = apply_temperature(ensemble_log_probs(member_logits), temperature)
     return ood_scores(
@@ -248,7 +248,7 @@ def calibrated_uncertainty(
         docstring (the entropies are computed in float64, then cast).
     """
     from hydra_ops.calibration import apply_temperature, ensemble_log_probs
-    from hydra_ops.metrics import OOD_SCORE_KINDS
+    from hydra_ops.ood_criteria import OOD_SCORE_KINDS
 
     if ood_score_kind not in OOD_SCORE_KINDS:
         raise ValueError(

@@ -28,8 +28,7 @@ log = logging.getLogger("hydra_ens")
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.calibration import ensemble_log_probs, fit_temperature
-    from hydra_ops.metrics import nll
+    from hydra_ops.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
     from hydra_ops.ood_thresholds import fit_ood_thresholds
     from hydra_ops.serialization import load_hydra, read_hydra_config, save_hydra
     from hydra_ops.uncertainty import calibrated_ood_score
@@ -43,8 +42,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     hydra.set_temperature(t)
     summary = {
         "temperature": t,
-        "val_nll_raw": nll(log_probs.exp(), labels),
-        "val_nll_calibrated": nll((log_probs / t).softmax(-1), labels),
+        "val_nll_raw": nll_at_temperature(log_probs, labels),
+        "val_nll_calibrated": nll_at_temperature(log_probs, labels, t),
         "fitted_on": "val",
     }
     # the stored (float32) temperature: the scores evaluate and predict compute from the artifact

@@ -203,6 +203,22 @@ def remove_stage_leftovers(stage: str, root: Path) -> list[Path]:
     return removed
 
 
+# ---- the evaluation (read by gate, bundle, promote, the flow) ----
+#: evaluate writes latency beside the evaluation, not in it: a fact of one run on one machine
+LATENCY_FILE = "latency.json"
+
+
+def load_evaluation(root: Path) -> dict[str, Any]:
+    """``metrics/evaluate.json`` with each model's ``latency_ms`` merged back in (when measured)."""
+    ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
+    latency_path = root / METRICS / LATENCY_FILE
+    latency = read_json(latency_path, "evaluate output") if latency_path.is_file() else {}
+    for name, entry in ev["models"].items():
+        if name in latency:
+            entry["latency_ms"] = latency[name]
+    return ev
+
+
 # ---- params ----
 def load_config(root: Path | None = None) -> PipelineConfig:
     return load_params(Path(root or Path.cwd()) / "params.yaml")

@@ -35,6 +35,7 @@ from tasks.common import (
     BASELINES,
     COMPILED,
     HYDRA,
+    LATENCY_FILE,
     METRICS,
     PLANS,
     PLOTS,
@@ -52,7 +53,6 @@ EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
 BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
 BOOTSTRAP_OOD = ("auroc",)
 VARIANTS = ("calibrated", "raw")
-LATENCY_FILE = "latency.json"
 
 
 class Candidate:
@@ -340,17 +340,6 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 def _without_latency(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k != "latency_ms"}
-
-
-def load_evaluation(root: Path) -> dict[str, Any]:
-    """``metrics/evaluate.json`` with each model's ``latency_ms`` merged back in (when measured)."""
-    ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
-    latency_path = root / METRICS / LATENCY_FILE
-    latency = read_json(latency_path, "evaluate output") if latency_path.is_file() else {}
-    for name, entry in ev["models"].items():
-        if name in latency:
-            entry["latency_ms"] = latency[name]
-    return ev
 
 
 def _fmt(v: float) -> str:

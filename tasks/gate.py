@@ -26,8 +26,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.common import REPORTS, stage_main, write_json, write_text
-from tasks.evaluate import load_evaluation
+from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
 from tasks.lineage import judged_hashes
 from tasks.params import MODEL_METRICS, GateCheck, PipelineConfig
 

@@ -22,8 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
-from tasks.common import BUNDLE, REGISTRY, REPORTS, read_json, stage_main, write_json
-from tasks.evaluate import load_evaluation
+from tasks.common import (
+    BUNDLE,
+    REGISTRY,
+    REPORTS,
+    load_evaluation,
+    read_json,
+    stage_main,
+    write_json,
+)
 from tasks.lineage import dvc_md5, judged_hashes, stale_roles
 from tasks.params import PipelineConfig
 from tasks.registry import (

@@ -71,8 +71,9 @@ from hydra_ops.metrics.classification import (
     nll,
     nll_resampled,
 )
-from hydra_ops.metrics.ood import OOD_SCORE_KINDS, auroc, ood_metrics, ood_scores, roc_points
+from hydra_ops.metrics.ood import auroc, ood_metrics, roc_points
 from hydra_ops.metrics.selective import augrc, aurc
+from hydra_ops.ood_criteria import OOD_SCORE_KINDS, ood_scores
 
 __all__ = [
     "DEFAULT_N_BINS",

@@ -1,9 +1,8 @@
-"""OOD detection (OOD is the positive class, scores: higher = more OOD): per-example scores,
-AUROC / AUPR-In / AUPR-Out / FPR@95%TPR, a cheap rank-sum AUROC and ROC-curve points."""
+"""OOD detection metrics, OOD the positive class: AUROC / AUPR-In / AUPR-Out / FPR@95%TPR, a
+cheap rank-sum AUROC and ROC-curve points. The per-example scores (higher = more OOD) are
+:mod:`hydra_ops.ood_criteria` (re-exported by :mod:`hydra_ops.metrics`)."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 import torch
 from torch import Tensor
@@ -14,68 +13,8 @@ from torchmetrics.functional.classification import (
 )
 
 from hydra_ops.metrics._checks import validate_scores
-from hydra_ops.uncertainty import decompose, entropy, validate_probs
 
-OOD_SCORE_KINDS: tuple[str, ...] = ("msp", "entropy", "mutual_information", "energy")
-OodScoreKind = Literal["msp", "entropy", "mutual_information", "energy"]
 _TPR_LEVEL = 0.95
-
-
-def ood_scores(
-    probs: Tensor,
-    member_probs: Tensor | None = None,
-    logits: Tensor | None = None,
-    kind: OodScoreKind = "msp",
-) -> Tensor:
-    """Per-example OOD scores, higher = more OOD.
-
-    Args:
-        probs: [N, C] (ensemble) probabilities; always validated.
-        member_probs: [N, M, C] member probabilities; required for ``mutual_information``.
-        logits: [N, C] or [N, M, C] logits; required for ``energy``.
-        kind: ``msp`` (``-max_c probs``), ``entropy`` (``H[probs]``, nats),
-            ``mutual_information`` (of ``member_probs``), ``energy`` (``-logsumexp(logits)``;
-            averaged over members for [N, M, C]).
-
-    Returns:
-        [N] float tensor.
-    """
-    if kind not in OOD_SCORE_KINDS:
-        raise ValueError(f"kind must be one of {list(OOD_SCORE_KINDS)}, got {kind!r}")
-    probs = validate_probs(probs, "probs", ndim=2)
-    n, c = probs.shape
-    if kind == "msp":
-        return -probs.max(dim=1).values
-    if kind == "entropy":
-        return entropy(probs)
-    if kind == "mutual_information":
-        if member_probs is None:
-            raise ValueError("member_probs [N, M, C] is required for kind='mutual_information'")
-        member_probs = validate_probs(member_probs, "member_probs", ndim=3)
-        if member_probs.shape[0] != n or member_probs.shape[2] != c:
-            raise ValueError(
-                f"member_probs must have shape [{n}, M, {c}] to match probs, "
-                f"got {tuple(member_probs.shape)}"
-            )
-        return decompose(member_probs)["mutual_information"]
-    if logits is None:
-        raise ValueError("logits [N, C] or [N, M, C] are required for kind='energy'")
-    if not isinstance(logits, Tensor):
-        logits = torch.as_tensor(logits)
-    if not logits.is_floating_point() or logits.ndim not in (2, 3):
-        raise ValueError(
-            f"logits must be a floating tensor of shape [N, C] or [N, M, C], got "
-            f"{logits.dtype} {tuple(logits.shape)}"
-        )
-    if logits.shape[0] != n or logits.shape[-1] != c:
-        raise ValueError(
-            f"logits must have N={n} rows and C={c} classes to match probs, "
-            f"got {tuple(logits.shape)}"
-        )
-    if not bool(torch.isfinite(logits).all()):
-        raise ValueError("logits contains NaN or infinite values")
-    energy = -torch.logsumexp(logits, dim=-1)
-    return energy.mean(dim=1) if energy.ndim == 2 else energy
 
 
 def ood_metrics(id_scores: Tensor, ood_scores: Tensor) -> dict[str, float]:
