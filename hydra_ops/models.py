@@ -23,6 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hydra_ops.shapes import VIT_DEFAULTS, VitShape  # noqa: F401 (VitShape re-exported)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -88,11 +90,11 @@ def timm_vit_kwargs(
     image_size: int,
     in_chans: int,
     num_classes: int,
-    depth: int = 4,
-    embed_dim: int = 128,
-    num_heads: int = 4,
-    patch_size: int = 4,
-    mlp_ratio: float = 2.0,
+    depth: int = VIT_DEFAULTS.depth,
+    embed_dim: int = VIT_DEFAULTS.embed_dim,
+    num_heads: int = VIT_DEFAULTS.num_heads,
+    patch_size: int = VIT_DEFAULTS.patch_size,
+    mlp_ratio: float = VIT_DEFAULTS.mlp_ratio,
 ) -> dict[str, Any]:
     """Validated constructor kwargs of :class:`timm.models.vision_transformer.VisionTransformer`.
 
@@ -132,11 +134,11 @@ def build_timm_vit(
     image_size: int,
     in_chans: int,
     num_classes: int,
-    depth: int = 4,
-    embed_dim: int = 128,
-    num_heads: int = 4,
-    patch_size: int = 4,
-    mlp_ratio: float = 2.0,
+    depth: int = VIT_DEFAULTS.depth,
+    embed_dim: int = VIT_DEFAULTS.embed_dim,
+    num_heads: int = VIT_DEFAULTS.num_heads,
+    patch_size: int = VIT_DEFAULTS.patch_size,
+    mlp_ratio: float = VIT_DEFAULTS.mlp_ratio,
     seed: int | None = None,
 ) -> torch.nn.Module:
     """A randomly initialised timm ``VisionTransformer`` with class-token pooling.

@@ -30,6 +30,7 @@ from pydantic import (
 
 from hydra_ops.atomic import atomic_write_bytes
 from hydra_ops.data.spec import DataSpec, OODSource
+from hydra_ops.shapes import VIT_DEFAULTS
 
 IMAGE_SOURCES = ("mnist5k", "digits")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -84,12 +85,14 @@ class _Strict(BaseModel):
 
 
 class VitConfig(_Strict):
-    image_size: int = Field(default=16, ge=4)
-    patch_size: int = Field(default=4, ge=1)
-    embed_dim: int = Field(default=96, ge=8)
-    depth: int = Field(default=4, ge=1)
-    num_heads: int = Field(default=6, ge=1)
-    mlp_ratio: float = Field(default=2.0, gt=0)
+    """The from-scratch ViT's shape; defaults: :data:`hydra_ops.models.VIT_DEFAULTS`."""
+
+    image_size: int = Field(default=VIT_DEFAULTS.image_size, ge=4)
+    patch_size: int = Field(default=VIT_DEFAULTS.patch_size, ge=1)
+    embed_dim: int = Field(default=VIT_DEFAULTS.embed_dim, ge=8)
+    depth: int = Field(default=VIT_DEFAULTS.depth, ge=1)
+    num_heads: int = Field(default=VIT_DEFAULTS.num_heads, ge=1)
+    mlp_ratio: float = Field(default=VIT_DEFAULTS.mlp_ratio, gt=0)
 
 
 class ModelConfig(_Strict):
