@@ -216,7 +216,7 @@ def main(
     implementations: str = typer.Option("padded_bmm", help="comma-separated grouped impls"),
     threads: int = typer.Option(2),
     rounds: int = typer.Option(7, help="timed rounds per dtype"),
-    rows: int = typer.Option(10, help="ops per top-ops table"),
+    rows: int = typer.Option(10, help="ops per top-ops table (0: no profile)"),
     profiled: int = typer.Option(3, help="profiled forwards per row (the table is per forward)"),
     baseline_rev: str = typer.Option(BASELINE_REV, help="git revision of the old layout"),
     dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16 (CPU autocast)"),
@@ -292,6 +292,8 @@ def main(
             cells = [f"{c.get(k, (0, 0.0))[0]} / {c.get(k, (0, 0.0))[1]:.1f}" for k in header[1:]]
             typer.echo(f"| {name} | " + " | ".join(cells) + " |")
 
+        if rows < 1:
+            continue
         typer.echo(
             f"\n#### {d}: top ops per forward (self CPU ms; calls), mean of {profiled} forwards\n"
         )

@@ -6,7 +6,7 @@ metrics code reruns evaluate and what follows, not the fine-tunes). The closure 
 source with :mod:`ast`: every ``import``/``from ... import`` of a project module, at module level
 or inside a function (a lazy import still runs), plus the ``__init__.py`` of every package on the
 way. ``tests/pipeline/test_stage_deps.py`` fails when ``dvc.yaml`` misses a file of a closure;
-``python -m tasks.stage_deps`` prints each stage's closure, ready to paste.
+``python -m tasks.stage_deps`` prints each stage's closure; ``--write`` puts it in ``dvc.yaml``.
 """
 
 from __future__ import annotations
@@ -129,10 +129,48 @@ def code_deps(module: str, root: Path = ROOT) -> list[str]:
     return [str(p) for p in sorted([*kept, *rest])]
 
 
+def write_deps(root: Path = ROOT) -> list[str]:
+    """Rewrite each stage's ``deps:`` in ``dvc.yaml``: its code closure, then its data deps (kept
+    as they are). Returns the stages whose deps changed."""
+    import re
+    import textwrap
+
+    path = root / "dvc.yaml"
+    text = path.read_text()
+    stages = yaml.safe_load(text)["stages"]
+    changed = []
+    for name, module in stage_modules(root).items():
+        old = stages[name].get("deps", [])
+        data = [d for d in old if not d.startswith(PACKAGES)]
+        new = [*code_deps(module, root), *data]
+        if new == old:
+            continue
+        block = re.search(rf"\n  {name}:\n.*?(?=\n  \w+:\n|\nartifacts:|\Z)", text, re.S)
+        assert block is not None, name
+        deps = re.search(r"    deps: \[.*?\]", block.group(0), re.S)
+        assert deps is not None, name
+        line = textwrap.fill(
+            ", ".join(new),
+            width=98,
+            initial_indent="    deps: [",
+            subsequent_indent=" " * 11,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+        text = text.replace(block.group(0), block.group(0).replace(deps.group(0), line + "]"))
+        changed.append(name)
+    if changed:
+        path.write_text(text)
+    return changed
+
+
 def main() -> None:
+    if "--write" in sys.argv[1:]:
+        changed = write_deps()
+        print(f"dvc.yaml: deps rewritten for {', '.join(changed) or 'no stage'}")
+        return
     for stage, module in stage_modules().items():
         print(f"{stage}:\n  deps: [{', '.join(code_deps(module))}]")
-    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ from .artifact import (
 )
 from .backends import CompileRequest, Runner, get_backend, load_runner
 from .inputs import dynamic_dims
+from .precision import DTYPES, cast_model
 
 #: A built backend: its runner, the metadata its builder returned and the device it runs on.
 Built = tuple[Runner, dict[str, Any], torch.device]
@@ -33,7 +36,9 @@ class Build:
     """Builds backends of ``model`` into ``out`` and writes the metadata of the one kept.
 
     ``errors`` collects ``"<backend>: <why>"`` for every backend that failed (``failed_backends``
-    in ``compiled.json``).
+    in ``compiled.json``). ``model`` is the fp32 source; an ``fp32`` build writes into ``out``
+    itself (as before precisions existed), a low-precision one builds :func:`cast_model`'s copy
+    into ``out/.<precision>/`` until :meth:`finish` moves the kept file into ``out``.
     """
 
     model: nn.Module
@@ -43,31 +48,52 @@ class Build:
     max_batch: int
     opt_batch: int
     requested: str
+    requested_precision: str = "fp32"
     errors: list[str] = field(default_factory=list)
-    # artifact file -> its builder's metadata: backends sharing a file (export, inductor) build once
-    _written: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # (artifact file, precision) -> its builder's metadata: backends sharing a file (export,
+    # inductor) build once per precision
+    _written: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    _cast: dict[str, nn.Module] = field(default_factory=dict)
 
-    def build(self, name: str) -> Built:
-        """Write backend ``name``'s artifact (once per call for a shared file) and load it."""
+    def directory(self, precision: str) -> Path:
+        """Where ``precision``'s artifacts are built (``out`` for fp32)."""
+        return self.out if precision == "fp32" else self.out / f".{precision}"
+
+    def model_at(self, precision: str) -> nn.Module:
+        """The model to compile for ``precision`` (cast once per call)."""
+        if precision not in self._cast:
+            self._cast[precision] = cast_model(self.model, precision)
+        return self._cast[precision]
+
+    def build(self, name: str, precision: str = "fp32") -> Built:
+        """Write backend ``name``'s artifact at ``precision`` (once per call for a shared file)
+        and load it."""
         backend = get_backend(name)
         device, _ = model_device_dtype(self.model)
-        extra = self._written.get(backend.artifact_file)
+        directory = self.directory(precision)
+        extra = self._written.get((backend.artifact_file, precision))
         if extra is None:
-            target = self.out / backend.artifact_file
+            directory.mkdir(parents=True, exist_ok=True)
+            target = directory / backend.artifact_file
             extra = backend.compile(
                 CompileRequest(
-                    self.model, self.tensors, self.names, target, self.max_batch, self.opt_batch
+                    self.model_at(precision),
+                    self.tensors,
+                    self.names,
+                    target,
+                    self.max_batch,
+                    self.opt_batch,
                 )
             )
-            self._written[backend.artifact_file] = extra
+            self._written[(backend.artifact_file, precision)] = extra
         run_device = torch.device(backend.device) if backend.device is not None else device
-        return load_runner(name, self.out, run_device), extra, run_device
+        return load_runner(name, directory, run_device), extra, run_device
 
-    def one(self, name: str) -> CompiledArtifact:
-        """Build backend ``name`` and keep it."""
+    def one(self, name: str, precision: str = "fp32") -> CompiledArtifact:
+        """Build backend ``name`` at ``precision`` and keep it."""
         start = time.perf_counter()
-        runner, extra, run_device = self.build(name)
-        return self.finish(name, runner, extra, run_device, start, None)
+        runner, extra, run_device = self.build(name, precision)
+        return self.finish(name, runner, extra, run_device, start, None, precision)
 
     def finish(
         self,
@@ -77,10 +103,15 @@ class Build:
         run_device: torch.device,
         start: float,
         fallback_reason: str | None,
+        precision: str = "fp32",
     ) -> CompiledArtifact:
-        """Write ``compiled.json`` (after the artifact) and return the loaded artifact."""
-        _, dtype = model_device_dtype(self.model)
+        """Move the kept artifact into ``out`` (low precision), drop the other precisions'
+        builds, write ``compiled.json`` (after the artifact) and return the loaded artifact."""
         artifact_path = self.out / get_backend(name).artifact_file
+        if precision != "fp32":
+            os.replace(self.directory(precision) / artifact_path.name, artifact_path)
+        for other in {p for _, p in self._written} - {"fp32"}:
+            shutil.rmtree(self.directory(other), ignore_errors=True)
         metadata: dict[str, Any] = {
             "format": FORMAT,
             "backend": name,
@@ -93,7 +124,9 @@ class Build:
             "input_names": self.names,
             "dynamic_dims": {n: list(d.values()) for n, d in dynamic_dims(self.names).items()},
             "max_batch": self.max_batch,
-            "dtype": str(dtype).removeprefix("torch."),
+            "dtype": str(DTYPES[precision]).removeprefix("torch."),
+            "precision": precision,
+            "requested_precision": self.requested_precision,
             "device": str(run_device),
             "device_name": device_description(run_device),
             "num_members": getattr(self.model, "num_members", None),

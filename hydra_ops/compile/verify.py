@@ -12,11 +12,43 @@ from torch import Tensor, nn
 
 from .artifact import model_device_dtype, write_json
 from .inputs import arrange_inputs, input_names_of
+from .precision import DEFAULT_TOLERANCES, precision_name
 
 
-def default_tolerance(dtype: torch.dtype) -> float:
-    """Max abs difference of probabilities allowed for an artifact of this dtype."""
-    return 1e-4 if dtype in (torch.float32, torch.float64) else 2e-2
+def default_tolerance(dtype: torch.dtype | str) -> float:
+    """Max abs difference of probabilities allowed for an artifact of this dtype or precision
+    (``fp32``: 1e-4, ``bf16``/``fp16``: 2e-2)."""
+    return DEFAULT_TOLERANCES[precision_name(dtype)]
+
+
+def compare_logits(
+    eager: Tensor, compiled: Tensor, tolerance: float, min_agreement: float
+) -> dict[str, Any]:
+    """How far ``compiled`` member logits ``[N, M, C]`` are from ``eager``'s (same shape).
+
+    Returns ``{"max_abs_diff_probs", "max_abs_diff_member_probs", "max_abs_diff_logits",
+    "argmax_agreement", "member_argmax_agreement", "passed"}``: ``passed`` is max |dp| of the
+    ensemble probabilities (mean of member softmaxes) <= ``tolerance`` and ensemble argmax
+    agreement >= ``min_agreement``; a NaN output fails.
+    """
+    eager, compiled = eager.float().cpu(), compiled.float().cpu()
+    if eager.shape != compiled.shape:
+        raise ValueError(f"compiled output shape {tuple(compiled.shape)} != {tuple(eager.shape)}")
+    # The mean of the member softmaxes taken directly (not through ensemble_log_probs): these
+    # numbers reach metrics/compile.json and the gate, and a NaN output must fail, not raise.
+    pe_m, pc_m = eager.softmax(-1), compiled.softmax(-1)
+    pe, pc = pe_m.mean(1), pc_m.mean(1)
+    result: dict[str, Any] = {
+        "max_abs_diff_probs": float((pe - pc).abs().max()),
+        "max_abs_diff_member_probs": float((pe_m - pc_m).abs().max()),
+        "max_abs_diff_logits": float((eager - compiled).abs().max()),
+        "argmax_agreement": float((pe.argmax(-1) == pc.argmax(-1)).float().mean()),
+        "member_argmax_agreement": float((pe_m.argmax(-1) == pc_m.argmax(-1)).float().mean()),
+    }
+    result["passed"] = bool(
+        result["max_abs_diff_probs"] <= tolerance and result["argmax_agreement"] >= min_agreement
+    )
+    return result
 
 
 def _batches(inputs: Mapping[str, Tensor] | Sequence[Any] | Iterable[Any]) -> list[Any]:
@@ -45,8 +77,8 @@ def verify_compiled(
             convention).
         model: the eager merged model it was compiled from.
         heldout_inputs: one batch (mapping or positional tuple) or an iterable of batches.
-        tolerance: max allowed abs difference of ensemble probabilities (default by dtype: 1e-4
-            for fp32, 2e-2 for fp16/bf16).
+        tolerance: max allowed abs difference of ensemble probabilities (default by the
+            artifact's ``precision``, else the model's dtype: 1e-4 for fp32, 2e-2 for fp16/bf16).
         min_agreement: minimum fraction of examples whose ensemble argmax agrees.
         out_path: if given, the result is also written there as JSON (atomically).
 
@@ -61,7 +93,8 @@ def verify_compiled(
     if not batches:
         raise ValueError("heldout_inputs must hold at least one batch")
     _, dtype = model_device_dtype(model)
-    tol = default_tolerance(dtype) if tolerance is None else float(tolerance)
+    shipped = artifact.get("precision") if isinstance(artifact, Mapping) else None
+    tol = default_tolerance(shipped or dtype) if tolerance is None else float(tolerance)
     model.eval()
     names = getattr(artifact, "input_names", None)
     eager_out, compiled_out = [], []
@@ -70,26 +103,14 @@ def verify_compiled(
         eager_out.append(model(*tensors).float().cpu())
         compiled_out.append(artifact(*tensors).float().cpu())
     eager, compiled = torch.cat(eager_out), torch.cat(compiled_out)
-    if eager.shape != compiled.shape:
-        raise ValueError(f"compiled output shape {tuple(compiled.shape)} != {tuple(eager.shape)}")
-    # The mean of the member softmaxes taken directly (not through ensemble_log_probs): these
-    # numbers reach metrics/compile.json and the gate, and a NaN output must fail, not raise.
-    pe_m, pc_m = eager.softmax(-1), compiled.softmax(-1)
-    pe, pc = pe_m.mean(1), pc_m.mean(1)
+    compared = compare_logits(eager, compiled, tol, min_agreement)
     result = {
         "backend": getattr(artifact, "backend", "callable"),
         "num_examples": int(eager.shape[0]),
-        "max_abs_diff_probs": float((pe - pc).abs().max()),
-        "max_abs_diff_member_probs": float((pe_m - pc_m).abs().max()),
-        "max_abs_diff_logits": float((eager - compiled).abs().max()),
-        "argmax_agreement": float((pe.argmax(-1) == pc.argmax(-1)).float().mean()),
-        "member_argmax_agreement": float((pe_m.argmax(-1) == pc_m.argmax(-1)).float().mean()),
+        **compared,
         "tolerance": tol,
         "min_agreement": float(min_agreement),
     }
-    result["passed"] = bool(
-        result["max_abs_diff_probs"] <= tol and result["argmax_agreement"] >= min_agreement
-    )
     if out_path is not None:
         target = Path(out_path)
         target.parent.mkdir(parents=True, exist_ok=True)

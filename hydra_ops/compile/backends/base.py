@@ -36,6 +36,10 @@ def always_available() -> str | None:
     return None
 
 
+def any_precision(precision: str, device: torch.device) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Backend:
     """One compile backend.
@@ -44,8 +48,10 @@ class Backend:
     file share one build per :func:`~hydra_ops.compile.compile_model` call) and returns extra
     metadata, ``load(path, device)`` turns the file into a :data:`Runner`,
     ``unavailable_reason()`` is ``None`` when the backend can run here (it never imports an
-    optional library that needs CUDA without CUDA), and ``device`` is the device the artifact
-    always runs on (``None``: the model's).
+    optional library that needs CUDA without CUDA), ``precision_reason(precision, device)`` is
+    ``None`` when the backend runs a model of that precision (``fp32``/``bf16``/``fp16``) on that
+    device, else why not, and ``device`` is the device the artifact always runs on (``None``: the
+    model's).
     """
 
     name: str
@@ -54,6 +60,7 @@ class Backend:
     load: Callable[[Path, torch.device], Runner]
     unavailable_reason: Callable[[], str | None] = always_available
     device: str | None = None
+    precision_reason: Callable[[str, torch.device], str | None] = any_precision
 
 
 def no_grad_runner(fn: Runner) -> Runner:

@@ -24,6 +24,14 @@ def onnxruntime_unavailable_reason() -> str | None:
     return None
 
 
+def onnxruntime_precision_reason(precision: str, device: torch.device) -> str | None:
+    """ONNX Runtime's CPU execution provider has no bf16 kernels (onnxruntime 1.32: "Could not
+    find an implementation for Add(14)"), so on CPU it is an fp32-only candidate."""
+    if precision == "bf16" and device.type != "cuda":
+        return "onnxruntime's CPU execution provider has no bf16 kernels (fp32 only on CPU)"
+    return None
+
+
 def compile_onnxruntime(request: CompileRequest) -> dict[str, Any]:
     shapes = dynamic_shapes(request.names, request.max_batch)
     traced = trace_inputs(request.tensors)
@@ -93,4 +101,5 @@ ONNXRUNTIME = Backend(
     compile_onnxruntime,
     load_onnxruntime,
     unavailable_reason=onnxruntime_unavailable_reason,
+    precision_reason=onnxruntime_precision_reason,
 )
