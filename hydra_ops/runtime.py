@@ -17,6 +17,7 @@ the tensor itself.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -138,6 +139,13 @@ def grad_scaler(device: torch.device | str, precision: str) -> torch.amp.GradSca
     return torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (CPU when it has neither)."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
 def move_batch(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
     """``batch`` with every tensor on ``device``; copies from pinned memory are non-blocking.
     A tensor already on ``device`` is returned as is (no copy)."""
@@ -222,6 +230,16 @@ class Runtime:
     def pin_memory(self) -> bool:
         """Whether batches built for this runtime should be pinned (CUDA only)."""
         return self.device.type == "cuda"
+
+    @property
+    def tag(self) -> str:
+        """``cpu/fp32``, ``cuda/bf16``: what a result may depend on (not the device index)."""
+        return f"{self.device.type}/{self.precision}"
+
+    @property
+    def is_default(self) -> bool:
+        """CPU fp32: the numbers of a run without a runtime setting."""
+        return self.tag == "cpu/fp32"
 
     def autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.device, self.precision)

@@ -6,6 +6,7 @@ BERT / ViT classifiers (``model(**inputs).logits``) and timm ViTs (``model(pixel
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -127,6 +128,8 @@ def fine_tune(
     frozen_layers: int | Sequence[int] | None = None,
     log_fn: Callable[[str], None] | None = print,
     max_grad_norm: float | None = 1.0,
+    device: str | torch.device = "cpu",
+    precision: str = "fp32",
 ) -> TrainReport:
     """Train ``model`` in place with cross-entropy on ``batch["labels"]``.
 
@@ -141,12 +144,23 @@ def fine_tune(
             batches give the same weights, and the caller's RNG is untouched.
         progress: show a tqdm bar per epoch. ``log_fn`` gets one line per epoch (None: silent).
         frozen_layers: see :func:`freeze_layers`.
+        device: where to train (:func:`hydra_ops.runtime.resolve_device` spec or a device); the
+            model is moved there in place and stays there, each batch is moved per step
+            (non-blocking from pinned memory).
+        precision: ``fp32`` (no autocast: the default CPU fp32 result is unchanged), ``bf16`` or
+            ``fp16``: the forward runs under ``torch.autocast``, the loss in float32; fp16 adds a
+            ``torch.amp.GradScaler`` (its skipped steps still advance the schedule).
 
     Returns:
         :class:`TrainReport` with per-epoch mean loss and wall time. The model is left in eval mode.
     """
     from tqdm.auto import tqdm
 
+    from hydra_ops.runtime import autocast, grad_scaler, move_batch, resolve_device
+
+    dev = resolve_device(device)
+    forward_context = functools.partial(autocast, dev, precision)
+    scaler = grad_scaler(dev, precision)
     if int(epochs) < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if not lr > 0:
@@ -157,6 +171,7 @@ def fine_tune(
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
     if frozen_layers is not None:
         freeze_layers(model, frozen_layers)
+    model.to(dev)
 
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -187,7 +202,8 @@ def fine_tune(
         trainable_parameters=sum(p.numel() for p in trainable),
     )
     start_all = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
+    # fork (and so restore) the RNG of the device that draws dropout masks as well
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         torch.manual_seed(int(seed))
         scheduler = None
         for epoch in range(int(epochs)):
@@ -209,14 +225,24 @@ def fine_tune(
             for batch in bar:
                 if "labels" not in batch:
                     raise ValueError("fine_tune: every training batch needs 'labels'")
+                batch = move_batch(batch, dev)
                 labels = batch["labels"]
-                logits = model_logits(model, batch)
-                loss = F.cross_entropy(logits, labels)
+                with forward_context():
+                    logits = model_logits(model, batch)
+                loss = F.cross_entropy(logits.float(), labels)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
-                optimizer.step()
+                if scaler is None:
+                    loss.backward()
+                    if max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+                    optimizer.step()
+                else:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optimizer)
+                    if max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+                    scaler.step(optimizer)
+                    scaler.update()
                 scheduler.step()
                 report.steps += 1
                 loss_sum += float(loss.detach()) * labels.shape[0]
@@ -237,22 +263,37 @@ def fine_tune(
 
 @torch.no_grad()
 def evaluate_logits(
-    model: nn.Module, batches: Iterable[Batch]
+    model: nn.Module,
+    batches: Iterable[Batch],
+    *,
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``model`` in eval mode without grad over ``batches``.
 
+    ``device``: None runs where the model is (batches moved there); a spec or device moves the
+    model there (in place). ``precision``: ``fp32`` (no autocast), ``bf16`` or ``fp16`` autocast.
+
     Returns:
-        ``(logits [N, C] float32, labels [N] long)``; labels is None when the batches carry none.
-        The model's train/eval mode is restored afterwards.
+        ``(logits [N, C] float32 on the CPU, labels [N] long on the CPU)``; labels is None when
+        the batches carry none. The model's train/eval mode is restored afterwards.
     """
+    from hydra_ops.runtime import autocast, model_device, move_batch, resolve_device
+
+    dev = model_device(model) if device is None else resolve_device(device)
+    forward_context = functools.partial(autocast, dev, precision)
+    forward_context()  # a bad precision fails before the model moves
+    model.to(dev)
     was_training = model.training
     model.eval()
     all_logits, all_labels = [], []
     try:
         for batch in batches:
-            all_logits.append(model_logits(model, batch).float())
+            with forward_context():
+                out = model_logits(model, move_batch(batch, dev))
+            all_logits.append(out.float().cpu())
             if "labels" in batch:
-                all_labels.append(batch["labels"].long())
+                all_labels.append(batch["labels"].long().cpu())
     finally:
         model.train(was_training)
     if not all_logits:

@@ -200,6 +200,23 @@ class EvaluateConfig(_Strict):
     latency_repeats: int = Field(default=5, ge=1)
 
 
+class RuntimeConfig(_Strict):
+    """Where and in which precision the model-running stages run (:mod:`hydra_ops.runtime`)."""
+
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """``auto``: the training stages run bf16 on a CUDA device with bf16 support, else fp32; the
+    inference stages run fp32 (compile measures the precision it ships on its own)."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_spec(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda|cuda:\d+", value):
+            raise ValueError(f"unknown device {value!r}; allowed: auto, cpu, cuda, cuda:N")
+        return value
+
+
 class GateCheck(_Strict):
     """One check, modelled on MLflow's ``MetricThreshold``.
 
@@ -300,6 +317,7 @@ class PipelineConfig(_Strict):
         default_factory=lambda: [GateCheck(**g) for g in default_gates()]
     )
     promote: PromoteConfig = PromoteConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
 
     # ---- derived values every stage agrees on ----
     @property

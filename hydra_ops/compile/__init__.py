@@ -3,7 +3,8 @@ same call signature).
 
 Public API (the pipeline's ``tasks/compile`` stage codes against this)::
 
-    compile_model(model, backend, example_inputs, out_dir, *, max_batch=64, opt_batch=None)
+    compile_model(model, backend, example_inputs, out_dir, *, max_batch=64, opt_batch=None,
+                  precision="fp32", heldout_inputs=(), tolerance=None, min_agreement=1.0)
         -> CompiledArtifact
     load_compiled(out_dir, device=None) -> CompiledArtifact
     verify_compiled(artifact, model, heldout_inputs, *, tolerance=None, min_agreement=1.0,
@@ -14,7 +15,8 @@ Public API (the pipeline's ``tasks/compile`` stage codes against this)::
 Layout: :mod:`.inputs` (which tensors an artifact takes), :mod:`.backends` (one builder and
 loader per backend, registered by name in ``BACKEND_REGISTRY``), :mod:`.artifact`
 (:class:`CompiledArtifact`, :func:`load_compiled`), :mod:`.build` (one call's builds and its
-``compiled.json``), :mod:`.auto` (the measured choice), :mod:`.verify`, :mod:`.latency`.
+``compiled.json``), :mod:`.precision` (dtypes, casting, the fast-bf16 check), :mod:`.auto` (the
+measured choice), :mod:`.verify`, :mod:`.latency`.
 
 Backends (``BACKENDS``):
 
@@ -30,9 +32,16 @@ Backends (``BACKENDS``):
 * ``auto``: ``tensorrt`` on CUDA when importable. Otherwise *measured* over ``CPU_BACKENDS``
   (:mod:`.auto`): the fastest backend that agrees with the eager model is kept.
 
-Every artifact directory holds the artifact file and ``compiled.json`` (:mod:`.artifact`).
-Compiled calls return member logits ``[B, M, C]`` on the device of the first input; the batch
-dimension (and, for text, the sequence dimension) is dynamic: batch in ``1..max_batch``.
+Precisions (:mod:`.precision`): ``fp32`` (default; the model as it is), ``bf16``, ``fp16`` (CUDA
+only) or ``auto``. A candidate is (backend, precision); ``auto`` precision measures every
+precision the device runs fast (bf16 only with ``amx_bf16``/``avx512_bf16`` on CPU) against the
+fp32 eager model and never keeps one that disagrees beyond its tolerance. ONNX Runtime's CPU
+execution provider has no bf16 kernels, so on CPU it is an fp32-only candidate.
+
+Every artifact directory holds the artifact file and ``compiled.json`` (:mod:`.artifact`; it
+records ``precision``, ``device`` and ``device_name``). Compiled calls return float32 member
+logits ``[B, M, C]`` (computed at the artifact's precision) on the device of the first input; the
+batch dimension (and, for text, the sequence dimension) is dynamic: batch in ``1..max_batch``.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import torch
 from torch import Tensor, nn
 
 from .artifact import (
@@ -71,7 +81,18 @@ from .backends import (
 from .build import Build
 from .inputs import IMAGE_INPUTS, TEXT_INPUTS, arrange_inputs, input_names_of
 from .latency import median_latency_ms
-from .verify import default_tolerance, verify_compiled
+from .precision import (
+    DEFAULT_TOLERANCES,
+    DTYPES,
+    PRECISIONS,
+    CastModel,
+    cast_batch,
+    cast_model,
+    fast_bf16_unavailable_reason,
+    precision_name,
+    precision_unavailable_reason,
+)
+from .verify import compare_logits, default_tolerance, verify_compiled
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +100,8 @@ BACKENDS = ("auto", *BACKEND_REGISTRY)
 #: The backends ``auto`` measures when TensorRT is unavailable; on a tie the earlier one wins.
 #: Read when :func:`compile_model` runs, so it can be narrowed (``monkeypatch.setattr``).
 CPU_BACKENDS: tuple[str, ...] = ("inductor", "export", "onnxruntime")
+#: ``compile_model``'s ``precision`` values.
+PRECISIONS_ALLOWED = ("fp32", "bf16", "fp16", "auto")
 
 
 def compile_model(
@@ -90,8 +113,13 @@ def compile_model(
     max_batch: int = 64,
     opt_batch: int | None = None,
     auto_repeats: int = 5,
+    precision: str = "fp32",
+    heldout_inputs: Sequence[Mapping[str, Tensor] | Sequence[Tensor | None]] = (),
+    tolerance: float | Mapping[str, float] | None = None,
+    min_agreement: float = 1.0,
 ) -> CompiledArtifact:
-    """Compile ``model`` with ``backend``, save the artifact under ``out_dir`` and load it back.
+    """Compile ``model`` with ``backend`` at ``precision``, save the artifact under ``out_dir``
+    and load it back.
 
     Args:
         model: a merged :class:`~hydra_ops.merge.HydraEnsemble` in eval mode (any module with the
@@ -105,21 +133,41 @@ def compile_model(
         out_dir: directory for the artifact and ``compiled.json`` (created if needed).
         max_batch: largest batch the artifact must accept (dynamic batch ``1..max_batch``).
         opt_batch: TensorRT's optimisation batch (default: the example's batch size).
-        auto_repeats: timed calls per backend when ``auto`` measures (after one warm-up).
+        auto_repeats: timed calls per candidate when ``auto`` measures (after one warm-up).
+        precision: one of ``PRECISIONS_ALLOWED``. ``fp32`` (default): the model as it is (an fp32
+            model gives the same artifact as before precisions existed). ``bf16``/``fp16``: the
+            model cast to that dtype (:class:`~hydra_ops.compile.precision.CastModel`: fp32
+            inputs and fp32 logits, so the call convention is unchanged); ``fp16`` only on CUDA.
+            ``auto``: every precision this device runs fast is a candidate (bf16 is skipped, with
+            one log line, on a CPU without ``amx_bf16``/``avx512_bf16``); the candidates
+            (backend, precision) are measured and the fastest that agrees with the fp32 eager
+            model is kept.
+        heldout_inputs: further batches the measured check runs on (besides the example).
+        tolerance: max |dp| of ensemble probabilities vs the fp32 eager model, one float for every
+            precision or ``{precision: float}`` (default :data:`DEFAULT_TOLERANCES`).
+        min_agreement: minimum ensemble argmax agreement with the fp32 eager model.
 
     Returns:
-        The loaded :class:`CompiledArtifact` (callable, and a mapping of its metadata).
+        The loaded :class:`CompiledArtifact` (callable, and a mapping of its metadata; its
+        ``precision`` and ``device`` say what it computes in and where).
 
     Raises:
-        ValueError: unknown ``backend``, bad ``example_inputs``, ``max_batch`` or ``auto_repeats``.
-        CompileError: the (explicitly requested) backend failed, or no backend could compile.
+        ValueError: unknown ``backend`` or ``precision``, bad ``example_inputs``, ``max_batch``,
+            ``auto_repeats``, ``tolerance`` or ``min_agreement``.
+        CompileError: the (explicitly requested) backend or precision failed or cannot run here,
+            or no candidate compiled and agreed.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if precision not in PRECISIONS_ALLOWED:
+        raise ValueError(f"precision must be one of {list(PRECISIONS_ALLOWED)}, got {precision!r}")
     if not isinstance(max_batch, int) or max_batch < 1:
         raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
     if not isinstance(auto_repeats, int) or auto_repeats < 1:
         raise ValueError(f"auto_repeats must be an int >= 1, got {auto_repeats!r}")
+    if not 0.0 <= min_agreement <= 1.0:
+        raise ValueError(f"min_agreement must be in [0, 1], got {min_agreement!r}")
+    tolerances = _tolerances(tolerance)
     names = input_names_of(example_inputs)
     tensors = arrange_inputs(example_inputs, names)
     if tensors[0].shape[0] > max_batch:
@@ -129,32 +177,106 @@ def compile_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.eval()
-    device, _ = model_device_dtype(model)
+    device, dtype = model_device_dtype(model)
+    if precision == "fp32" and precision_name(dtype) != "fp32":
+        precision = precision_name(dtype)  # "as the model is": a bf16 model stays bf16
     tensors = tuple(t.to(device) for t in tensors)
-    build = Build(model, tensors, names, out, max_batch, opt_batch or tensors[0].shape[0], backend)
+    heldout = [tuple(t.to(device) for t in arrange_inputs(b, names)) for b in heldout_inputs]
+    build = Build(
+        model,
+        tensors,
+        names,
+        out,
+        max_batch,
+        opt_batch or tensors[0].shape[0],
+        backend,
+        requested_precision=precision,
+    )
 
     trt_reason = tensorrt_unavailable_reason() if backend in ("auto", "tensorrt") else None
+    precisions, skipped = _precisions(
+        precision,
+        torch.device("cuda") if trt_reason is None and backend in ("auto", "tensorrt") else device,
+    )
+
+    def measure(backends: Sequence[str], fallback: str | None) -> CompiledArtifact:
+        return measure_fastest(
+            build,
+            [(b, p) for b in backends for p in precisions],
+            auto_repeats,
+            fallback,
+            heldout=heldout,
+            tolerances=tolerances,
+            min_agreement=min_agreement,
+            skipped=skipped,
+        )
+
     if backend == "auto" and trt_reason is None:
         try:
-            return build.one("tensorrt")
+            if len(precisions) == 1:
+                return build.one("tensorrt", precisions[0])
+            return measure(["tensorrt"], None)
         except Exception as error:
             log.warning("compile: tensorrt failed (%s); measuring the other backends", error)
             build.errors.append(f"tensorrt: {type(error).__name__}: {error}")
-            return measure_fastest(build, CPU_BACKENDS, auto_repeats, "tensorrt failed")
+            precisions, skipped = _precisions(precision, device)
+            return measure(CPU_BACKENDS, "tensorrt failed")
     if backend in ("auto", "tensorrt") and trt_reason is not None:
         if backend == "tensorrt":
             log.warning("compile: tensorrt unavailable (%s); falling back to auto", trt_reason)
-        return measure_fastest(
-            build, CPU_BACKENDS, auto_repeats, f"tensorrt unavailable ({trt_reason})"
-        )
-    if (why := get_backend(backend).unavailable_reason()) is not None:
+        return measure(CPU_BACKENDS, f"tensorrt unavailable ({trt_reason})")
+    chosen = get_backend(backend)
+    if (why := chosen.unavailable_reason()) is not None:
         raise CompileError(f"backend {backend!r} is unavailable: {why}")
+    if len(precisions) > 1:
+        return measure([backend], None)
+    run_device = torch.device(chosen.device) if chosen.device is not None else device
+    if (why := chosen.precision_reason(precisions[0], run_device)) is not None:
+        raise CompileError(f"backend {backend!r} cannot run precision {precisions[0]!r}: {why}")
     try:
-        return build.one(backend)
+        return build.one(backend, precisions[0])
     except CompileError:
         raise
     except Exception as error:
         raise CompileError(f"{backend}: {type(error).__name__}: {error}") from error
+
+
+def _tolerances(tolerance: float | Mapping[str, float] | None) -> dict[str, float]:
+    """``{precision: max |dp|}`` from ``compile_model``'s ``tolerance`` argument."""
+    if tolerance is None:
+        return dict(DEFAULT_TOLERANCES)
+    if isinstance(tolerance, Mapping):
+        unknown = set(tolerance) - set(PRECISIONS)
+        if unknown:
+            raise ValueError(f"tolerance keys must be in {list(PRECISIONS)}, got {sorted(unknown)}")
+        values = {**DEFAULT_TOLERANCES, **{k: float(v) for k, v in tolerance.items()}}
+    else:
+        values = dict.fromkeys(PRECISIONS, float(tolerance))
+    if any(not v > 0 for v in values.values()):
+        raise ValueError(f"tolerance must be > 0, got {tolerance!r}")
+    return values
+
+
+def _precisions(precision: str, device: torch.device) -> tuple[list[str], dict[str, str]]:
+    """The precisions to try for ``precision`` on ``device`` and why the others are skipped
+    (``auto`` only; an explicit fp16 request without CUDA is a CompileError)."""
+    if precision != "auto":
+        if (why := precision_unavailable_reason(precision, device)) is not None:
+            raise CompileError(f"precision {precision!r} cannot run on {device}: {why}")
+        return [precision], {}
+    skipped: dict[str, str] = {}
+    for p in PRECISIONS:
+        why = precision_unavailable_reason(p, device)
+        if why is None and p != "fp32":
+            why = fast_bf16_unavailable_reason(device) if p == "bf16" else None
+        if why is not None:
+            skipped[p] = why
+    if skipped:
+        log.info(
+            "compile: auto precision skips %s",
+            "; ".join(f"{p} ({why})" for p, why in skipped.items()),
+        )
+    return [p for p in PRECISIONS if p not in skipped], skipped
 
 
 __all__ = [
@@ -163,26 +285,37 @@ __all__ = [
     "BACKENDS",
     "BACKEND_REGISTRY",
     "CPU_BACKENDS",
+    "DEFAULT_TOLERANCES",
+    "DTYPES",
     "FORMAT",
     "IMAGE_INPUTS",
     "METADATA_FILE",
+    "PRECISIONS",
+    "PRECISIONS_ALLOWED",
     "TEXT_INPUTS",
     "VERIFICATION_FILE",
     "Backend",
+    "CastModel",
     "CompileError",
     "CompileRequest",
     "CompiledArtifact",
     "arrange_inputs",
     "attention_fallback_report",
     "available_backends",
+    "cast_batch",
+    "cast_model",
+    "compare_logits",
     "compile_model",
     "default_tolerance",
     "device_description",
+    "fast_bf16_unavailable_reason",
     "get_backend",
     "input_names_of",
     "library_versions",
     "load_compiled",
     "median_latency_ms",
+    "precision_name",
+    "precision_unavailable_reason",
     "register_backend",
     "tensorrt_unavailable_reason",
     "verify_compiled",

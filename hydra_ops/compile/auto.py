@@ -122,7 +122,10 @@ def measure_fastest(
     (name, precision), (runner, extra, run_device) = usable[choice]
     kept = get_backend(name).artifact_file
     for trial in trials.values():  # keep only the chosen artifact (fp32 builds live in out)
-        if trial["backend"] in BACKEND_REGISTRY and get_backend(trial["backend"]).artifact_file != kept:
+        if (
+            trial["backend"] in BACKEND_REGISTRY
+            and get_backend(trial["backend"]).artifact_file != kept
+        ):
             (build.out / get_backend(trial["backend"]).artifact_file).unlink(missing_ok=True)
     if precision != "fp32":
         (build.out / kept).unlink(missing_ok=True)  # an fp32 build of the same file

@@ -41,13 +41,16 @@ def split_batches(
     seed: int = 0,
     with_labels: bool = True,
     limit: int | None = None,
+    pin_memory: bool = False,
 ) -> list[Batch]:
     """The first ``limit`` examples of ``split`` (all when None) as batches of ``batch_size``.
 
     Text splits need ``tokenizer`` (e.g. :func:`text_tokenizer`) and are cut at ``max_length``
     tokens; image splits are resized to ``image_size`` (None: the stored size). ``labels`` [B]
     long is included with ``with_labels``. With ``shuffle`` the order is a permutation drawn
-    from ``seed`` only, so the same arguments give the same batches.
+    from ``seed`` only, so the same arguments give the same batches. ``pin_memory`` puts every
+    tensor in page-locked memory, so the copies to a CUDA device are non-blocking
+    (:func:`hydra_ops.runtime.move_batch`); it needs CUDA.
     """
     from hydra_ops.models import make_image_batches, make_text_batches
 
@@ -61,8 +64,14 @@ def split_batches(
     labels = split.labels[: len(inputs)].tolist() if with_labels else None
     order = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed}
     if split.texts is not None:
-        return list(make_text_batches(inputs, labels, tokenizer, max_length=max_length, **order))
-    return list(make_image_batches(inputs, labels, image_size=image_size, **order))
+        built = list(make_text_batches(inputs, labels, tokenizer, max_length=max_length, **order))
+    else:
+        built = list(make_image_batches(inputs, labels, image_size=image_size, **order))
+    if pin_memory:
+        from hydra_ops.runtime import pin_batch
+
+        built = [pin_batch(b) for b in built]
+    return built
 
 
 def split_labels(split: Split) -> torch.Tensor:
