@@ -134,23 +134,19 @@ def build_timm_vit(
     image_size: int,
     in_chans: int,
     num_classes: int,
-    depth: int = VIT_DEFAULTS.depth,
-    embed_dim: int = VIT_DEFAULTS.embed_dim,
-    num_heads: int = VIT_DEFAULTS.num_heads,
-    patch_size: int = VIT_DEFAULTS.patch_size,
-    mlp_ratio: float = VIT_DEFAULTS.mlp_ratio,
     seed: int | None = None,
+    **shape: Any,
 ) -> torch.nn.Module:
     """A randomly initialised timm ``VisionTransformer`` with class-token pooling.
 
     Input ``pixel_values`` [B, in_chans, image_size, image_size] -> logits [B, num_classes].
     ``seed`` (optional) makes the initialisation reproducible without touching the global RNG.
+    ``shape``: ``depth``, ``embed_dim``, ``num_heads``, ``patch_size``, ``mlp_ratio`` (defaults:
+    :data:`hydra_ops.shapes.VIT_DEFAULTS`, see :func:`timm_vit_kwargs`).
     """
     from timm.models.vision_transformer import VisionTransformer
 
-    kwargs = timm_vit_kwargs(
-        image_size, in_chans, num_classes, depth, embed_dim, num_heads, patch_size, mlp_ratio
-    )
+    kwargs = timm_vit_kwargs(image_size, in_chans, num_classes, **shape)
     if seed is None:
         model = VisionTransformer(**kwargs)
     else:
