@@ -15,7 +15,8 @@ For fp32 and for bf16 CPU autocast it reports:
   above its (dynamic, at most 32 MB) mmap threshold go back to the OS and are faulted in again on
   the next call; ``--mallopt`` pins the thresholds (mmap 32 MB, no trimming) to take most of that
   out of the comparison;
-* the top ops of one profiled forward (``torch.profiler``, CPU, ``record_shapes``, self CPU time);
+* the top ops per forward (``torch.profiler``, CPU, ``record_shapes``, self CPU time), the mean of
+  ``--profiled`` forwards after an unrecorded one, with the page faults they took;
 * the materialising copies of ONE layer: block 0 (HF: encoder layer 0) rerun on its captured input
   under a ``TorchDispatchMode`` that records every op that only moves data: ``clone`` (what
   ``reshape``/``contiguous`` of a non-viewable tensor call), ``cat``/``stack``, explicit ``copy_``
@@ -215,7 +216,7 @@ def main(
     members: int = typer.Option(3),
     implementations: str = typer.Option("padded_bmm", help="comma-separated grouped impls"),
     threads: int = typer.Option(2),
-    rounds: int = typer.Option(7, help="timed rounds per dtype"),
+    rounds: int = typer.Option(9, help="timed rounds per dtype"),
     rows: int = typer.Option(10, help="ops per top-ops table (0: no profile)"),
     profiled: int = typer.Option(3, help="profiled forwards per row (the table is per forward)"),
     baseline_rev: str = typer.Option(BASELINE_REV, help="git revision of the old layout"),

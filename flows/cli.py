@@ -240,6 +240,14 @@ def predict(
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON object per input (docs/pipeline.md, predict)")
     ] = False,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            "--device",
+            help="where the eager model runs: auto, cpu, cuda, cuda:N (default: params' "
+            "runtime.device)",
+        ),
+    ] = None,
 ) -> None:
     """Classify with the prod model: class, probability, entropy, mutual information, member
     disagreement, OOD score and a verdict (ok / uncertain / likely OOD) per input."""
@@ -255,7 +263,7 @@ def predict(
     root = _root(project)
     try:
         cfg = load_params(root / "params.yaml")
-        rows, info = do_predict(cfg, root, inputs)
+        rows, info = do_predict(cfg, root, inputs, device=device)
     except (ConfigError, ValueError) as err:
         _fail(str(err))
     if as_json:

@@ -157,17 +157,6 @@ def move_batch(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]
     return out
 
 
-def pin_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """``batch`` with its CPU tensors in page-locked memory (for non-blocking copies to CUDA).
-    ValueError when CUDA is not available (there is nothing to pin for)."""
-    if not torch.cuda.is_available():
-        raise ValueError("pin_memory: needs CUDA (torch.cuda.is_available() is False)")
-    return {
-        k: v.pin_memory() if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
-        for k, v in batch.items()
-    }
-
-
 def describe_device(device: torch.device) -> str:
     """``cpu (AVX512, 2 threads)`` / ``cuda:0 (NVIDIA H200)``."""
     if device.type == "cuda":
@@ -183,7 +172,8 @@ def resolve_precision(
 ) -> tuple[str, str]:
     """``(fp32 | bf16 | fp16, why)`` for a ``precision`` spec on ``device`` (see module doc)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision: unknown value {precision!r}; allowed: {', '.join(PRECISIONS)}")
+        allowed = ", ".join(PRECISIONS)
+        raise ValueError(f"precision: unknown value {precision!r}; allowed: {allowed}")
     if precision != "auto":
         check_precision(precision, device)
         why = "as configured"
@@ -208,7 +198,7 @@ class Runtime:
     """A resolved device and precision (``fp32`` / ``bf16`` / ``fp16``); ``why`` is the reason
     the precision was chosen (not part of equality)."""
 
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     precision: str = "fp32"
     why: str = field(default="as configured", compare=False)
 

@@ -9,6 +9,8 @@ validation member logits: the OOD score ``evaluate.ood_score`` (computed as the 
 does, with the stored temperature) at the quantiles ``calibrate.uncertain_quantile`` and
 ``calibrate.likely_ood_quantile`` (``hydra_ops.ood_thresholds``), saved in the model's metadata as
 ``metadata["ood_thresholds"]``.
+
+The validation logits are computed on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from hydra_ops.checkpoints import weights_hash
 from hydra_ops.data import split_labels
 from hydra_ops.inference import logits
+from hydra_ops.runtime import Runtime
 from tasks.common import BASE, HYDRA, MERGED, METRICS, publish_dir, stage_main, write_json
 from tasks.data import batches, split
 from tasks.params import PipelineConfig
@@ -33,9 +36,13 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.serialization import load_hydra, read_hydra_config, save_hydra
     from hydra_ops.uncertainty import calibrated_ood_score
 
+    rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
+    log.info(rt.describe())
     hydra = load_hydra(root / MERGED)
     val = split(root, "val")
-    member_logits = logits(hydra, batches(cfg, val, cfg.evaluate.batch_size))
+    val_batches = batches(cfg, val, cfg.evaluate.batch_size, pin_memory=rt.pin_memory)
+    member_logits = logits(hydra, val_batches, device=rt.device, precision=rt.precision)
+    hydra.cpu()
     labels = split_labels(val)
     log_probs = ensemble_log_probs(member_logits)
     t = fit_temperature(log_probs, labels)

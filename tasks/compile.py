@@ -4,7 +4,11 @@
 ``compile.backend`` (``auto``: TensorRT on CUDA when importable, else the fastest CPU backend
 measured on the first check batch; ``eager``: no compilation, recorded as such) and
 ``hydra_ops.compile.verify_compiled`` re-checks the loaded artifact against the eager model on
-held-out test inputs (max abs difference of ensemble probabilities, argmax agreement). The gate
+held-out test inputs (max abs difference of ensemble probabilities, argmax agreement).
+``compile.precision`` (default ``fp32``; ``auto`` measures each (backend, precision) candidate
+against the fp32 eager model on the check batches and ships the fastest that agrees within
+``tolerance_fp32`` / ``tolerance_low_precision`` and ``min_agreement``); the check uses the
+tolerance of the precision that ships, and evaluate judges the Hydra at that precision. The gate
 judges that check; with ``eager`` there is nothing to check and the gate reports the compile
 checks as ``not applicable``.
 
@@ -53,7 +57,7 @@ def _split_run_facts(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.compile import METADATA_FILE, compile_model, verify_compiled
+    from hydra_ops.compile import METADATA_FILE, compile_model, precision_name, verify_compiled
     from hydra_ops.serialization import load_hydra, read_hydra_config
 
     hydra = load_hydra(root / HYDRA)
@@ -72,16 +76,33 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             meta: dict[str, Any] = {
                 "backend": "eager",
                 "requested_backend": requested,
-                "precision": str(next(hydra.parameters()).dtype).removeprefix("torch."),
+                "precision": precision_name(next(hydra.parameters()).dtype),
+                "requested_precision": cfg.compile.precision,
                 "device": "cpu",
                 "source": source,
                 "check": None,
             }
         else:
-            artifact = compile_model(hydra, backend=requested, example_inputs=check[0], out_dir=tmp)
-            result = verify_compiled(artifact, hydra, check, tolerance=cfg.compile.tolerance)
+            artifact = compile_model(
+                hydra,
+                backend=requested,
+                example_inputs=check[0],
+                out_dir=tmp,
+                precision=cfg.compile.precision,
+                heldout_inputs=check[1:],
+                tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
+                min_agreement=cfg.compile.min_agreement,
+            )
+            # the shipped artifact against the fp32 eager model, at its precision's tolerance
+            result = verify_compiled(
+                artifact,
+                hydra,
+                check,
+                tolerance=cfg.compile.tolerance(artifact["precision"]),
+                min_agreement=cfg.compile.min_agreement,
+            )
             meta, facts = _split_run_facts(dict(artifact))
-            meta.update(precision=meta.get("dtype"), source=source, check=result)
+            meta.update(source=source, check=result)
         (tmp / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     check_result = meta["check"]
     metrics = {
@@ -97,7 +118,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             None if check_result is None else check_result["argmax_agreement"]
         ),
         "check_examples": None if check_result is None else check_result["num_examples"],
-        "tolerance": cfg.compile.tolerance,
+        "tolerance": cfg.compile.tolerance(meta["precision"]),
         "torch": torch.__version__,
         **facts,
     }

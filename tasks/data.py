@@ -47,12 +47,21 @@ def batches(cfg: PipelineConfig, data: Split, batch_size: int, **kwargs: Any) ->
     )
 
 
-def train_batches(cfg: PipelineConfig, root: Path, seed: int) -> Callable[[int], list[dict]]:
+def train_batches(
+    cfg: PipelineConfig, root: Path, seed: int, *, pin_memory: bool = False
+) -> Callable[[int], list[dict]]:
     """``epoch -> batches`` of the training split, reshuffled per epoch from ``seed + epoch``
-    (what :func:`hydra_ops.training.fine_tune` takes)."""
+    (what :func:`hydra_ops.training.fine_tune` takes); ``pin_memory`` for a CUDA run."""
     train = split(root, "train")
 
     def epoch_batches(epoch: int) -> list[dict]:
-        return batches(cfg, train, cfg.finetune.batch_size, shuffle=True, seed=seed + epoch)
+        return batches(
+            cfg,
+            train,
+            cfg.finetune.batch_size,
+            shuffle=True,
+            seed=seed + epoch,
+            pin_memory=pin_memory,
+        )
 
     return epoch_batches

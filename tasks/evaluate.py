@@ -6,7 +6,9 @@ pruned to the top-k heads, one member, the members' per-layer budget), ``deep_en
 plus ``models/baselines``), and, when members were fine-tuned, ``control`` (M unpruned copies of the
 base given the same member fine-tune). Metrics: all of ``hydra_ops.metrics`` (OOD = positive
 class, score ``evaluate.ood_score``), parameters, latency (median ms per batch of
-``evaluate.latency_batch``), and the paired bootstrap interval of Hydra minus each baseline.
+``evaluate.latency_batch``, timed on ``runtime.device``), and the paired bootstrap interval of
+Hydra minus each baseline. Every model runs on ``runtime.device`` in ``runtime.precision``
+(``auto``: fp32).
 For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OOD, far-OOD), how
 many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
 thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
@@ -27,8 +29,9 @@ import torch
 
 from hydra_ops.checkpoints import load_model, load_pruned
 from hydra_ops.data import split_labels
-from hydra_ops.inference import logits
+from hydra_ops.inference import logits as run_logits
 from hydra_ops.plans import load_plans
+from hydra_ops.runtime import Runtime, move_batch
 from tasks import data as prepared
 from tasks.common import (
     BASE,
@@ -77,18 +80,26 @@ class Candidate:
             return self.split_logits(data_batches)
         return torch.cat([self.fn(b).float() for b in data_batches])
 
-    def latency_ms(self, batch: dict, repeats: int) -> float:
+    def latency_ms(self, batch: dict, repeats: int, device: torch.device | None = None) -> float:
+        """Median ms of ``fn(batch)`` (synchronised on a CUDA ``device``)."""
         from hydra_ops.compile import median_latency_ms
 
-        return median_latency_ms(lambda: self.fn(batch), repeats)[1]
+        return median_latency_ms(lambda: self.fn(batch), repeats, device)[1]
 
 
 def _singles(
-    name: str, models: list[torch.nn.Module], cache: dict[tuple[int, int], torch.Tensor]
+    name: str,
+    models: list[torch.nn.Module],
+    cache: dict[tuple[int, int], torch.Tensor],
+    runtime: Runtime | None = None,
 ) -> Candidate:
     """Independent models as one candidate. ``cache`` maps ``(id(model), id(split batches))`` to
     ``[N, C]`` logits, shared between candidates: the base is both ``single`` and Deep Ensemble
-    member 0, and runs once per split."""
+    member 0, and runs once per split. The models run on ``runtime`` (None: CPU fp32)."""
+    rt = runtime or Runtime()
+
+    def logits(m: torch.nn.Module, batches: list[dict]) -> torch.Tensor:
+        return run_logits(m, batches, device=rt.device, precision=rt.precision)
 
     def fn(b: dict) -> torch.Tensor:
         return torch.stack([logits(m, [b]) for m in models], dim=1)
@@ -106,33 +117,37 @@ def _singles(
     return Candidate(name, fn, params, len(models), split_logits)
 
 
-def build_candidates(cfg: PipelineConfig, root: Path) -> tuple[list[Candidate], float]:
+def build_candidates(
+    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+) -> tuple[list[Candidate], float]:
+    """The candidates, every model on ``runtime`` (None: CPU fp32), and Hydra's temperature."""
     from hydra_ops.serialization import load_hydra
     from tasks.merge import load_members
 
+    rt = runtime or Runtime()
     hydra = load_hydra(root / HYDRA)
     temperature = float(hydra.temperature)
     cands = [
         Candidate(
             "hydra",
-            lambda b: logits(hydra, [b]),
+            lambda b: run_logits(hydra, [b], device=rt.device, precision=rt.precision),
             int(hydra.num_parameters(effective=True)),
             cfg.members.num_members,
         )
     ]
     cache: dict[tuple[int, int], torch.Tensor] = {}
     base = load_model(root / BASE)
-    cands.append(_singles("single", [base], cache))
+    cands.append(_singles("single", [base], cache, rt))
     naive_plan = load_plans(root / PLANS / "naive_plan.json")[0]
-    cands.append(_singles("naive_pruned", [load_pruned(root / BASE, naive_plan)], cache))
+    cands.append(_singles("naive_pruned", [load_pruned(root / BASE, naive_plan)], cache, rt))
     ensemble = [base]
     index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
     for unit in index["units"]:
         ensemble.append(load_model(root / BASELINES / unit))
-    cands.append(_singles("deep_ensemble", ensemble, cache))
+    cands.append(_singles("deep_ensemble", ensemble, cache, rt))
     controls = load_members(cfg, root, kind="control")
     if controls:
-        cands.append(_singles("control", controls, cache))
+        cands.append(_singles("control", controls, cache, rt))
     return cands, temperature
 
 
@@ -235,14 +250,19 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature
     from hydra_ops.metrics import reliability_bins, roc_points
 
+    rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
+    log.info(rt.describe())
     data = {s: prepared.split(root, s) for s in EVAL_SPLITS}
     labels = {s: split_labels(data[s]) for s in ("val", "test", "shift")}
     bs = cfg.evaluate.batch_size
-    batched = {s: prepared.batches(cfg, d, bs, with_labels=False) for s, d in data.items()}
-    latency_batch = prepared.batches(
-        cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False
-    )[0]
-    candidates, hydra_t = build_candidates(cfg, root)
+    pin = {"with_labels": False, "pin_memory": rt.pin_memory}
+    batched = {s: prepared.batches(cfg, d, bs, **pin) for s, d in data.items()}
+    # on the device already: latency times the model (and its logits' copy back), not the input
+    latency_batch = move_batch(
+        prepared.batches(cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False)[0],
+        rt.device,
+    )
+    candidates, hydra_t = build_candidates(cfg, root, rt)
     compiled = read_json(root / COMPILED / "compiled.json", "compile output")
 
     outputs: dict[str, dict[str, torch.Tensor]] = {}
@@ -262,7 +282,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "members": cand.members,
             "temperature": temps[cand.name],
             "parameters": cand.parameters,
-            "latency_ms": cand.latency_ms(latency_batch, cfg.evaluate.latency_repeats),
+            "latency_ms": cand.latency_ms(latency_batch, cfg.evaluate.latency_repeats, rt.device),
             "calibrated": _metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
             "raw": _metrics(cfg, outputs[cand.name], labels, 1.0),
         }

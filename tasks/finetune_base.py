@@ -12,6 +12,7 @@ from hydra_ops.checkpoints import save_model, split_timings
 from hydra_ops.data import split_labels
 from hydra_ops.inference import logits
 from hydra_ops.models import build_base
+from hydra_ops.runtime import Runtime
 from hydra_ops.training import fine_tune
 from tasks import data
 from tasks.common import BASE, METRICS, stage_main, write_json
@@ -20,15 +21,23 @@ from tasks.params import PipelineConfig
 log = logging.getLogger("hydra_ens")
 
 
+def training_runtime(cfg: PipelineConfig) -> Runtime:
+    """``cfg.runtime`` resolved for training (``precision: auto`` = bf16 on CUDA with bf16
+    support, else fp32; see :mod:`hydra_ops.runtime`)."""
+    return Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision, training=True)
+
+
 def train_base(
-    cfg: PipelineConfig, root: Path, seed: int, out_dir: Path
+    cfg: PipelineConfig, root: Path, seed: int, out_dir: Path, runtime: Runtime | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Fine-tune one base model with ``seed`` (init of the new head + data order + dropout).
+    """Fine-tune one base model with ``seed`` (init of the new head + data order + dropout) on
+    ``runtime`` (None: :func:`training_runtime`); the validation pass runs on it too.
 
     Returns ``(summary, timings)``: ``summary`` (seed, loss curve, val accuracy, ...) is what the
     same inputs always give and is stored in the checkpoint; ``timings`` (epoch and total wall
     seconds) is for the stage's uncached metrics or the log only.
     """
+    rt = runtime or training_runtime(cfg)
     manifest = data.manifest(root)
     vit = cfg.model.vit
     shape = manifest.image_shape or [vit.image_size, vit.image_size]
@@ -49,17 +58,20 @@ def train_base(
     )
     report = fine_tune(
         model,
-        data.train_batches(cfg, root, seed),
+        data.train_batches(cfg, root, seed, pin_memory=rt.pin_memory),
         epochs=cfg.finetune.epochs,
         lr=cfg.base_lr,
         weight_decay=cfg.finetune.weight_decay,
         warmup_ratio=cfg.finetune.warmup_ratio,
         seed=seed,
         progress=os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
+        device=rt.device,
+        precision=rt.precision,
     )
     train, timings = split_timings(report.to_dict())
     val = data.split(root, "val")
-    probs = logits(model, data.batches(cfg, val, cfg.evaluate.batch_size)).softmax(-1)
+    val_batches = data.batches(cfg, val, cfg.evaluate.batch_size, pin_memory=rt.pin_memory)
+    probs = logits(model, val_batches, device=rt.device, precision=rt.precision).softmax(-1)
     labels = split_labels(val)
     summary = {
         "seed": seed,
@@ -69,7 +81,7 @@ def train_base(
         "val_mean_confidence": float(probs.max(-1).values.mean()),
         "classes": list(manifest.classes),
     }
-    save_model(model, out_dir, summary)
+    save_model(model.cpu(), out_dir, summary)
     log.info(
         "seed %d: val accuracy %.3f, mean confidence %.3f, trained in %.1fs",
         seed,
@@ -81,7 +93,9 @@ def train_base(
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    summary, timings = train_base(cfg, root, cfg.finetune.seed, root / BASE)
+    rt = training_runtime(cfg)
+    log.info(rt.describe())
+    summary, timings = train_base(cfg, root, cfg.finetune.seed, root / BASE, rt)
     # metrics/finetune_base.json is not cached (dvc.yaml): the timings may live here
     metrics = {**summary, "train": {**summary["train"], **timings}}
     write_json(root / METRICS / "finetune_base.json", metrics)

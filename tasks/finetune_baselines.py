@@ -11,8 +11,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from hydra_ops.runtime import Runtime
 from tasks.common import BASELINES, DATA, dir_sha256, fingerprint, stage_main
-from tasks.finetune_base import train_base
+from tasks.finetune_base import train_base, training_runtime
 from tasks.params import PipelineConfig
 from tasks.resumable import ensure_unit, finalise
 
@@ -23,16 +24,20 @@ def baseline_seeds(cfg: PipelineConfig) -> list[int]:
     return [cfg.finetune.seed + k for k in range(1, cfg.deep_ensemble_size)]
 
 
-def _train_seed(cfg: PipelineConfig, root: Path, seed: int, out_dir: Path) -> dict[str, Any]:
+def _train_seed(
+    cfg: PipelineConfig, root: Path, seed: int, out_dir: Path, runtime: Runtime
+) -> dict[str, Any]:
     """Build one Deep Ensemble unit; its timings go to the log (this stage has no metrics file),
     the returned summary into the unit's cached ``done.json``."""
-    summary, timings = train_base(cfg, root, seed, out_dir)
+    summary, timings = train_base(cfg, root, seed, out_dir, runtime)
     log.info("deep ensemble seed %d: epoch seconds %s", seed, timings.get("epoch_seconds"))
     return summary
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     out = root / BASELINES
+    rt = training_runtime(cfg)
+    log.info(rt.describe())
     data_hash = dir_sha256(root / DATA)
     units = {}
     for seed in baseline_seeds(cfg):
@@ -44,13 +49,15 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
                 "finetune": cfg.finetune.model_dump(),
                 "lr": cfg.base_lr,
                 "seed": seed,
+                # CPU fp32 units keep the fingerprint they had before the runtime setting
+                **({} if rt.is_default else {"runtime": rt.tag}),
             }
         )
         name = f"seed_{seed}"
         units[name] = ensure_unit(
             out / name,
             fp,
-            lambda tmp, s=seed: _train_seed(cfg, root, s, tmp),
+            lambda tmp, s=seed: _train_seed(cfg, root, s, tmp, rt),
             f"deep ensemble {name}",
         )
     finalise(out, units, {"deep_ensemble_size": cfg.deep_ensemble_size, "base_is_member_0": True})

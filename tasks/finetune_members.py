@@ -24,6 +24,7 @@ from typing import Any
 
 from hydra_ops.checkpoints import load_model, load_pruned, save_member, split_timings, weights_hash
 from hydra_ops.plans import load_plans
+from hydra_ops.runtime import Runtime
 from hydra_ops.training import fine_tune
 from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
 from tasks.data import train_batches
@@ -33,11 +34,17 @@ from tasks.resumable import ensure_unit, finalise
 log = logging.getLogger("hydra_ens")
 
 
+def _training_runtime(cfg: PipelineConfig) -> Runtime:
+    return Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision, training=True)
+
+
 def member_seed(cfg: PipelineConfig, m: int) -> int:
     return cfg.finetune.seed + cfg.members.finetune.seed_offset + m
 
 
-def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m: int) -> str:
+def _unit_fingerprint(
+    cfg: PipelineConfig, root: Path, kind: str, plan_layers, m: int, runtime: Runtime
+) -> str:
     return fingerprint(
         {
             "kind": kind,
@@ -49,12 +56,18 @@ def _unit_fingerprint(cfg: PipelineConfig, root: Path, kind: str, plan_layers, m
             "max_length": cfg.model.max_length,
             "seed": member_seed(cfg, m),
             "frozen_layers": cfg.shared_layers,
+            # CPU fp32 units keep the fingerprint they had before the runtime setting
+            **({} if runtime.is_default else {"runtime": runtime.tag}),
         }
     )
 
 
-def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str, Any]]:
-    """Build (or verify) ``member_m`` and ``control_m``; returns their done-records."""
+def build_member(
+    cfg: PipelineConfig, root: Path, m: int, runtime: Runtime | None = None
+) -> dict[str, dict[str, Any]]:
+    """Build (or verify) ``member_m`` and ``control_m`` on ``runtime`` (None: the training
+    runtime of ``cfg``); returns their done-records."""
+    rt = runtime or _training_runtime(cfg)
     plans = load_plans(root / PLANS / "plans.json")
     if not 0 <= m < len(plans):
         raise ValueError(f"--member {m}: allowed 0..{len(plans) - 1}")
@@ -73,7 +86,7 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 model = load_pruned(root / BASE, unit_plan)
             report = fine_tune(
                 model,
-                train_batches(cfg, root, seed),
+                train_batches(cfg, root, seed, pin_memory=rt.pin_memory),
                 epochs=ft.epochs,
                 lr=cfg.member_lr,
                 weight_decay=cfg.finetune.weight_decay,
@@ -81,6 +94,8 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 seed=seed,
                 progress=os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
                 frozen_layers=cfg.shared_layers or None,
+                device=rt.device,
+                precision=rt.precision,
             )
             # the unit's done.json and checkpoint are cached: timings only to the log
             train, timings = split_timings(report.to_dict())
@@ -92,10 +107,10 @@ def build_member(cfg: PipelineConfig, root: Path, m: int) -> dict[str, dict[str,
                 timings.get("epoch_seconds"),
             )
             info = {"kind": kind, "member": m, "seed": seed, "train": train}
-            save_member(model, tmp, root / BASE, info)
+            save_member(model.cpu(), tmp, root / BASE, info)
             return info
 
-        fp = _unit_fingerprint(cfg, root, kind, layers if unit_plan is not None else None, m)
+        fp = _unit_fingerprint(cfg, root, kind, layers if unit_plan is not None else None, m, rt)
         out[name] = ensure_unit(root / MEMBERS / name, fp, build, f"finetune_members {name}")
     return out
 
@@ -107,11 +122,13 @@ def run(cfg: PipelineConfig, root: Path, member: int | None = None) -> dict[str,
         )
         finalise(root / MEMBERS, {}, {"finetuned": False, "variant": cfg.scoring.method})
         return {"finetuned": False}
+    rt = _training_runtime(cfg)
+    log.info(rt.describe())
     if member is not None:
-        return {"units": list(build_member(cfg, root, member))}
+        return {"units": list(build_member(cfg, root, member, rt))}
     units: dict[str, dict[str, Any]] = {}
     for m in range(cfg.members.num_members):
-        units.update(build_member(cfg, root, m))
+        units.update(build_member(cfg, root, m, rt))
     finalise(
         root / MEMBERS,
         units,

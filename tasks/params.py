@@ -38,7 +38,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 #: Metrics a gate may name. Classification metrics apply to ``id_test`` and ``shift``; OOD metrics
 #: (OOD = positive class) to ``near_ood`` and ``far_ood``; the rest are model-level
 #: (split ``model``).
-CLASSIFICATION_METRICS = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc")
+CLASSIFICATION_METRICS = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc", "augrc")
 OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 MODEL_METRICS = ("parameters", "latency_ms", "compile_max_abs_diff", "compile_argmax_agreement")
 METRICS = CLASSIFICATION_METRICS + OOD_METRICS + MODEL_METRICS
@@ -51,6 +51,7 @@ GREATER_IS_BETTER = {
     "ece": False,
     "adaptive_ece": False,
     "aurc": False,
+    "augrc": False,
     "auroc": True,
     "aupr_in": True,
     "aupr_out": True,
@@ -168,8 +169,24 @@ class CompileConfig(_Strict):
     backend: Literal["eager", "auto", "inductor", "export", "onnxruntime", "tensorrt"] = "auto"
     """``auto``: tensorrt on CUDA, else the fastest CPU backend measured here that agrees with
     eager (hydra_ops.compile); ``eager``: no compilation (the artifact records that)."""
-    tolerance: float = Field(default=1e-4, gt=0)
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"
+    """What the artifact computes in. ``auto``: every precision the device runs fast is measured
+    with every backend against the fp32 eager model and the fastest that agrees ships (bf16 on a
+    CPU with avx512_bf16/amx_bf16, fp16 on CUDA). Default ``fp32``: a bf16 artifact differs from
+    the eager model by ~1e-2, beyond the default gate ``compile_max_abs_diff <= 1e-4``; to ship
+    bf16 set ``precision: auto`` (or ``bf16``) and raise that gate's threshold to
+    ``tolerance_low_precision``."""
+    tolerance_fp32: float = Field(default=1e-4, gt=0)
+    """Max |dp| of ensemble probabilities vs the fp32 eager model for an fp32 artifact."""
+    tolerance_low_precision: float = Field(default=2e-2, gt=0)
+    """The same for a bf16/fp16 artifact."""
+    min_agreement: float = Field(default=1.0, ge=0, le=1)
+    """Minimum ensemble argmax agreement with the fp32 eager model."""
     check_examples: int = Field(default=64, ge=1)
+
+    def tolerance(self, precision: str) -> float:
+        """The max |dp| allowed for an artifact of ``precision`` (``fp32``/``bf16``/``fp16``)."""
+        return self.tolerance_fp32 if precision == "fp32" else self.tolerance_low_precision
 
 
 class CalibrateConfig(_Strict):

@@ -186,20 +186,36 @@ def _batch(cfg: PipelineConfig, inputs: list[str]) -> dict[str, torch.Tensor]:
     return {"pixel_values": torch.cat([prepare_images(a[None], size) for a in arrays])}
 
 
+def _member_logits(served: Any, batch: dict[str, torch.Tensor], runtime: Any) -> torch.Tensor:
+    """``[B, M, C]`` from the bundle: a compiled artifact runs where it was built; the eager model
+    runs on ``runtime`` (on the CPU in fp32 exactly as ``Served.member_logits``)."""
+    from hydra_ops.inference import logits
+
+    if runtime.is_default or not served.answered_by.startswith("eager"):
+        return served.member_logits(batch)
+    out = logits(served.hydra, [batch], device=runtime.device, precision=runtime.precision)
+    served.answered_by = f"{served.answered_by} on {runtime.device} {runtime.precision}"
+    return out
+
+
 def predict(
-    cfg: PipelineConfig, root: Path, inputs: list[str]
+    cfg: PipelineConfig, root: Path, inputs: list[str], device: str | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows for ``inputs`` from the model in ``cfg.promote.stage``, and the registry record with
-    ``legend`` (the one-line units/thresholds text) added."""
+    ``legend`` (the one-line units/thresholds text) added. ``device``: where the eager model runs
+    (None: ``cfg.runtime.device``; precision: ``cfg.runtime.precision``, ``auto`` = fp32); a
+    compiled artifact runs on the device it was compiled for."""
+    from hydra_ops.runtime import Runtime
     from tasks.bundle import load_served
     from tasks.registry import resolve_prod_dir
 
     inputs = validate_inputs(inputs)
+    runtime = Runtime.from_spec(device or cfg.runtime.device, cfg.runtime.precision)
     bundle_dir, prod = resolve_prod_dir(root, cfg.promote.model_name, cfg.promote.stage)
     served = load_served(bundle_dir)
     stored = served.metadata.get("ood_thresholds")
     thresholds = OodThresholds.from_metadata(stored) if stored is not None else None
-    member_logits = served.member_logits(_batch(cfg, inputs))
+    member_logits = _member_logits(served, _batch(cfg, inputs), runtime)
     rows = rows_from_member_logits(
         inputs,
         member_logits,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.checkpoints import load_model
+from hydra_ops.runtime import Runtime
 from tasks.common import BASE, METRICS, SCORES, publish_dir, stage_main, write_json
 from tasks.data import batches, manifest, split
 from tasks.params import PipelineConfig
@@ -51,7 +52,10 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.adapters import get_adapter
     from hydra_ops.scoring import get_scorer, scorer_arguments
 
-    model = load_model(root / BASE)
+    rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
+    log.info(rt.describe())
+    # the scorers run the model where it is and cache their batches on its device
+    model = load_model(root / BASE).to(rt.device)
     sc = cfg.scoring
     run_wide = {
         "seed": sc.seed,
@@ -83,7 +87,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         )
         ood_val = manifest(root).ood_val_provenance
     log.info("score_heads: method %s (%s)", sc.method, "ood_val: " + ood_val if ood_val else "")
-    scores = get_scorer(sc.method, **options)(model, **data)
+    with rt.autocast():
+        scores = get_scorer(sc.method, **options)(model, **data)
     with publish_dir(root / SCORES) as tmp:
         scores.save(tmp / "scores.safetensors")
     summary = {

@@ -16,6 +16,7 @@ from torch import nn
 from hydra_ops import compile as hc
 from hydra_ops.compile import build as hc_build
 from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
+from hydra_ops.inference import logits
 from hydra_ops.merge import merge_members
 from hydra_ops.plans import HeadPlan
 from hydra_ops.serialization import load_hydra, save_hydra
@@ -53,7 +54,8 @@ def test_cpu_backend_round_trips_and_matches_eager(hydra, backend, tmp_path):
     assert meta["backend"] == backend and meta["requested_backend"] == backend
     assert meta["input_names"] == ["input_ids", "attention_mask"]
     assert meta["library_versions"]["torch"] == torch.__version__
-    assert meta["device"] == "cpu" and meta["dtype"] == "float32"
+    assert meta["device"] == "cpu" and meta["dtype"] == "float32" and meta["precision"] == "fp32"
+    assert meta["device_name"] and meta["requested_precision"] == "fp32"
     assert dict(artifact)["artifact_sha256"] == meta["artifact_sha256"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp files left"
 
@@ -109,9 +111,13 @@ def test_auto_without_cuda_measures_and_keeps_the_fastest_that_agrees(hydra, tmp
         hydra, "auto", tiny_inputs("bert", 4), tmp_path, max_batch=8, auto_repeats=3
     )
     trials = artifact["auto_selection"]["trials"]
-    assert set(trials) == {"export", "onnxruntime"}
-    assert artifact.backend == min(trials, key=lambda b: trials[b]["median_ms"])
-    assert all(t["max_abs_diff_member_probs"] <= ATOL for t in trials.values())
+    assert set(trials) == {"no_such_backend/fp32", "export/fp32", "onnxruntime/fp32"}
+    ran = {k: t for k, t in trials.items() if "median_ms" in t}
+    assert set(ran) == {"export/fp32", "onnxruntime/fp32"}
+    assert f"{artifact.backend}/fp32" == min(ran, key=lambda b: ran[b]["median_ms"])
+    assert all(t["ok"] and t["max_abs_diff_member_probs"] <= ATOL for t in ran.values())
+    assert not trials["no_such_backend/fp32"]["ok"] and trials["no_such_backend/fp32"]["why_not"]
+    assert artifact["precision"] == "fp32" and artifact["dtype"] == "float32"
     assert "no_such_backend" in artifact["failed_backends"][0]
     assert artifact["requested_backend"] == "auto"
     assert "no CUDA device" in artifact["fallback_reason"]
@@ -130,7 +136,7 @@ def test_auto_never_keeps_a_backend_that_disagrees_with_eager(hydra, tmp_path, m
         return lambda *tensors: runner(*tensors) + torch.arange(3.0)  # shifts the softmax
 
     monkeypatch.setattr(hc_build, "load_runner", wrong)
-    with pytest.raises(hc.CompileError, match=r"export: max \|dp\|"):
+    with pytest.raises(hc.CompileError, match=r"export/fp32: max \|dp\|"):
         hc.compile_model(hydra, "auto", tiny_inputs("bert", 2), tmp_path, max_batch=8)
 
 
@@ -232,3 +238,119 @@ def test_member_gemm_equals_other_implementations(family, tmp_path):
     with torch.no_grad():
         for other in (loaded, switched, gemm_mlp):
             assert (other(*positional(batch)) - outs["member_gemm"]).abs().max().item() <= 1e-5
+
+
+# ----- precision ------------------------------------------------------------------------------
+def _no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_bf16_candidate_is_built_and_verified(hydra, tmp_path, monkeypatch):
+    """A bf16 export artifact: casts inside, fp32 logits out, recorded as bf16 on cpu, and the
+    bf16 merged model matches its bf16 members run one by one."""
+    _no_cuda(monkeypatch)
+    members = make_members("bert", PLANS, fine_tuned=True, num_hidden_layers=1)
+    batch = tiny_inputs("bert", 4, seed=5)
+    with torch.no_grad():
+        merged = merge_members(members, mode="stack").to(torch.bfloat16)(*positional(batch))
+    # each member cast to bf16 and run on its own (logits() returns its bf16 output as fp32)
+    separate = torch.stack([logits(m.to(torch.bfloat16), [batch]) for m in members], 1)
+    assert merged.dtype == torch.bfloat16
+    diff = (merged.float().softmax(-1) - separate.float().softmax(-1)).abs().max().item()
+    assert diff <= hc.DEFAULT_TOLERANCES["bf16"]
+
+    artifact = hc.compile_model(
+        hydra, "export", tiny_inputs("bert", 4), tmp_path, max_batch=8, precision="bf16"
+    )
+    assert artifact.backend == "export" and artifact["precision"] == "bf16"
+    meta = json.loads((tmp_path / hc.METADATA_FILE).read_text())
+    assert meta["precision"] == "bf16" and meta["dtype"] == "bfloat16"
+    assert meta["device"] == "cpu" and meta["device_name"]
+    assert {p.name for p in tmp_path.iterdir()} == {hc.METADATA_FILE, "program.pt2"}
+    out = hc.load_compiled(tmp_path)(tiny_inputs("bert", 3, seed=11))
+    assert out.dtype == torch.float32
+    report = hc.verify_compiled(hc.load_compiled(tmp_path), hydra, heldout())
+    assert report["tolerance"] == hc.DEFAULT_TOLERANCES["bf16"]  # the artifact's precision
+    assert report["passed"] and 0 < report["max_abs_diff_probs"] <= 2e-2
+    assert next(hydra.parameters()).dtype == torch.float32  # the source is left as it was
+
+
+def test_auto_precision_never_keeps_a_precision_beyond_tolerance(hydra, tmp_path, monkeypatch):
+    _no_cuda(monkeypatch)
+    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
+    monkeypatch.setattr(hc, "fast_bf16_unavailable_reason", lambda device: None)
+    tight = {"fp32": 1e-4, "bf16": 1e-9}  # no bf16 output is that close to fp32
+    artifact = hc.compile_model(
+        hydra,
+        "auto",
+        tiny_inputs("bert", 4),
+        tmp_path,
+        max_batch=8,
+        auto_repeats=1,
+        precision="auto",
+        heldout_inputs=heldout(),
+        tolerance=tight,
+    )
+    trials = artifact["auto_selection"]["trials"]
+    assert set(trials) == {"export/fp32", "export/bf16"}
+    assert not trials["export/bf16"]["ok"] and "max |dp|" in trials["export/bf16"]["why_not"]
+    assert trials["export/bf16"]["max_abs_diff_probs"] > 1e-9
+    assert trials["export/fp32"]["ok"] and trials["export/fp32"]["argmax_agreement"] == 1.0
+    assert artifact["precision"] == "fp32" and artifact["requested_precision"] == "auto"
+    assert artifact["auto_selection"]["heldout_examples"] == 8
+    assert artifact["auto_selection"]["skipped_precisions"] == {"fp16": "fp16 runs only on CUDA"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging left"
+    build_runner = hc_build.load_runner  # nothing agrees: auto raises, naming every trial
+    monkeypatch.setattr(
+        hc_build,
+        "load_runner",
+        lambda *a: lambda *t: build_runner(*a)(*t) + torch.arange(3.0),
+    )
+    with pytest.raises(hc.CompileError, match=r"export/fp32: max \|dp\|.*export/bf16: max"):
+        hc.compile_model(
+            hydra, "auto", tiny_inputs("bert", 2), tmp_path / "b", precision="auto", auto_repeats=1
+        )
+
+
+def test_auto_precision_without_fast_bf16_keeps_fp32_and_says_why(
+    hydra, tmp_path, monkeypatch, caplog
+):
+    _no_cuda(monkeypatch)
+    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export", "onnxruntime"))
+    reason = "CPU has no fast bf16 (test)"
+    monkeypatch.setattr(hc, "fast_bf16_unavailable_reason", lambda device: reason)
+    with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
+        artifact = hc.compile_model(
+            hydra, "auto", tiny_inputs("bert", 2), tmp_path, auto_repeats=1, precision="auto"
+        )
+    lines = [r.getMessage() for r in caplog.records if "skips" in r.getMessage()]
+    assert len(lines) == 1 and reason in lines[0] and "\n" not in lines[0]
+    assert artifact["precision"] == "fp32"
+    selection = artifact["auto_selection"]
+    assert selection["skipped_precisions"]["bf16"] == reason
+    assert all(t["precision"] == "fp32" for t in selection["trials"].values())
+
+
+def test_precision_arguments_and_backend_limits(hydra, tmp_path, monkeypatch):
+    _no_cuda(monkeypatch)
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16', 'fp16'"):
+        hc.compile_model(hydra, "export", tiny_inputs("bert", 2), tmp_path, precision="int8")
+    with pytest.raises(hc.CompileError, match="fp16 runs only on CUDA"):
+        hc.compile_model(hydra, "export", tiny_inputs("bert", 2), tmp_path, precision="fp16")
+    with pytest.raises(hc.CompileError, match="no bf16 kernels"):
+        hc.compile_model(hydra, "onnxruntime", tiny_inputs("bert", 2), tmp_path, precision="bf16")
+    with pytest.raises(ValueError, match="tolerance keys"):
+        hc.compile_model(hydra, "export", tiny_inputs("bert", 2), tmp_path, tolerance={"x": 1})
+    assert hc.precision_name(torch.bfloat16) == "bf16" and hc.precision_name("float32") == "fp32"
+    assert hc.default_tolerance("bf16") == 2e-2 and hc.default_tolerance(torch.float32) == 1e-4
+
+
+def test_fast_bf16_check_reads_the_cpu_flags(tmp_path, monkeypatch):
+    from hydra_ops.compile import precision
+
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(precision, "_CPUINFO", info)
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
+    assert "no amx_bf16/avx512_bf16" in precision.fast_bf16_unavailable_reason("cpu")
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert precision.fast_bf16_unavailable_reason("cpu") is None

@@ -245,11 +245,12 @@ def test_against_torch_uncertainty() -> None:
 def test_classification_metrics_keys_and_perfect_model() -> None:
     probs = torch.eye(3)
     out = hm.classification_metrics(probs, torch.tensor([0, 1, 2]))
-    assert set(out) == {"accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc"}
+    assert set(out) == {"accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc", "augrc"}
     assert out["accuracy"] == 1.0
     assert out["brier"] == pytest.approx(0.0)
     assert out["ece"] == pytest.approx(0.0, abs=1e-6)
     assert out["aurc"] == pytest.approx(0.0)
+    assert out["augrc"] == pytest.approx(0.0)
     assert all(isinstance(v, float) for v in out.values())
 
 

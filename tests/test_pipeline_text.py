@@ -29,7 +29,7 @@ PASSING_GATES = [
 ]
 FAILING_GATES = [{"metric": "accuracy", "split": "id_test", "threshold": 1.5}]
 
-ALL_CLASSIFICATION = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc")
+ALL_CLASSIFICATION = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc", "augrc")
 ALL_OOD = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 
 

@@ -68,9 +68,9 @@ def split_batches(
     else:
         built = list(make_image_batches(inputs, labels, image_size=image_size, **order))
     if pin_memory:
-        from hydra_ops.runtime import pin_batch
-
-        built = [pin_batch(b) for b in built]
+        if not torch.cuda.is_available():
+            raise ValueError("pin_memory: needs CUDA (torch.cuda.is_available() is False)")
+        built = [{k: v.pin_memory() for k, v in b.items()} for b in built]
     return built
 
 

@@ -9,7 +9,7 @@ from torchmetrics.functional.classification import multiclass_accuracy
 
 from hydra_ops.metrics._checks import DEFAULT_N_BINS, check_idx, check_n_bins, prep
 from hydra_ops.metrics.calibration import adaptive_ece, ece
-from hydra_ops.metrics.selective import aurc
+from hydra_ops.metrics.selective import augrc, aurc
 
 NLL_EPS: float = 1e-12
 
@@ -77,7 +77,7 @@ def classification_metrics(
         n_bins: bins for ``ece`` and ``adaptive_ece``.
 
     Returns:
-        ``{"accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc"}`` -> float.
+        ``{"accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc", "augrc"}`` -> float.
     """
     check_n_bins(n_bins)
     probs, labels = prep(probs, labels)
@@ -88,4 +88,5 @@ def classification_metrics(
         "ece": ece(probs, labels, n_bins),
         "adaptive_ece": adaptive_ece(probs, labels, n_bins),
         "aurc": aurc(probs, labels),
+        "augrc": augrc(probs, labels),
     }
