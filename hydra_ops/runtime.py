@@ -162,8 +162,7 @@ def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     return (
-        f"{device} ({torch.backends.cpu.get_cpu_capability()}, "
-        f"{torch.get_num_threads()} threads)"
+        f"{device} ({torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads)"
     )
 
 
@@ -240,4 +239,3 @@ class Runtime:
             f"runtime: device {describe_device(self.device)}, precision {self.precision} "
             f"({self.why})"
         )
-

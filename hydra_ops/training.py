@@ -202,8 +202,12 @@ def fine_tune(
         trainable_parameters=sum(p.numel() for p in trainable),
     )
     start_all = time.perf_counter()
-    # fork (and so restore) the RNG of the device that draws dropout masks as well
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+    # fork (and so restore) the RNG of the device that draws the dropout masks as well
+    if dev.type == "cuda":
+        rng = torch.random.fork_rng(devices=[dev.index or 0], device_type="cuda")
+    else:
+        rng = torch.random.fork_rng(devices=[])
+    with rng:
         torch.manual_seed(int(seed))
         scheduler = None
         for epoch in range(int(epochs)):

@@ -127,10 +127,27 @@ def build_candidates(
     rt = runtime or Runtime()
     hydra = load_hydra(root / HYDRA)
     temperature = float(hydra.temperature)
+    # The gates judge what ships: when compile shipped a bf16/fp16 artifact, the Hydra is the
+    # eager model cast to that precision (what the artifact computes; compile checked the two
+    # agree); an fp32 (or eager) artifact keeps today's path (bit-identical metrics).
+    shipped = read_json(root / COMPILED / "compiled.json", "compile output").get("precision")
+    if shipped in (None, "fp32", "float32"):
+        hydra_logits = lambda b: run_logits(  # noqa: E731
+            hydra, [b], device=rt.device, precision=rt.precision
+        )
+    else:
+        from hydra_ops.compile import DTYPES, cast_batch, precision_name
+
+        shipped = precision_name(shipped)
+        at_shipped = hydra.to(DTYPES[shipped])
+        hydra_logits = lambda b: run_logits(  # noqa: E731
+            at_shipped, [cast_batch(b, shipped)], device=rt.device
+        )
+        log.info("evaluate hydra: at the shipped precision %s (compiled.json)", shipped)
     cands = [
         Candidate(
             "hydra",
-            lambda b: run_logits(hydra, [b], device=rt.device, precision=rt.precision),
+            hydra_logits,
             int(hydra.num_parameters(effective=True)),
             cfg.members.num_members,
         )

@@ -1,5 +1,8 @@
 """Stage ``finetune_base``: fine-tune the base model (MiniLM-L6 on text, a from-scratch timm ViT on
-images) on the training split; writes a safetensors checkpoint to ``models/base``."""
+images) on the training split; writes a safetensors checkpoint to ``models/base``.
+
+Training runs on ``runtime.device`` in ``runtime.precision`` (``auto``: bf16 on a CUDA device with
+bf16 support, else fp32; :mod:`hydra_ops.runtime`)."""
 
 from __future__ import annotations
 

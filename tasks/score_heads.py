@@ -4,6 +4,9 @@
 (diverse circuits) on ID validation data against the ``ood_val`` split: an OOD validation set built
 from ID validation data (e.g. word-shuffled texts), never an OOD test set; ``metrics/scores.json``
 says which. ``taylor`` uses training data only.
+
+The scorer runs on ``runtime.device``, under autocast for ``runtime.precision`` bf16 / fp16
+(``auto``: fp32).
 """
 
 from __future__ import annotations

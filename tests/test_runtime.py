@@ -73,7 +73,9 @@ def test_resolve_device_with_cuda(two_gpus):
 
 @pytest.mark.parametrize("spec", ["gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "", "mps", 0])
 def test_resolve_device_refuses_bad_specs(spec):
-    with pytest.raises(ValueError, match=r"device: unknown spec .*allowed: auto, cpu, cuda, cuda:N"):
+    with pytest.raises(
+        ValueError, match=r"device: unknown spec .*allowed: auto, cpu, cuda, cuda:N"
+    ):
         resolve_device(spec)
 
 
@@ -138,6 +140,21 @@ def test_runtime_from_spec_resolves_auto_and_describes_itself(no_cuda):
         Runtime.from_spec("cuda", "auto")
 
 
+@pytest.mark.parametrize(("native", "expected"), [(True, "bf16"), (False, "fp32")])
+def test_training_auto_precision_on_cuda(two_gpus, monkeypatch, native, expected):
+    """``auto`` for training: bf16 on a CUDA device with native bf16, else fp32; inference fp32."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda _d=None: "Stub GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native)
+    trained = Runtime.from_spec("cuda:1", "auto", training=True)
+    assert trained.device == torch.device("cuda", 1) and trained.precision == expected
+    assert trained.pin_memory and "Stub GPU" in trained.why
+    assert Runtime.from_spec("cuda", "auto").precision == "fp32"
+    if not native:
+        with pytest.raises(ValueError, match="precision 'bf16' does not run on cuda:0"):
+            Runtime.from_spec("cuda", "bf16")
+
+
 def test_move_batch_keeps_tensors_already_there():
     batch = {"input_ids": torch.arange(4), "note": "x"}
     moved = move_batch(batch, torch.device("cpu"))
@@ -183,8 +200,7 @@ def test_fine_tune_one_step_in_reduced_precision_on_cpu(precision):
     # master weights stay float32 and the step moved them
     assert all(p.dtype == torch.float32 for p in model.parameters())
     changed = [
-        not torch.equal(a, b)
-        for a, b in zip(before.parameters(), model.parameters(), strict=True)
+        not torch.equal(a, b) for a, b in zip(before.parameters(), model.parameters(), strict=True)
     ]
     assert any(changed)
     assert not torch.is_autocast_enabled("cpu")
@@ -278,11 +294,21 @@ def test_params_refuse_bad_runtime(runtime, key, words):
 
 
 # ---- stages ----
-def test_finetune_base_to_calibrate_in_bf16(tmp_path, caplog):
-    """The quick digits project in bf16 on the CPU: finetune_base, score_heads (taylor),
-    select_members, merge, calibrate run and log their runtime."""
-    from tasks import calibrate, finetune_base, finetune_members, merge, score_heads
-    from tasks import prepare_data, select_members
+def test_model_stages_run_in_bf16(tmp_path, caplog):
+    """A tiny digits project in bf16 on the CPU, stage by stage up to evaluate: finetune_base and
+    finetune_baselines, score_heads (taylor), calibrate and evaluate run and log their runtime."""
+    from tasks import (
+        calibrate,
+        evaluate,
+        finetune_base,
+        finetune_baselines,
+        finetune_members,
+        merge,
+        prepare_data,
+        score_heads,
+        select_members,
+    )
+    from tasks import compile as compile_stage
     from tasks.common import HYDRA
 
     sets = {
@@ -301,6 +327,7 @@ def test_finetune_base_to_calibrate_in_bf16(tmp_path, caplog):
     base = finetune_base.run(cfg, tmp_path)
     assert math.isfinite(base["train"]["epoch_losses"][0])
     assert 0.0 <= base["val_accuracy"] <= 1.0
+    finetune_baselines.run(cfg, tmp_path)
     score_heads.run(cfg, tmp_path)
     select_members.run(cfg, tmp_path)
     finetune_members.run(cfg, tmp_path)
@@ -309,7 +336,14 @@ def test_finetune_base_to_calibrate_in_bf16(tmp_path, caplog):
     assert math.isfinite(result["temperature"]) and result["temperature"] > 0
     assert result["ood_thresholds"]["uncertain"] <= result["ood_thresholds"]["likely_ood"]
     assert (tmp_path / HYDRA / "hydra.json").is_file()
+    compile_stage.run(cfg, tmp_path)  # quick: the eager backend
+    ev = evaluate.run(cfg, tmp_path)
+    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble"}
+    for entry in ev["models"].values():
+        assert 0.0 <= entry["calibrated"]["id_test"]["accuracy"] <= 1.0
+        assert math.isfinite(entry["calibrated"]["id_test"]["nll"])
+        assert entry["latency_ms"] > 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("runtime: ")]
-    assert len(lines) == 3  # finetune_base, score_heads, calibrate
+    assert len(lines) == 5  # finetune_base, finetune_baselines, score_heads, calibrate, evaluate
     assert all(line.startswith("runtime: device cpu (") for line in lines)
     assert all(", precision bf16 (as configured" in line for line in lines)
