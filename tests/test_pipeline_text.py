@@ -157,6 +157,28 @@ def test_status_and_predict_use_the_registry(project):
         assert 0 <= row["disagreement"] <= 1
 
 
+def test_promote_after_a_calibrate_rerun_without_the_gate_is_refused(project):
+    from tasks.lineage import dvc_md5
+    from tasks.params import load_params, write_params
+
+    params = project / "params.yaml"
+    original, model_md5 = params.read_text(), dvc_md5(project / "models" / "hydra")
+    cfg = load_params(params)
+    changed = cfg.calibrate.model_copy(update={"uncertain_quantile": 0.8})
+    write_params(cfg.model_copy(update={"calibrate": changed}), params)
+    try:
+        cli("stage", "calibrate", "-C", str(project))  # calibrate alone, no gate after it
+        assert dvc_md5(project / "models" / "hydra") != model_md5
+        res = cli("promote", "-C", str(project), code=1)
+        assert (
+            "stale" in res.output and "models/hydra" in res.output and "Traceback" not in res.output
+        )
+    finally:
+        params.write_text(original)
+        cli("stage", "calibrate", "-C", str(project))
+    assert dvc_md5(project / "models" / "hydra") == model_md5  # deterministic: back as it was
+
+
 def test_second_run_recomputes_nothing(project):
     lock_before = (project / "dvc.lock").read_bytes()
     mtime = (project / "models" / "hydra" / "model.safetensors").stat().st_mtime_ns
