@@ -105,7 +105,7 @@ def _locked_outs(root: Path, stage: str) -> dict[str, str]:
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
     from tasks.common import load_evaluation
-    from tasks.evaluate import metrics_table
+    from tasks.report import metrics_table
 
     summary: dict[str, Any] = {}
     ev_path, gate_path = root / METRICS / "evaluate.json", root / REPORTS / "gate.json"

@@ -21,26 +21,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hydra_ops.checkpoints import load_model, load_pruned
 from hydra_ops.data import split_labels
-from hydra_ops.inference import logits as run_logits
-from hydra_ops.plans import load_plans
 from hydra_ops.runtime import Runtime, move_batch
 from tasks import data as prepared
+from tasks.candidates import build_candidates
 from tasks.common import (
-    BASE,
-    BASELINES,
     COMPILED,
     HYDRA,
     LATENCY_FILE,
     METRICS,
-    PLANS,
     PLOTS,
     REPORTS,
     read_json,
@@ -48,7 +42,8 @@ from tasks.common import (
     write_json,
     write_text,
 )
-from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
+from tasks.params import PipelineConfig
+from tasks.report import render_report
 
 log = logging.getLogger("hydra_ens")
 
@@ -56,116 +51,6 @@ EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
 BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
 BOOTSTRAP_OOD = ("auroc",)
 VARIANTS = ("calibrated", "raw")
-
-
-class Candidate:
-    """A model under evaluation: ``logits(batch) -> [B, K, C]`` (K members; 1 for a single
-    model). ``split_logits``, when given, computes a whole split's ``[N, K, C]`` instead (so shared
-    models can reuse cached outputs); latency always times ``fn``."""
-
-    def __init__(
-        self,
-        name: str,
-        fn: Callable[[dict], torch.Tensor],
-        parameters: int,
-        k: int,
-        split_logits: Callable[[list[dict]], torch.Tensor] | None = None,
-    ):
-        self.name, self.fn, self.parameters, self.members = name, fn, parameters, k
-        self.split_logits = split_logits
-
-    @torch.no_grad()
-    def member_logits(self, data_batches: list[dict]) -> torch.Tensor:
-        if self.split_logits is not None:
-            return self.split_logits(data_batches)
-        return torch.cat([self.fn(b).float() for b in data_batches])
-
-    def latency_ms(self, batch: dict, repeats: int, device: torch.device | None = None) -> float:
-        """Median ms of ``fn(batch)`` (synchronised on a CUDA ``device``)."""
-        from hydra_ops.compile import median_latency_ms
-
-        return median_latency_ms(lambda: self.fn(batch), repeats, device)[1]
-
-
-def _singles(
-    name: str,
-    models: list[torch.nn.Module],
-    cache: dict[tuple[int, int], torch.Tensor],
-    runtime: Runtime | None = None,
-) -> Candidate:
-    """Independent models as one candidate. ``cache`` maps ``(id(model), id(split batches))`` to
-    ``[N, C]`` logits, shared between candidates: the base is both ``single`` and Deep Ensemble
-    member 0, and runs once per split. The models run on ``runtime`` (None: CPU fp32)."""
-    rt = runtime or Runtime()
-
-    def logits(m: torch.nn.Module, batches: list[dict]) -> torch.Tensor:
-        return run_logits(m, batches, device=rt.device, precision=rt.precision)
-
-    def fn(b: dict) -> torch.Tensor:
-        return torch.stack([logits(m, [b]) for m in models], dim=1)
-
-    def split_logits(batches: list[dict]) -> torch.Tensor:
-        per_model = []
-        for m in models:
-            key = (id(m), id(batches))
-            if key not in cache:
-                cache[key] = logits(m, batches)
-            per_model.append(cache[key])
-        return torch.stack(per_model, dim=1)
-
-    params = sum(p.numel() for m in models for p in m.parameters())
-    return Candidate(name, fn, params, len(models), split_logits)
-
-
-def build_candidates(
-    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
-) -> tuple[list[Candidate], float]:
-    """The candidates, every model on ``runtime`` (None: CPU fp32), and Hydra's temperature."""
-    from hydra_ops.serialization import load_hydra
-    from tasks.merge import load_members
-
-    rt = runtime or Runtime()
-    hydra = load_hydra(root / HYDRA)
-    temperature = float(hydra.temperature)
-    # The gates judge what ships: when compile shipped a bf16/fp16 artifact, the Hydra is the
-    # eager model cast to that precision (what the artifact computes; compile checked the two
-    # agree); an fp32 (or eager) artifact keeps today's path (bit-identical metrics).
-    shipped = read_json(root / COMPILED / "compiled.json", "compile output").get("precision")
-    if shipped in (None, "fp32", "float32"):
-        hydra_logits = lambda b: run_logits(  # noqa: E731
-            hydra, [b], device=rt.device, precision=rt.precision
-        )
-    else:
-        from hydra_ops.compile import DTYPES, cast_batch, precision_name
-
-        shipped = precision_name(shipped)
-        at_shipped = hydra.to(DTYPES[shipped])
-        hydra_logits = lambda b: run_logits(  # noqa: E731
-            at_shipped, [cast_batch(b, shipped)], device=rt.device
-        )
-        log.info("evaluate hydra: at the shipped precision %s (compiled.json)", shipped)
-    cands = [
-        Candidate(
-            "hydra",
-            hydra_logits,
-            int(hydra.num_parameters(effective=True)),
-            cfg.members.num_members,
-        )
-    ]
-    cache: dict[tuple[int, int], torch.Tensor] = {}
-    base = load_model(root / BASE)
-    cands.append(_singles("single", [base], cache, rt))
-    naive_plan = load_plans(root / PLANS / "naive_plan.json")[0]
-    cands.append(_singles("naive_pruned", [load_pruned(root / BASE, naive_plan)], cache, rt))
-    ensemble = [base]
-    index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
-    for unit in index["units"]:
-        ensemble.append(load_model(root / BASELINES / unit))
-    cands.append(_singles("deep_ensemble", ensemble, cache, rt))
-    controls = load_members(cfg, root, kind="control")
-    if controls:
-        cands.append(_singles("control", controls, cache, rt))
-    return cands, temperature
 
 
 def _probs(member_logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -377,111 +262,6 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 def _without_latency(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k != "latency_ms"}
-
-
-def _fmt(v: float) -> str:
-    return f"{v:.4f}" if abs(v) < 100 else f"{v:,.0f}"
-
-
-def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
-    """Markdown table: one row per model, columns split/metric (+ parameters, latency)."""
-    cols = [("id_test", m) for m in CLASSIFICATION_METRICS]
-    cols += [("shift", m) for m in ("accuracy", "nll", "ece")]
-    cols += [(s, m) for s in ("near_ood", "far_ood") for m in OOD_METRICS]
-    header = ["model", *[f"{s}.{m}" for s, m in cols], "T", "parameters", "latency_ms"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, entry in result["models"].items():
-        row = [name] + [_fmt(entry[variant][s][m]) for s, m in cols]
-        t = entry["temperature"] if variant == "calibrated" else 1.0
-        latency = entry.get("latency_ms")
-        shown = "-" if latency is None else f"{latency:.1f}"
-        row += [f"{t:.3f}", f"{entry['parameters']:,}", shown]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
-
-
-def bootstrap_table(result: dict[str, Any], variant: str = "calibrated") -> str:
-    lines = [
-        "| baseline | split | metric | Hydra - baseline | 95% interval |",
-        "|---|---|---|---|---|",
-    ]
-    for base, by_variant in result["bootstrap"].items():
-        for split, by_metric in by_variant[variant].items():
-            for metric, r in by_metric.items():
-                lines.append(
-                    f"| {base} | {split} | {metric} | {r['difference']:+.4f} | "
-                    f"[{r['low']:+.4f}, {r['high']:+.4f}] |"
-                )
-    return "\n".join(lines)
-
-
-def _compiled_note(hydra: dict[str, Any]) -> str:
-    if hydra["compile_max_abs_diff"] is None:
-        return "eager (nothing compiled; the compile checks are not applicable)"
-    return (
-        f"{hydra['compile_backend']} (max |dp| vs eager {hydra['compile_max_abs_diff']:.2e}, "
-        f"argmax agreement {hydra['compile_argmax_agreement']:.4f})"
-    )
-
-
-def verdict_table(result: dict[str, Any]) -> str:
-    """Markdown: per split, how many Hydra examples each ``hydra-ens predict`` verdict flags."""
-    from hydra_ops.ood_thresholds import VERDICT_LABELS, VERDICTS
-
-    hydra = result["models"]["hydra"]
-    lines = [
-        "| split | n | " + " | ".join(VERDICT_LABELS[v] for v in VERDICTS) + " |",
-        "|---|---|" + "---|" * len(VERDICTS),
-    ]
-    for split, counts in hydra["verdicts"].items():
-        n = sum(counts.values())
-        cells = [f"{counts[v]} ({hydra['verdict_fractions'][split][v]:.1%})" for v in VERDICTS]
-        lines.append(f"| {split} | {n} | " + " | ".join(cells) + " |")
-    th = result.get("verdict_thresholds")
-    if th:
-        lines.append(
-            f"\nThresholds (from `models/hydra` metadata, fitted on {th['fitted_on']}, n = "
-            f"{th['n']}): score `{th['score']}` (higher = more OOD); uncertain > "
-            f"{th['uncertain']:.4g} (the {th['uncertain_quantile']:.0%} quantile of ID scores), "
-            f"likely OOD > {th['likely_ood']:.4g} (the {th['likely_ood_quantile']:.0%} quantile)."
-        )
-    return "\n".join(lines)
-
-
-def render_report(result: dict[str, Any]) -> str:
-    hydra = result["models"]["hydra"]
-    return (
-        "\n\n".join(
-            [
-                f"# Evaluation: Hydra Ensemble ({result['variant']} variant, M = "
-                f"{result['num_members']})",
-                f"OOD score: `{result['ood_score']}` (OOD is the positive class). The scorer's OOD "
-                f"validation set: {result['ood_validation_set']}. Examples per split: "
-                + ", ".join(f"{k} {v}" for k, v in result["counts"].items())
-                + f". Shipped artifact: {_compiled_note(hydra)}.",
-                "## Calibrated (temperature scaling fitted on validation)",
-                metrics_table(result, "calibrated"),
-                "## Raw",
-                metrics_table(result, "raw"),
-                "## Paired bootstrap: Hydra minus each baseline (calibrated)",
-                bootstrap_table(result, "calibrated"),
-            ]
-            + (
-                ["## `hydra-ens predict` verdicts (Hydra, calibrated)", verdict_table(result)]
-                if "verdicts" in hydra
-                else []
-            )
-            + (
-                [
-                    "## Paired bootstrap: Hydra minus each baseline (raw)",
-                    bootstrap_table(result, "raw"),
-                ]
-                if all("raw" in b for b in result["bootstrap"].values())
-                else []
-            )
-        )
-        + "\n"
-    )
 
 
 def main() -> None:

@@ -344,7 +344,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
 
     from hydra_ops.merge import merge_members
     from hydra_ops.serialization import read_hydra_config, save_hydra
-    from tasks import calibrate, evaluate
+    from tasks import calibrate, evaluate, report
     from tasks.common import HYDRA, MERGED
 
     save_hydra(
@@ -355,7 +355,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     labels = val_logits.mean(1).argmax(1)
     monkeypatch.setattr(calibrate, "split", lambda root, name: name)
     monkeypatch.setattr(calibrate, "batches", lambda cfg, data, bs, **kw: [])
-    monkeypatch.setattr(calibrate, "logits", lambda hydra, batches: val_logits)
+    monkeypatch.setattr(calibrate, "logits", lambda hydra, batches, **kw: val_logits)
     monkeypatch.setattr(calibrate, "split_labels", lambda data: labels)
     monkeypatch.setattr(calibrate, "weights_hash", lambda d: "test")
     cfg = validate_params({"calibrate": {"uncertain_quantile": 0.5, "likely_ood_quantile": 0.75}})
@@ -379,7 +379,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     assert used == stored
     assert counts["id_test"] == {"ok": 20, "uncertain": 10, "likely_ood": 10}
     assert fractions["far_ood"] == {"ok": 0.5, "uncertain": 0.25, "likely_ood": 0.25}
-    table = evaluate.verdict_table(
+    table = report.verdict_table(
         {
             "models": {"hydra": {"verdicts": counts, "verdict_fractions": fractions}},
             "verdict_thresholds": used,

@@ -1,0 +1,113 @@
+"""The Markdown of ``reports/evaluate.md``: metrics per model, paired-bootstrap intervals, what the
+shipped artifact is, and how many examples each ``predict`` verdict flags."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4f}" if abs(v) < 100 else f"{v:,.0f}"
+
+
+def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
+    """Markdown table: one row per model, columns split/metric (+ parameters, latency)."""
+    cols = [("id_test", m) for m in CLASSIFICATION_METRICS]
+    cols += [("shift", m) for m in ("accuracy", "nll", "ece")]
+    cols += [(s, m) for s in ("near_ood", "far_ood") for m in OOD_METRICS]
+    header = ["model", *[f"{s}.{m}" for s, m in cols], "T", "parameters", "latency_ms"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, entry in result["models"].items():
+        row = [name] + [_fmt(entry[variant][s][m]) for s, m in cols]
+        t = entry["temperature"] if variant == "calibrated" else 1.0
+        latency = entry.get("latency_ms")
+        shown = "-" if latency is None else f"{latency:.1f}"
+        row += [f"{t:.3f}", f"{entry['parameters']:,}", shown]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def bootstrap_table(result: dict[str, Any], variant: str = "calibrated") -> str:
+    lines = [
+        "| baseline | split | metric | Hydra - baseline | 95% interval |",
+        "|---|---|---|---|---|",
+    ]
+    for base, by_variant in result["bootstrap"].items():
+        for split, by_metric in by_variant[variant].items():
+            for metric, r in by_metric.items():
+                lines.append(
+                    f"| {base} | {split} | {metric} | {r['difference']:+.4f} | "
+                    f"[{r['low']:+.4f}, {r['high']:+.4f}] |"
+                )
+    return "\n".join(lines)
+
+
+def _compiled_note(hydra: dict[str, Any]) -> str:
+    if hydra["compile_max_abs_diff"] is None:
+        return "eager (nothing compiled; the compile checks are not applicable)"
+    return (
+        f"{hydra['compile_backend']} (max |dp| vs eager {hydra['compile_max_abs_diff']:.2e}, "
+        f"argmax agreement {hydra['compile_argmax_agreement']:.4f})"
+    )
+
+
+def verdict_table(result: dict[str, Any]) -> str:
+    """Markdown: per split, how many Hydra examples each ``hydra-ens predict`` verdict flags."""
+    from hydra_ops.ood_thresholds import VERDICT_LABELS, VERDICTS
+
+    hydra = result["models"]["hydra"]
+    lines = [
+        "| split | n | " + " | ".join(VERDICT_LABELS[v] for v in VERDICTS) + " |",
+        "|---|---|" + "---|" * len(VERDICTS),
+    ]
+    for split, counts in hydra["verdicts"].items():
+        n = sum(counts.values())
+        cells = [f"{counts[v]} ({hydra['verdict_fractions'][split][v]:.1%})" for v in VERDICTS]
+        lines.append(f"| {split} | {n} | " + " | ".join(cells) + " |")
+    th = result.get("verdict_thresholds")
+    if th:
+        lines.append(
+            f"\nThresholds (from `models/hydra` metadata, fitted on {th['fitted_on']}, n = "
+            f"{th['n']}): score `{th['score']}` (higher = more OOD); uncertain > "
+            f"{th['uncertain']:.4g} (the {th['uncertain_quantile']:.0%} quantile of ID scores), "
+            f"likely OOD > {th['likely_ood']:.4g} (the {th['likely_ood_quantile']:.0%} quantile)."
+        )
+    return "\n".join(lines)
+
+
+def render_report(result: dict[str, Any]) -> str:
+    hydra = result["models"]["hydra"]
+    return (
+        "\n\n".join(
+            [
+                f"# Evaluation: Hydra Ensemble ({result['variant']} variant, M = "
+                f"{result['num_members']})",
+                f"OOD score: `{result['ood_score']}` (OOD is the positive class). The scorer's OOD "
+                f"validation set: {result['ood_validation_set']}. Examples per split: "
+                + ", ".join(f"{k} {v}" for k, v in result["counts"].items())
+                + f". Shipped artifact: {_compiled_note(hydra)}.",
+                "## Calibrated (temperature scaling fitted on validation)",
+                metrics_table(result, "calibrated"),
+                "## Raw",
+                metrics_table(result, "raw"),
+                "## Paired bootstrap: Hydra minus each baseline (calibrated)",
+                bootstrap_table(result, "calibrated"),
+            ]
+            + (
+                ["## `hydra-ens predict` verdicts (Hydra, calibrated)", verdict_table(result)]
+                if "verdicts" in hydra
+                else []
+            )
+            + (
+                [
+                    "## Paired bootstrap: Hydra minus each baseline (raw)",
+                    bootstrap_table(result, "raw"),
+                ]
+                if all("raw" in b for b in result["bootstrap"].values())
+                else []
+            )
+        )
+        + "\n"
+    )
