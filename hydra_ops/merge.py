@@ -1,10 +1,8 @@
 """The merge: M pruned members of one architecture fused into one :class:`HydraEnsemble`.
 
-Streams are laid out member-major, ``[M, B, T, D]``, from the embedding to the classifier, so every
-per-member projection, MLP and norm reads the previous one's output as it is (no transposed copies).
-Per layer, every member's q/k/v and output projections run as ONE grouped op (see
-:mod:`hydra_ops.grouped`); attention never mixes members; one forward returns member logits
-``[B, M, C]``.
+:func:`merge_members` reads each member's canonical weights through its adapter, decides per
+parameter whether it stays per member, writes the ``architecture`` description the network is
+built from (see :mod:`hydra_ops.ensemble`) and copies the weights in.
 
 Modes:
 
@@ -31,238 +29,33 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .adapters import (
-    ACTIVATIONS,
     AttentionWeights,
     BlockWeights,
     ClassifierWeights,
     EmbeddingStage,
     LayerNormWeights,
     ModelAdapter,
-    embedding_stage_from_config,
     get_adapter,
 )
-from .grouped import (
-    GroupedAttention,
-    GroupedLayerNorm,
-    GroupedLinear,
-    GroupedMLP,
-    attention_implementation,
-)
-from .plans import HeadPlan
+from .ensemble import HydraBlock, HydraClassifier, HydraEnsemble, ensemble_probabilities
+from .grouped import GroupedLayerNorm, GroupedLinear, attention_implementation
 from .surgery import head_plan_of
+
+__all__ = [
+    "MERGE_MODES",
+    "HydraBlock",
+    "HydraClassifier",
+    "HydraEnsemble",
+    "MergeMode",
+    "ensemble_probabilities",
+    "merge_members",
+]
 
 MergeMode = Literal["stack", "average"]
 MERGE_MODES = ("stack", "average")
-
-
-class HydraBlock(nn.Module):
-    """One transformer block over ``[M, B, T, D]`` streams (pre- or post-norm, see BlockWeights)."""
-
-    def __init__(
-        self,
-        norm_first: bool,
-        attention: GroupedAttention,
-        attn_norm: GroupedLayerNorm,
-        mlp: GroupedMLP,
-        mlp_norm: GroupedLayerNorm,
-    ) -> None:
-        super().__init__()
-        self.norm_first = norm_first
-        self.attention = attention
-        self.attn_norm = attn_norm
-        self.mlp = mlp
-        self.mlp_norm = mlp_norm
-
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        if self.norm_first:
-            x = x + self.attention(self.attn_norm(x), key_padding_mask)
-            return x + self.mlp(self.mlp_norm(x))
-        x = self.attn_norm(x + self.attention(x, key_padding_mask))
-        return self.mlp_norm(x + self.mlp(x))
-
-
-class HydraClassifier(nn.Module):
-    """Classification head over ``[M, B, T, D]`` -> ``[M, B, C]`` (see ClassifierWeights)."""
-
-    def __init__(
-        self,
-        final_norm: GroupedLayerNorm | None,
-        pool: str,
-        num_prefix_tokens: int,
-        pre_classifier: GroupedLinear | None,
-        pre_activation: str | None,
-        fc_norm: GroupedLayerNorm | None,
-        classifier: GroupedLinear,
-    ) -> None:
-        super().__init__()
-        self.final_norm = final_norm
-        self.pool = pool
-        self.num_prefix_tokens = num_prefix_tokens
-        self.pre_classifier = pre_classifier
-        self.pre_activation = pre_activation
-        self.fc_norm = fc_norm
-        self.classifier = classifier
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        x = x[:, :, 0] if self.pool == "cls" else x[:, :, self.num_prefix_tokens :].mean(dim=2)
-        if self.pre_classifier is not None:
-            x = self.pre_classifier(x)
-            if self.pre_activation is not None:
-                x = ACTIVATIONS[self.pre_activation](x)
-        if self.fc_norm is not None:
-            x = self.fc_norm(x)
-        return self.classifier(x)
-
-
-class HydraEnsemble(nn.Module):
-    """M pruned members fused into one network.
-
-    ``forward(inputs, attention_mask=None, token_type_ids=None) -> member logits [B, M, C]``, where
-    ``inputs`` is ``input_ids [B, T]`` (text) or ``pixel_values [B, C, H, W]`` (images) and
-    ``attention_mask [B, T]`` marks real tokens with 1.
-
-    Build it with :func:`merge_members`, or from a saved directory with
-    :func:`hydra_ops.serialization.load_hydra`.
-    """
-
-    def __init__(self, architecture: dict[str, Any], embeddings: nn.Module | None = None) -> None:
-        """Build the (untrained) network described by ``architecture``; ``embeddings``, when
-        given, is used as the embedding stage(s) instead of building new ones."""
-        super().__init__()
-        self.architecture = architecture
-        arch = architecture
-        m = int(arch["num_members"])
-        self.num_members = m
-        self.family = arch["family"]
-        self.modality = arch["modality"]
-        self.mode = arch["mode"]
-        self.plans = [HeadPlan.from_dict(p) for p in arch["plans"]]
-        emb = arch["embedding"]
-        if embeddings is not None:
-            self.embeddings = embeddings
-        elif emb["per_member"]:
-            self.embeddings: nn.Module = nn.ModuleList(
-                embedding_stage_from_config(self.family, emb["config"]) for _ in range(m)
-            )
-        else:
-            self.embeddings = embedding_stage_from_config(self.family, emb["config"])
-        self.trunk = nn.ModuleList(_block_from_arch(b, arch) for b in arch["trunk"])
-        self.blocks = nn.ModuleList(_block_from_arch(b, arch) for b in arch["blocks"])
-        self.head = _head_from_arch(arch["head"], arch)
-        self.register_buffer("temperature", torch.ones(()), persistent=True)
-        self.eval()
-
-    # ----- properties ------------------------------------------------------------------------
-    @property
-    def shared_layers(self) -> int:
-        return len(self.trunk)
-
-    @property
-    def attention_implementation(self) -> str:
-        return self.blocks[0].attention.name
-
-    @property
-    def class_names(self) -> list[str] | None:
-        return self.architecture.get("class_names")
-
-    def num_parameters(self, effective: bool = True) -> int:
-        """Parameter count; ``effective`` skips the zeros that attention padding or
-        block-diagonal storage adds (what the members really hold)."""
-        if not effective:
-            return sum(p.numel() for p in self.parameters())
-        total = 0
-        for module in self.modules():
-            if isinstance(module, GroupedAttention):
-                total += module.num_effective_parameters()
-            else:
-                total += sum(p.numel() for p in module.parameters(recurse=False))
-        return total
-
-    def set_temperature(self, temperature: float) -> None:
-        """Set the calibration temperature used by :meth:`predict_proba` (must be > 0)."""
-        value = float(temperature)
-        if not value > 0 or value != value:
-            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
-        self.temperature.fill_(value)
-
-    def set_attention_implementation(self, name: str) -> HydraEnsemble:
-        """Switch every layer's grouped attention to implementation ``name`` (in place)."""
-        attention_implementation(name)
-        for block in [*self.trunk, *self.blocks]:
-            block.attention = block.attention.to_implementation(name)
-        for block_arch in [*self.architecture["trunk"], *self.architecture["blocks"]]:
-            block_arch["attention"]["implementation"] = name
-        return self
-
-    # ----- forward -----------------------------------------------------------------------------
-    def forward(
-        self,
-        inputs: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-    ) -> Tensor:
-        mask = None if attention_mask is None else attention_mask.to(torch.bool)
-        # streams [M, B, T, D] (member-major, see hydra_ops.grouped)
-        if isinstance(self.embeddings, nn.ModuleList):
-            x = torch.stack(
-                [stage(inputs, attention_mask, token_type_ids) for stage in self.embeddings]
-            )
-        else:
-            x = self.embeddings(inputs, attention_mask, token_type_ids).unsqueeze(0)
-            for block in self.trunk:
-                x = block(x, mask)
-            x = x.expand(self.num_members, -1, -1, -1)
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.head(x).transpose(0, 1).contiguous()
-
-    @torch.no_grad()
-    def predict_proba(
-        self,
-        inputs: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-    ) -> Tensor:
-        """Ensemble probabilities ``[B, C]``: mean of member softmax, then the calibration
-        temperature applied to its log (``softmax(log(mean_p) / T)``; identity at ``T = 1``)."""
-        member_logits = self(inputs, attention_mask, token_type_ids)
-        return ensemble_probabilities(member_logits, float(self.temperature))
-
-    @torch.no_grad()
-    def uncertainty(
-        self,
-        inputs: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-    ) -> dict[str, Tensor]:
-        """Per-example uncertainty ``[B]`` tensors: ``total_entropy``, ``expected_entropy``,
-        ``mutual_information``, ``disagreement`` (from the member softmaxes) and ``confidence``
-        (max calibrated ensemble probability)."""
-        from .uncertainty import decompose
-
-        member_logits = self(inputs, attention_mask, token_type_ids)
-        result = decompose(member_logits.softmax(dim=-1))
-        result["confidence"] = ensemble_probabilities(member_logits, float(self.temperature)).amax(
-            dim=-1
-        )
-        return result
-
-
-def ensemble_probabilities(member_logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """``[B, M, C]`` member logits -> ``[B, C]``: ``softmax(log(mean_m softmax(z_m)) / T)``, the
-    log of the mean from :func:`hydra_ops.calibration.ensemble_log_probs` (which validates it)."""
-    from .calibration import ensemble_log_probs
-
-    log_mean = ensemble_log_probs(member_logits)
-    if temperature == 1.0:
-        return log_mean.exp()
-    return F.softmax(log_mean / temperature, dim=-1)
 
 
 # ----- architecture description ----------------------------------------------------------------
@@ -273,60 +66,6 @@ def _norm_arch(weights: Sequence[LayerNormWeights], per_member: bool) -> dict[st
         "bias": weights[0].bias is not None,
         "per_member": per_member,
     }
-
-
-def _build_norm(arch: dict[str, Any] | None, m: int) -> GroupedLayerNorm | None:
-    if arch is None:
-        return None
-    return GroupedLayerNorm(
-        arch["dim"], arch["eps"], m if arch["per_member"] else None, arch["bias"]
-    )
-
-
-def _block_from_arch(block: dict[str, Any], arch: dict[str, Any]) -> HydraBlock:
-    m = 1 if block["trunk"] else int(arch["num_members"])
-    att = block["attention"]
-    attention = attention_implementation(att["implementation"])(
-        att["head_counts"], arch["head_dim"], arch["hidden_size"]
-    )
-    mlp_arch = block["mlp"]
-    mlp = GroupedMLP(
-        arch["hidden_size"],
-        mlp_arch["hidden"],
-        mlp_arch["activation"],
-        m if mlp_arch["fc1_per_member"] else None,
-        m if mlp_arch["fc2_per_member"] else None,
-        mlp_arch["bias"],
-    )
-    return HydraBlock(
-        block["norm_first"],
-        attention,
-        _build_norm(block["attn_norm"], m),
-        mlp,
-        _build_norm(block["mlp_norm"], m),
-    )
-
-
-def _head_from_arch(head: dict[str, Any], arch: dict[str, Any]) -> HydraClassifier:
-    m = int(arch["num_members"])
-    d = int(arch["hidden_size"])
-    pre = None
-    if head["pre_classifier"] is not None:
-        p = head["pre_classifier"]
-        pre = GroupedLinear(d, d, m if p["per_member"] else None, p["bias"])
-    c = head["classifier"]
-    classifier = GroupedLinear(
-        d, int(arch["num_classes"]), m if c["per_member"] else None, c["bias"]
-    )
-    return HydraClassifier(
-        _build_norm(head["final_norm"], m),
-        head["pool"],
-        int(head["num_prefix_tokens"]),
-        pre,
-        head["pre_activation"],
-        _build_norm(head["fc_norm"], m),
-        classifier,
-    )
 
 
 # ----- merging -----------------------------------------------------------------------------------
