@@ -16,7 +16,7 @@ from tasks.params import (
     write_params,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from tasks.gate import evaluate_check
 from tasks.params import GateCheck
 from tasks.resumable import ensure_unit, finalise, unit_is_done
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _ev(hydra_acc=0.90, single_acc=0.92, low=-0.03, high=0.01):

@@ -531,7 +531,7 @@ def reference() -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 @pytest.mark.parametrize("name", sorted(_reference_cases()))
 def test_scores_are_bit_identical_to_the_single_module_scorers(name, reference) -> None:
     """Every method, seeds and options: the very tensors (and meta, circuits) of the scorers as
-    they were before the split into a package (tests/data, written by ``_write_reference``)."""
+    they were before the split into a package (tests/lib/data, written by ``_write_reference``)."""
     tensors, metadata = reference
     with _one_thread():
         record, header = _reference_record(_reference_run(*_reference_cases()[name]))

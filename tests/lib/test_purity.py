@@ -26,7 +26,7 @@ def test_hydra_ops_source_imports_no_params_machinery():
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "hydra_ops"
+    root = Path(__file__).resolve().parents[2] / "hydra_ops"
     found = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -43,7 +43,7 @@ def test_imports_point_one_way():
     """tasks may import hydra_ops, flows may import tasks; never the other way round."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     offenders = []
     for package, forbidden in (("hydra_ops", ("tasks", "flows")), ("tasks", ("flows",))):
         for path in (root / package).rglob("*.py"):

@@ -27,7 +27,7 @@ from hydra_ops.uncertainty import calibrated_ood_score, calibrated_uncertainty, 
 from tasks.params import ConfigError, resolve_params, validate_params
 from tasks.predict import ROW_FIELDS, legend, rows_from_member_logits, validate_inputs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def member_logits_of(*member_probs: tuple[float, ...]) -> torch.Tensor:
