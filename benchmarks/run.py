@@ -3,6 +3,13 @@
 ``python -m benchmarks.run [--models minilm,vit_s,vit_b] [--smoke] [--out benchmarks/results]``
 writes ``results.json`` and ``results.md`` (the table of docs/benchmarks.md). Every figure is also
 given as a ratio to the single unpruned base model of the same case. See ``--help``.
+
+``--precisions fp32,bf16`` (fp16: CUDA only) adds the precision axis: every row is built once per
+precision (eager rows run under :func:`hydra_ops.runtime.autocast` on fp32 weights, as served;
+compiled rows are ``compile_model(..., precision=p)``), all rows of a case are timed round-robin
+together, and every ratio is taken against the *reference row*: the single model, fp32 eager
+(``base`` at ``fp32``, what a user runs today). ``same_precision_ratio`` is the latency against
+``base`` at the row's own precision, ``same_precision_over_flops`` that ratio over the FLOP ratio.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ COLUMNS = (
     "kind",
     "implementation",
     "backend",
+    "precision",
     "shared_layers",
     "latency_ms_median",
     "latency_ms_p25",
@@ -62,10 +70,15 @@ COLUMNS = (
     "memory_ratio",
     "params_ratio",
     "flops_ratio",
+    "same_precision_ratio",
+    "same_precision_over_flops",
     "error",
 )
 OUT_OPTION = typer.Option(Path("benchmarks/results"), help="output directory")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+PRECISIONS = ("fp32", "bf16", "fp16")
+REFERENCE = {"row": "base", "precision": "fp32", "label": "single model, fp32 eager"}
 
 
 def expected_rows(spec: ModelSpec, backends: list[str]) -> list[str]:
@@ -132,31 +145,72 @@ class ModelBench:
             del default
         return self.default_impl
 
-    def compiled_fn(self, backend: str, inputs: tuple[Tensor, ...], max_batch: int) -> Any:
+    def compiled_fn(
+        self,
+        backend: str,
+        inputs: tuple[Tensor, ...],
+        max_batch: int,
+        precision: str | None = None,
+    ) -> Any:
+        """The default Hydra compiled with ``backend`` (cached per backend and precision).
+
+        ``precision`` None: the model as it is (legacy ``--dtype`` runs); else passed to
+        ``compile_model(..., precision=...)``. Failures are recorded in ``compile_errors``."""
         from hydra_ops.compile import compile_model
 
-        if backend not in self.compiled and backend not in self.compile_errors:
-            out = Path(self._tmp.name) / backend
+        key = backend if precision is None else f"{backend}@{precision}"
+        if key not in self.compiled and key not in self.compile_errors:
+            out = Path(self._tmp.name) / key.replace("@", "_")
+            extra = {} if precision is None else {"precision": precision}
             t0 = time.perf_counter()
             try:
-                self.compiled[backend] = compile_model(
-                    self.hydras[self.default_impl], backend, inputs, out, max_batch=max_batch
+                self.compiled[key] = compile_model(
+                    self.hydras[self.default_impl],
+                    backend,
+                    inputs,
+                    out,
+                    max_batch=max_batch,
+                    **extra,
                 )
-                self.compiled[backend].metadata["bench_compile_s"] = time.perf_counter() - t0
+                self.compiled[key].metadata["bench_compile_s"] = time.perf_counter() - t0
             except Exception as error:
-                self.compile_errors[backend] = f"{type(error).__name__}: {str(error)[:300]}"
-        return self.compiled.get(backend)
+                self.compile_errors[key] = f"{type(error).__name__}: {str(error)[:300]}"
+        return self.compiled.get(key)
 
 
 def case_rows(
-    bench: ModelBench, batch: int, seq: int | None, backends: list[str], max_batch: int
+    bench: ModelBench,
+    batch: int,
+    seq: int | None,
+    backends: list[str],
+    max_batch: int,
+    precision: str | None = None,
+    only_base: bool = False,
 ) -> list[dict[str, Any]]:
-    """Build every row of one case (callable + static facts), in ``expected_rows`` order."""
+    """Build every row of one case (callable + static facts), in ``expected_rows`` order.
+
+    ``precision`` None: the legacy ``--dtype`` run (weights at ``bench.dtype``, no autocast; the
+    rows' ``precision`` is that dtype's). Else eager rows run under ``autocast(device, precision)``
+    and compiled rows are compiled at ``precision``. ``only_base``: just the ``base`` row (the
+    fp32 reference when fp32 is not among the measured precisions)."""
+    from hydra_ops.runtime import autocast
+
     spec, dev = bench.spec, bench.device
     inputs = make_inputs(spec, batch, seq, dev, bench.dtype)
     one = make_inputs(spec, 1, seq, dev, bench.dtype)
     default = bench.pick_default(inputs)
     rows: list[dict[str, Any]] = []
+    label = precision or DTYPE_PRECISION[_dtype_name(bench.dtype)]
+
+    def under_precision(f: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        if precision is None or precision == "fp32":
+            return f
+
+        def run(*x: Tensor) -> Tensor:
+            with autocast(dev, precision):
+                return f(*x)
+
+        return run
 
     def add(
         name: str,
@@ -166,11 +220,16 @@ def case_rows(
         flop_model: Callable[..., Tensor] | None = None,
         **facts: Any,
     ) -> None:
-        row = {"row": name, "kind": kind, "params": params, **facts}
+        if only_base and name != "base":
+            return
+        row = {"row": name, "kind": kind, "params": params, "precision": label, **facts}
         try:
             fn = make()
+            if kind != "hydra_compiled":
+                fn = under_precision(fn)
             row["fn"] = lambda f=fn: f(*inputs)
-            row["flops_fn"] = lambda f=flop_model or fn: f(*one)
+            flop_fn = under_precision(flop_model) if flop_model else fn
+            row["flops_fn"] = lambda f=flop_fn: f(*one)
         except Exception as error:
             row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
         rows.append(row)
@@ -215,9 +274,10 @@ def case_rows(
     for backend in backends:
 
         def make(b: str = backend) -> Callable[..., Tensor]:
-            artifact = bench.compiled_fn(b, inputs, max_batch)
+            artifact = bench.compiled_fn(b, inputs, max_batch, precision)
             if artifact is None:
-                raise RuntimeError(bench.compile_errors[b])
+                key = b if precision is None else f"{b}@{precision}"
+                raise RuntimeError(bench.compile_errors[key])
             return artifact
 
         add(
@@ -251,11 +311,23 @@ def run_case(
     max_rounds: int,
     max_batch: int,
     log: Callable[[str], None],
+    precisions: list[str] | None = None,
 ) -> list[dict[str, Any]]:
+    """Measure one case; ``precisions`` None is the legacy single-dtype run (see ``case_rows``).
+
+    With ``precisions``, the rows of every precision are timed together, round-robin; the
+    reference row (``base`` at fp32, eager) is measured even when fp32 is not requested."""
     spec, dev = bench.spec, bench.device
     case = f"{spec.key} b{batch}" + (f" s{seq}" if seq else "")
     with torch.no_grad():
-        rows = case_rows(bench, batch, seq, backends, max_batch)
+        if precisions is None:
+            rows = case_rows(bench, batch, seq, backends, max_batch)
+        else:
+            rows = []
+            if "fp32" not in precisions:
+                rows += case_rows(bench, batch, seq, backends, max_batch, "fp32", only_base=True)
+            for precision in precisions:
+                rows += case_rows(bench, batch, seq, backends, max_batch, precision)
         for row in rows:
             if "fn" not in row:
                 continue
@@ -272,13 +344,16 @@ def run_case(
         )
     for row, timing in zip(live, timings, strict=True):
         row.update(timing.summary())
-    base = rows[0]
+    base = rows[0]  # the reference: base at fp32 (or at --dtype in a legacy run)
+    bases = {r["precision"]: r for r in rows if r["row"] == "base"}
+    for row in rows:
+        med = row.get("latency_ms_median")
+        row["throughput_per_s"] = batch / (med / 1e3) if med else None
     out = []
     for row in rows:
         row.pop("fn", None)
         row.pop("flops_fn", None)
         med = row.get("latency_ms_median")
-        row["throughput_per_s"] = batch / (med / 1e3) if med else None
         for ratio, key in (
             ("latency_ratio", "latency_ms_median"),
             ("throughput_ratio", "throughput_per_s"),
@@ -288,11 +363,19 @@ def run_case(
         ):
             value, ref = row.get(key), base.get(key)
             row[ratio] = value / ref if value is not None and ref else None
+        same = bases.get(row["precision"], {}).get("latency_ms_median")
+        row["same_precision_ratio"] = med / same if med and same else None
+        flops_ratio = row["flops_ratio"]
+        row["same_precision_over_flops"] = (
+            row["same_precision_ratio"] / flops_ratio
+            if row["same_precision_ratio"] and flops_ratio
+            else None
+        )
         full = {c: row.get(c) for c in COLUMNS}
         full.update(case=case, model=spec.key, batch=batch, seq=seq)
         out.append(full)
         log(
-            f"  {case:16s} {row['row']:28s} "
+            f"  {case:16s} {row['row']:28s} {row['precision']:4s} "
             + (
                 f"{med:10.2f} ms  x{row['latency_ratio']:.2f}"
                 if med
@@ -339,6 +422,46 @@ def default_backends(device: torch.device) -> list[str]:
     return [b for b in order if b in usable and (b != "tensorrt" or device.type == "cuda")]
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return next(name for name, d in DTYPES.items() if d == dtype)
+
+
+def parse_precisions(value: str | None, device: torch.device, dtype: str) -> list[str] | None:
+    """``--precisions`` as a list (None when not given). BadParameter for an unknown
+    precision, fp16 off CUDA, or a ``--dtype`` other than float32 (the weights stay fp32 and
+    the precision is autocast's)."""
+    chosen = _csv(value)
+    if not chosen:
+        return None
+    unknown = [p for p in chosen if p not in PRECISIONS]
+    if unknown:
+        raise typer.BadParameter(f"precisions must be among {list(PRECISIONS)}, got {unknown}")
+    if "fp16" in chosen and device.type != "cuda":
+        raise typer.BadParameter("precisions: fp16 runs only on CUDA (use fp32,bf16 on the CPU)")
+    if dtype != "float32":
+        raise typer.BadParameter(
+            f"precisions needs --dtype float32 (weights stay fp32), got --dtype {dtype}"
+        )
+    return list(dict.fromkeys(chosen))
+
+
+def precision_notes(precisions: list[str] | None, device: torch.device) -> dict[str, str]:
+    """One line per requested precision saying whether the device runs it natively; a bf16
+    without native support is still measured, and flagged by this note."""
+    from hydra_ops.runtime import bf16_supported
+
+    notes: dict[str, str] = {}
+    for precision in precisions or []:
+        if precision == "bf16":
+            ok, why = bf16_supported(device)
+            notes[precision] = ("native: " if ok else "EMULATED (slow, flagged): ") + why
+        elif precision == "fp16":
+            notes[precision] = "CUDA fp16 autocast"
+        else:
+            notes[precision] = "no autocast (the exact fp32 path)"
+    return notes
+
+
 def _csv(value: str | None) -> list[str]:
     return (
         [] if not value or value == "none" else [v.strip() for v in value.split(",") if v.strip()]
@@ -358,6 +481,12 @@ def main(
     threads: int = typer.Option(2, help="torch.set_num_threads"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     dtype: str = typer.Option("float32", help=f"one of {sorted(DTYPES)}"),
+    precisions: str = typer.Option(
+        None,
+        help="comma list of fp32, bf16 (CPU and CUDA), fp16 (CUDA): measured side by side "
+        "(autocast on fp32 weights) against the reference row: single model, fp32 eager",
+    ),
+    seqs: str = typer.Option(None, help="override the text sequence lengths, e.g. 64"),
     budget: float = typer.Option(
         20.0, help="seconds of timed round-robin per case (after warm-up)"
     ),
@@ -375,6 +504,7 @@ def main(
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     torch.set_num_threads(threads)
     dev = torch.device(device)
+    chosen_precisions = parse_precisions(precisions, dev, dtype)
     keys = _csv(models) or list(SMOKE_MODELS if smoke else FULL_MODELS)
     unknown = [k for k in keys if k not in MODELS]
     if unknown:
@@ -398,6 +528,12 @@ def main(
             "backends": chosen_backends,
             "smoke": smoke,
             "models": keys,
+            "precisions": chosen_precisions,
+            "precision_notes": precision_notes(chosen_precisions, dev),
+        },
+        "reference": {
+            **REFERENCE,
+            "precision": "fp32" if chosen_precisions else DTYPE_PRECISION[dtype],
         },
         "columns": list(COLUMNS),
         "models": {},
@@ -410,7 +546,8 @@ def main(
         bench = ModelBench(spec, members, dev, DTYPES[dtype])
         case_batches = [int(b) for b in _csv(batches)] or list(spec.batches)
         max_batch = max(64, *case_batches)
-        for seq in spec.seqs:
+        case_seqs = [int(x) for x in _csv(seqs)] if seqs and spec.family == "bert" else None
+        for seq in case_seqs or spec.seqs:
             for batch in case_batches:
                 results["rows"] += run_case(
                     bench,
@@ -422,6 +559,7 @@ def main(
                     max_rounds,
                     max_batch,
                     typer.echo,
+                    chosen_precisions,
                 )
                 results["models"][key] = _model_info(bench, chosen_backends)
                 _write(results, out, tag, started)  # partial results survive an interruption
@@ -430,7 +568,7 @@ def main(
 
 
 def _model_info(bench: ModelBench, backends: list[str]) -> dict[str, Any]:
-    keys = ("backend", "compile_seconds", "bench_compile_s", "input_names")
+    keys = ("backend", "precision", "compile_seconds", "bench_compile_s", "input_names")
     return {
         "default_implementation": bench.default_impl,
         "expected_rows": expected_rows(bench.spec, backends),

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is a repo folder, not an installed package
 
@@ -109,3 +111,84 @@ def test_targets_are_judged_from_rows():
     met = {t["target"].split(" (")[0]: t["met"] for t in evaluate_targets(results)}
     assert met["hydra / sequential Deep Ensemble latency"] is False
     assert "| hydra+onnxruntime |" in markdown({**results, "targets": []})
+
+
+def _run(args, tmp_path, timeout=600):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_precision_axis_has_reference_row_and_ratio_columns(tmp_path):
+    args = ["-m", "benchmarks.run", "--smoke", "--models", "tiny_bert", "--batches", "2"]
+    args += ["--threads", "1", "--backends", "none", "--precisions", "fp32,bf16"]
+    _run([*args, "--out", str(tmp_path)], tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["config"]["precisions"] == ["fp32", "bf16"]
+    assert set(results["config"]["precision_notes"]) == {"fp32", "bf16"}
+    assert results["reference"] == {
+        "row": "base",
+        "precision": "fp32",
+        "label": "single model, fp32 eager",
+    }
+    rows = results["rows"]
+    expected = expected_rows(MODELS["tiny_bert"], [])
+    assert [(r["row"], r["precision"]) for r in rows] == [
+        (name, p) for p in ("fp32", "bf16") for name in expected
+    ]
+    ref = rows[0]
+    assert (ref["row"], ref["precision"], ref["latency_ratio"]) == ("base", "fp32", 1.0)
+    base_bf16 = next(r for r in rows if r["row"] == "base" and r["precision"] == "bf16")
+    assert base_bf16["same_precision_ratio"] == 1.0
+    # every ratio is against the reference (base, fp32): bf16 base / fp32 base, same FLOPs
+    assert base_bf16["latency_ratio"] == pytest.approx(
+        base_bf16["latency_ms_median"] / ref["latency_ms_median"]
+    )
+    assert base_bf16["flops_ratio"] == 1.0
+    for row in rows:
+        assert set(row) == set(COLUMNS) and row["error"] is None, (row["row"], row["error"])
+        assert row["same_precision_over_flops"] == pytest.approx(
+            row["same_precision_ratio"] / row["flops_ratio"]
+        )
+    targets = {(t["case"], t["target"].split(" /")[0]) for t in evaluate_targets(results)}
+    default = results["models"]["tiny_bert"]["default_implementation"]
+    assert ("tiny_bert b2 s8 bf16", f"served hydra[{default}] bf16 eager") in targets
+    assert ("tiny_bert b2 s8 fp32", f"hydra[{default}]") in targets
+    table = (tmp_path / "results.md").read_text()
+    assert "**base: single model, fp32 eager (reference)**" in table
+    assert "latency ×single same precision" in table and "÷ FLOP ratio" in table
+
+
+def test_precision_axis_rejects_fp16_on_cpu(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    args = ["-m", "benchmarks.run", "--smoke", "--precisions", "fp32,fp16", "--out", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode != 0 and "fp16 runs only on CUDA" in done.stderr
+
+
+def test_gpu_check_script_runs_on_cpu(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    args = ["benchmarks/gpu_check.py", "--device", "cpu", "--steps", "2", "--tiny"]
+    args += ["--backends", "eager,export"]  # export: the compile_model branch, fast on CPU
+    done = _run([*args, "--out", str(out)], tmp_path)
+    report = json.loads(out.read_text())
+    assert report["fine_tune"]["steps"] == 2
+    assert all(check["ok"] for check in report["equivalence"]), report["equivalence"]
+    assert {r["precision"] for r in report["rows"]} == {"bf16", "fp32"}
+    for row in report["rows"]:
+        assert row["error"] is None and row["repeats"] == 2, row
+    cells = {(r["model"], r["precision"], r["backend"]) for r in report["rows"]}
+    assert cells == {
+        (m, p, b)
+        for m in ("single", "hydra")
+        for p in ("bf16", "fp32")
+        for b in ("eager", "export")
+    }
+    assert len(report["table"]) == 4 and all(t["hydra_over_single"] for t in report["table"])
+    assert 1.0 < report["flops"]["ratio"] <= 3.0
+    assert "hydra / single" in done.stdout

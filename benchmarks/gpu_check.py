@@ -1,0 +1,454 @@
+"""The prepared GPU check: fine-tune, merge, verify and time Hydra against the single model.
+
+``python benchmarks/gpu_check.py [--device cuda] [--steps 20] [--batch 64] [--out FILE]``
+
+Uses ``hydra_ops`` alone (plus torch and transformers): nothing from ``tasks/`` or ``flows/``, no
+Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
+
+1. MiniLM-shaped base (the packaged MiniLM-L6 through :func:`hydra_ops.models.load_text_classifier`
+   when importable, else random init of the same shape; ``--tiny``: a 3-layer toy for smoke
+   tests) and M members, each keeping a disjoint 1/M of the heads of every layer.
+2. Member 0 is fine-tuned for ``--steps`` steps on synthetic batches with
+   :func:`hydra_ops.training.fine_tune` on ``--device`` at ``--train-precision`` (bf16); the
+   other members get seeded noise (a stand-in for their own fine-tuning).
+3. :func:`hydra_ops.merge.merge_members` (stack mode); the merged model must equal the stacked
+   members: max |p_hydra - p_members| of member probabilities within the precision's tolerance
+   (fp32 1e-4, bf16/fp16 2e-2), else exit status 1.
+4. The table: single model vs Hydra at every ``--precisions`` (eager under
+   :func:`hydra_ops.runtime.autocast`; compiled via :func:`hydra_ops.compile.compile_model` with
+   ``precision=``), eager + inductor + TensorRT (when ``import torch_tensorrt`` works) on CUDA,
+   timed round-robin, with Hydra / single at equal precision and backend next to the FLOP ratio
+   (the paper reports 1.07 at bf16). Every latency is also given against the reference: the
+   single model, fp32 eager.
+
+Writes a JSON report to ``--out`` (atomically). CPU smoke test: ``--device cpu --steps 2 --tiny``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Run as a script, Python puts benchmarks/ first on sys.path, where benchmarks/profile.py would
+# shadow the standard library's profile (imported by torch._dynamo): use the repository root.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+import torch  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+
+from benchmarks import measure  # noqa: E402
+from benchmarks.workloads import perturb  # noqa: E402
+from hydra_ops.compile.precision import DEFAULT_TOLERANCES  # noqa: E402
+from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS  # noqa: E402
+from hydra_ops.merge import HydraEnsemble, merge_members  # noqa: E402
+from hydra_ops.plans import HeadPlan  # noqa: E402
+from hydra_ops.runtime import autocast, bf16_supported, resolve_device  # noqa: E402
+from hydra_ops.surgery import prune_heads  # noqa: E402
+
+NUM_LABELS = 4
+PAPER_BF16_RATIO = 1.07
+MINILM_SHAPE = {"hidden": 384, "layers": 6, "heads": 12, "ffn": 1536, "vocab": 30522}
+TINY_SHAPE = {"hidden": 48, "layers": 3, "heads": 6, "ffn": 64, "vocab": 100}
+
+
+class SingleAsEnsemble(nn.Module):
+    """A ``BertForSequenceClassification`` with Hydra's call convention:
+    ``(input_ids [B, T], attention_mask [B, T] | None, token_type_ids | None) -> [B, 1, C]``,
+    so ``compile_model`` takes it as it takes a :class:`HydraEnsemble`."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.num_members = 1
+
+    def forward(
+        self,
+        inputs: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor:
+        out = self.model(
+            input_ids=inputs, attention_mask=attention_mask, token_type_ids=token_type_ids
+        )
+        return out.logits[:, None, :]
+
+
+def build_base(tiny: bool) -> tuple[nn.Module, str, dict[str, int]]:
+    """``(model, where it came from, shape)``: the packaged MiniLM-L6 when importable (and not
+    ``tiny``), else a random-init BERT of the same shape."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    shape = TINY_SHAPE if tiny else MINILM_SHAPE
+    if not tiny:
+        try:
+            from hydra_ops.models import load_text_classifier
+
+            model, _ = load_text_classifier(NUM_LABELS)
+            return model.eval(), "hydra_ops.models.load_text_classifier (MiniLM-L6)", shape
+        except (ImportError, ValueError, OSError) as error:
+            print(f"[gpu_check] MiniLM-L6 not available ({error}); random init, same shape")
+    config = BertConfig(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        intermediate_size=shape["ffn"],
+        num_labels=NUM_LABELS,
+        max_position_embeddings=512,
+    )
+    return BertForSequenceClassification(config).eval(), "random init", shape
+
+
+def make_members(base: nn.Module, shape: dict[str, int], m: int) -> list[nn.Module]:
+    """M copies of ``base``, member ``i`` keeping heads ``i*H/M .. (i+1)*H/M - 1`` per layer."""
+    heads, layers = shape["heads"], shape["layers"]
+    if heads % m:
+        raise ValueError(f"members must divide the {heads} heads, got {m}")
+    per = heads // m
+    plans = [
+        HeadPlan(tuple(tuple(range(i * per, (i + 1) * per)) for _ in range(layers)))
+        for i in range(m)
+    ]
+    return [prune_heads(copy.deepcopy(base), plan) for plan in plans]
+
+
+def synthetic_batches(
+    n: int, batch: int, seq: int, vocab: int, seed: int
+) -> list[dict[str, Tensor]]:
+    """``n`` batches of random ids with a learnable label (``ids[:, 1] % C``)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(1, vocab, (batch, seq), generator=g)
+        out.append(
+            {
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "labels": ids[:, 1] % NUM_LABELS,
+            }
+        )
+    return out
+
+
+def check_equivalence(
+    hydra: HydraEnsemble,
+    members: list[nn.Module],
+    ids: Tensor,
+    mask: Tensor,
+    device: torch.device,
+    precision: str,
+) -> dict[str, Any]:
+    """Max |softmax(hydra) - softmax(member)| over members and items, at ``precision``."""
+    with torch.no_grad(), autocast(device, precision):
+        merged = hydra(ids, mask).float()
+        stacked = torch.stack(
+            [m(input_ids=ids, attention_mask=mask).logits.float() for m in members], dim=1
+        )
+    diff = (merged.softmax(-1) - stacked.softmax(-1)).abs().max().item()
+    tolerance = DEFAULT_TOLERANCES[precision]
+    return {
+        "precision": precision,
+        "max_prob_diff": diff,
+        "tolerance": tolerance,
+        "ok": diff <= tolerance,
+    }
+
+
+def pick_implementation(
+    members: list[nn.Module], ids: Tensor, mask: Tensor, device: torch.device, precision: str
+) -> str:
+    """The fastest grouped attention implementation here (1 warm-up + 3 timed calls each)."""
+    best: tuple[float, str] | None = None
+    for impl in sorted(ATTENTION_IMPLEMENTATIONS):
+        hydra = merge_members(members, mode="stack", attention=impl).to(device).eval()
+        with torch.no_grad(), autocast(device, precision):
+            fn = lambda h=hydra: h(ids, mask)  # noqa: E731
+            measure.warm_up(fn, device)
+            t = measure.time_round_robin([fn], device, 0.0, 3, 3)[0].summary()
+        if best is None or t["latency_ms_median"] < best[0]:
+            best = (t["latency_ms_median"], impl)
+        del hydra
+    return best[1]
+
+
+def default_backends(device: torch.device) -> list[str]:
+    """``eager`` everywhere; on CUDA also ``inductor`` and ``tensorrt`` when it imports."""
+    if device.type != "cuda":
+        return ["eager"]
+    backends = ["eager", "inductor"]
+    if importlib.util.find_spec("torch_tensorrt") is not None:
+        try:
+            import torch_tensorrt  # noqa: F401
+
+            backends.append("tensorrt")
+        except Exception as error:  # a broken install: say so, time the rest
+            print(f"[gpu_check] torch_tensorrt does not import ({error}); no TensorRT rows")
+    return backends
+
+
+def build_rows(
+    models: dict[str, nn.Module],
+    precisions: list[str],
+    backends: list[str],
+    inputs: tuple[Tensor, Tensor],
+    device: torch.device,
+    work: Path,
+    batch: int,
+) -> list[dict[str, Any]]:
+    """One row per (precision, backend, model) with its callable in ``fn`` (or an ``error``)."""
+    from hydra_ops.compile import compile_model
+
+    rows = []
+    for precision in precisions:
+        for backend in backends:
+            for name, model in models.items():
+                row: dict[str, Any] = {
+                    "model": name,
+                    "precision": precision,
+                    "backend": backend,
+                    "error": None,
+                }
+                try:
+                    if backend == "eager":
+
+                        def fn(m: nn.Module = model, p: str = precision) -> Tensor:
+                            with autocast(device, p):
+                                return m(*inputs)
+
+                    else:
+                        t0 = time.perf_counter()
+                        artifact = compile_model(
+                            model,
+                            backend,
+                            inputs,
+                            work / f"{name}_{backend}_{precision}",
+                            max_batch=batch,
+                            precision=precision,
+                        )
+                        row["compile_s"] = time.perf_counter() - t0
+                        fn = lambda a=artifact: a(*inputs)  # noqa: E731
+                    row["fn"] = fn
+                except Exception as error:
+                    row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+                rows.append(row)
+    return rows
+
+
+def time_rows(rows: list[dict[str, Any]], device: torch.device, rounds: int) -> None:
+    """Warm up every row, then time all of them round-robin (``rounds`` calls each)."""
+    with torch.no_grad():
+        for row in rows:
+            if "fn" in row:
+                try:
+                    row["warmup_s"] = measure.warm_up(row["fn"], device, calls=2)
+                except Exception as error:
+                    row.pop("fn")
+                    row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+        live = [r for r in rows if "fn" in r]
+        timings = measure.time_round_robin([r["fn"] for r in live], device, 0.0, rounds, rounds)
+    for row, timing in zip(live, timings, strict=True):
+        row.update(timing.summary())
+        del row["fn"]
+
+
+def ratios(rows: list[dict[str, Any]], flop_ratio: float) -> list[dict[str, Any]]:
+    """Hydra / single per (precision, backend), and both against single fp32 eager."""
+    key = {(r["model"], r["precision"], r["backend"]): r.get("latency_ms_median") for r in rows}
+    ref = key.get(("single", "fp32", "eager"))
+    out = []
+    for r in rows:
+        if r["model"] != "hydra":
+            continue
+        hydra = r.get("latency_ms_median")
+        single = key.get(("single", r["precision"], r["backend"]))
+        ratio = hydra / single if hydra and single else None
+        out.append(
+            {
+                "precision": r["precision"],
+                "backend": r["backend"],
+                "single_ms": single,
+                "hydra_ms": hydra,
+                "hydra_over_single": ratio,
+                "flop_ratio": flop_ratio,
+                "over_flop_ratio": ratio / flop_ratio if ratio else None,
+                "single_over_reference": single / ref if single and ref else None,
+                "hydra_over_reference": hydra / ref if hydra and ref else None,
+            }
+        )
+    return out
+
+
+def print_table(table: list[dict[str, Any]]) -> None:
+    def f(value: float | None, digits: int = 2) -> str:
+        return "—" if value is None else f"{value:.{digits}f}"
+
+    print(
+        "| precision | backend | single ms | hydra ms | hydra / single | ÷ FLOP ratio "
+        "| single ×ref | hydra ×ref |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for t in table:
+        print(
+            f"| {t['precision']} | {t['backend']} | {f(t['single_ms'], 1)} | {f(t['hydra_ms'], 1)}"
+            f" | {f(t['hydra_over_single'])} | {f(t['over_flop_ratio'])}"
+            f" | {f(t['single_over_reference'])} | {f(t['hydra_over_reference'])} |"
+        )
+    print(
+        f"(×ref: against the single model, fp32 eager; FLOP ratio hydra / single "
+        f"{f(table[0]['flop_ratio']) if table else '—'}; the paper reports hydra / single "
+        f"{PAPER_BF16_RATIO} at bf16)"
+    )
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    parser.add_argument("--steps", type=int, default=20, help="fine-tuning steps of member 0")
+    parser.add_argument("--train-precision", default="bf16", choices=("fp32", "bf16", "fp16"))
+    parser.add_argument("--train-batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=64, help="batch of the timed calls")
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--members", type=int, default=3)
+    parser.add_argument("--precisions", default="bf16,fp32", help="comma list: fp32, bf16, fp16")
+    parser.add_argument(
+        "--backends",
+        default=None,
+        help="comma list of eager and hydra_ops.compile backends (default: eager; on CUDA also "
+        "inductor, and tensorrt when it imports)",
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="timed calls per row")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--tiny", action="store_true", help="3-layer toy model (smoke tests)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_check.json"))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = resolve_device(args.device)
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    for p in precisions:
+        if p not in DEFAULT_TOLERANCES:
+            raise ValueError(f"precisions must be among {list(DEFAULT_TOLERANCES)}, got {p!r}")
+        if p == "fp16" and device.type != "cuda":
+            raise ValueError("precisions: fp16 runs only on CUDA")
+    if args.steps < 1:
+        raise ValueError(f"steps must be >= 1, got {args.steps}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    backends = (
+        [b.strip() for b in args.backends.split(",") if b.strip()]
+        if args.backends
+        else default_backends(device)
+    )
+    rounds = args.rounds or (20 if device.type == "cuda" else 2)
+    print(f"[gpu_check] device {device}; bf16: {bf16_supported(device)[1]}; backends {backends}")
+
+    base, source, shape = build_base(args.tiny)
+    members = make_members(base, shape, args.members)
+    for i, member in enumerate(members[1:], start=1):
+        perturb(member, 100 + i)
+
+    from hydra_ops.training import fine_tune
+
+    batches = synthetic_batches(args.steps, args.train_batch, args.seq, shape["vocab"], seed=0)
+    report = fine_tune(
+        members[0],
+        lambda epoch: batches,
+        epochs=1,
+        lr=5e-5,
+        device=device,
+        precision=args.train_precision,
+        progress=False,
+        log_fn=lambda line: print(f"[gpu_check] fine-tune: {line}"),
+    )
+    members = [m.to(device).eval() for m in members]
+    base = base.to(device).eval()
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, shape["vocab"], (args.batch, args.seq), generator=g).to(device)
+    mask = torch.ones_like(ids)
+    impl = pick_implementation(members, ids, mask, device, precisions[0])
+    hydra = merge_members(members, mode="stack", attention=impl).to(device).eval()
+    n_check = min(8, args.batch)
+    equivalence = [
+        check_equivalence(hydra, members, ids[:n_check], mask[:n_check], device, p)
+        for p in sorted(set(precisions) | {"fp32"})
+    ]
+    for check in equivalence:
+        print(f"[gpu_check] merged == stacked members at {check['precision']}: {check}")
+
+    single = SingleAsEnsemble(base).eval()
+    with torch.no_grad():
+        single_flops = measure.count_flops(lambda: single(ids[:1], mask[:1]))
+        hydra_flops = measure.count_flops(lambda: hydra(ids[:1], mask[:1]))
+    flop_ratio = hydra_flops / single_flops
+    del members
+    with tempfile.TemporaryDirectory(prefix="hydra-gpu-check-") as work:
+        rows = build_rows(
+            {"single": single, "hydra": hydra},
+            precisions,
+            backends,
+            (ids, mask),
+            device,
+            Path(work),
+            args.batch,
+        )
+        time_rows(rows, device, rounds)
+    table = ratios(rows, flop_ratio)
+    print(f"[gpu_check] batch {args.batch}, seq {args.seq}, M = {args.members}, hydra[{impl}]")
+    print_table(table)
+    for row in rows:
+        if row["error"]:
+            print(f"[gpu_check] {row['model']} {row['backend']} {row['precision']}: {row['error']}")
+
+    result = {
+        "format": "hydra-ens-gpu-check/1",
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "base": source,
+        "shape": shape,
+        "members": args.members,
+        "batch": args.batch,
+        "seq": args.seq,
+        "default_implementation": impl,
+        "fine_tune": {**report.to_dict(), "precision": args.train_precision},
+        "equivalence": equivalence,
+        "flops": {"single": single_flops, "hydra": hydra_flops, "ratio": flop_ratio},
+        "rows": rows,
+        "table": table,
+        "paper_bf16_hydra_over_single": PAPER_BF16_RATIO,
+    }
+    _atomic_write(args.out, json.dumps(result, indent=2, default=str))
+    print(f"[gpu_check] wrote {args.out}")
+    return 0 if all(c["ok"] for c in equivalence) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
