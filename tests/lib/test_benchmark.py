@@ -174,7 +174,7 @@ def test_precision_axis_rejects_fp16_on_cpu(tmp_path):
 def test_gpu_check_script_runs_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
     args = ["benchmarks/gpu_check.py", "--device", "cpu", "--steps", "2", "--tiny"]
-    args += ["--backends", "eager,export"]  # export: the compile_model branch, fast on CPU
+    args += ["--backends", "eager"]  # the script, the member fine-tune and the merge check
     done = _run([*args, "--out", str(out)], tmp_path)
     report = json.loads(out.read_text())
     assert report["fine_tune"]["steps"] == 2
@@ -184,11 +184,8 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
         assert row["error"] is None and row["repeats"] == 2, row
     cells = {(r["model"], r["precision"], r["backend"]) for r in report["rows"]}
     assert cells == {
-        (m, p, b)
-        for m in ("single", "hydra")
-        for p in ("bf16", "fp32")
-        for b in ("eager", "export")
+        (m, p, b) for m in ("single", "hydra") for p in ("bf16", "fp32") for b in ("eager",)
     }
-    assert len(report["table"]) == 4 and all(t["hydra_over_single"] for t in report["table"])
+    assert len(report["table"]) == 2 and all(t["hydra_over_single"] for t in report["table"])
     assert 1.0 < report["flops"]["ratio"] <= 3.0
     assert "hydra / single" in done.stdout
