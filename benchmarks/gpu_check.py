@@ -314,15 +314,10 @@ def print_table(table: list[dict[str, Any]]) -> None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    from hydra_ops.atomic import atomic_write_bytes
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, text.encode(), keep_suffix=False)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
