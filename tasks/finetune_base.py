@@ -98,7 +98,7 @@ def train_base(
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     rt = training_runtime(cfg)
     log.info(rt.describe())
-    summary, timings = train_base(cfg, root, cfg.finetune.seed, root / BASE, rt)
+    summary, timings = train_base(cfg, root, cfg.finetune_seed, root / BASE, rt)
     # metrics/finetune_base.json is not cached (dvc.yaml): the timings may live here
     metrics = {**summary, "train": {**summary["train"], **timings}}
     write_json(root / METRICS / "finetune_base.json", metrics)

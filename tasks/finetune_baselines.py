@@ -21,7 +21,7 @@ log = logging.getLogger("hydra_ens")
 
 
 def baseline_seeds(cfg: PipelineConfig) -> list[int]:
-    return [cfg.finetune.seed + k for k in range(1, cfg.deep_ensemble_size)]
+    return [cfg.finetune_seed + k for k in range(1, cfg.deep_ensemble_size)]
 
 
 def _train_seed(

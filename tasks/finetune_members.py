@@ -39,7 +39,7 @@ def _training_runtime(cfg: PipelineConfig) -> Runtime:
 
 
 def member_seed(cfg: PipelineConfig, m: int) -> int:
-    return cfg.finetune.seed + cfg.members.finetune.seed_offset + m
+    return cfg.finetune_seed + cfg.members.finetune.seed_offset + m
 
 
 def _unit_fingerprint(

@@ -62,6 +62,10 @@ GREATER_IS_BETTER = {
     "compile_argmax_agreement": True,
 }
 
+#: How far apart replicate seeds put their stage seeds (Deep Ensemble members use base + k and
+#: member fine-tunes base + ``members.finetune.seed_offset`` + m, all well below it).
+REPLICATE_STRIDE = 1000
+
 #: Heads per layer / layers of the built-in text model (MiniLM-L6).
 MINILM_LAYERS, MINILM_HEADS = 6, 12
 
@@ -319,7 +323,11 @@ class PipelineConfig(_Strict):
     """Root of ``params.yaml``."""
 
     profile: str = "default"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
+    """The replicate seed: it shifts every training and scoring seed (base fine-tune, Deep
+    Ensemble members, head scoring, member selection, member fine-tunes) by
+    ``REPLICATE_STRIDE * seed``, so replicates share no seed; the data split (``data.seed``) and
+    the bootstrap stay fixed. ``hydra-ens study`` varies this one value per replicate."""
     data: DataSpec = DataSpec()
     model: ModelConfig = ModelConfig()
     finetune: FinetuneConfig = FinetuneConfig()
@@ -337,6 +345,23 @@ class PipelineConfig(_Strict):
     runtime: RuntimeConfig = RuntimeConfig()
 
     # ---- derived values every stage agrees on ----
+    @property
+    def replicate_offset(self) -> int:
+        return REPLICATE_STRIDE * self.seed
+
+    @property
+    def finetune_seed(self) -> int:
+        """Seed of the base fine-tune; Deep Ensemble members and member fine-tunes offset it."""
+        return self.finetune.seed + self.replicate_offset
+
+    @property
+    def scoring_seed(self) -> int:
+        return self.scoring.seed + self.replicate_offset
+
+    @property
+    def members_seed(self) -> int:
+        return self.members.seed + self.replicate_offset
+
     @property
     def modality(self) -> str:
         return data_modality(self.data)

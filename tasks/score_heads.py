@@ -61,7 +61,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     model = load_model(root / BASE).to(rt.device)
     sc = cfg.scoring
     run_wide = {
-        "seed": sc.seed,
+        "seed": cfg.scoring_seed,
         "max_batches": sc.max_batches,
         "progress": os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0",
     }
@@ -72,7 +72,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     ood_val = None
     if sc.method == "taylor":
         data["train_batches"] = batches(
-            cfg, split(root, "train"), sc.batch_size, shuffle=True, seed=sc.seed
+            cfg, split(root, "train"), sc.batch_size, shuffle=True, seed=cfg.scoring_seed
         )
     elif sc.method == "circuit":
         data["val_batches"] = batches(cfg, split(root, "val"), sc.batch_size)

@@ -32,7 +32,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         m,
         budget,
         cfg.strategy,
-        cfg.members.seed,
+        cfg.members_seed,
         temperature=cfg.members.temperature,
         penalty=cfg.members.overlap_penalty,
     )
