@@ -1,0 +1,406 @@
+"""The study report on synthetic points (2 variants x 3 seeds, and 1 seed): numbers across seeds,
+paired differences, gates of Hydra and of the baselines as candidates, the recommendation, the
+figures. No pipeline runs: the evaluate.json / gate.json dicts are built here in the shape
+tasks/evaluate.py and tasks/gate.py write."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from scipy import stats
+
+from tasks.gate import evaluate_check
+from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
+from tasks.study_report import (
+    PointResult,
+    load_point,
+    mean_interval,
+    pareto_front,
+    write_study_report,
+)
+
+SEEDS = (0, 1, 2)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PARAMS = {"seed": 0, "gates": [GateCheck(**g).model_dump(mode="json") for g in default_gates()]}
+
+# Per model: (id accuracy, id nll, id ece, near-OOD AUROC, near-OOD FPR95) at seed s.
+SINGLE = {s: (0.90 + 0.01 * s, 0.30 + 0.01 * s, 0.030, 0.80 + 0.01 * s, 0.50) for s in SEEDS}
+DEEP = {s: (0.91 + 0.01 * s, 0.27 + 0.01 * s, 0.020, 0.86 + 0.01 * s, 0.40) for s in SEEDS}
+MCD = {s: (0.905 + 0.01 * s, 0.29 + 0.01 * s, 0.025, 0.83 + 0.01 * s, 0.45) for s in SEEDS}
+# Hydra: NLL/ECE within noise of the single model; near-OOD AUROC clearly above it; `fast`
+# falls 0.04 below the Deep Ensemble's near-OOD AUROC at seed 1 (gate tolerance 0.015).
+NLL_NOISE = {"fast": (0.01, -0.01, 0.005), "slow": (-0.008, 0.012, -0.002)}
+ECE_NOISE = {"fast": (0.002, -0.001, 0.0), "slow": (-0.002, 0.003, -0.0005)}
+NEAR_GAP = {"fast": (-0.005, -0.04, -0.004), "slow": (-0.003, -0.006, -0.002)}
+HYDRA_LATENCY = {"fast": 5.0, "slow": 9.0}
+HYDRA_PARAMS = {"fast": 20_000_000, "slow": 40_000_000}
+
+
+def hydra_values(v: str, s: int) -> tuple[float, ...]:
+    acc, nll, ece, _, _ = SINGLE[s]
+    return (
+        acc + 0.002,
+        nll + NLL_NOISE[v][s],
+        ece + ECE_NOISE[v][s],
+        DEEP[s][3] + NEAR_GAP[v][s],
+        0.42 + 0.01 * s,
+    )
+
+
+def entry(values: tuple[float, ...], parameters: int, members: int, ood_scores: bool) -> dict:
+    acc, nll, ece, near, fpr = values
+    cls = {m: 0.1 for m in CLASSIFICATION_METRICS} | {"accuracy": acc, "nll": nll, "ece": ece}
+    shift = {**cls, "accuracy": acc - 0.05}
+    near_m = {m: 0.7 for m in OOD_METRICS} | {"auroc": near, "fpr_at_95_tpr": fpr}
+    far_m = {m: 0.9 for m in OOD_METRICS} | {"auroc": 0.99, "fpr_at_95_tpr": 0.05}
+    calibrated = {"id_test": cls, "shift": shift, "near_ood": near_m, "far_ood": far_m}
+    out = {
+        "members": members,
+        "temperature": 1.2,
+        "parameters": parameters,
+        "calibrated": calibrated,
+        "raw": copy.deepcopy(calibrated),
+    }
+    if ood_scores:
+
+        def per_score(auroc: float) -> dict:
+            scores = {"msp": auroc, "entropy": auroc + 0.01, "energy": auroc - 0.01}
+            by = {
+                k: {"auroc": a, "fpr_at_95_tpr": 1 - a, "aupr_in": 0.5} for k, a in scores.items()
+            }
+            multi = {"auroc": auroc + 0.02, "fpr_at_95_tpr": 0.3, "aupr_in": 0.5}
+            by["mutual_information"] = multi if members > 1 else None
+            by["disagreement"] = dict(multi) if members > 1 else None
+            return by
+
+        out["ood_by_score"] = {"near_ood": per_score(near), "far_ood": per_score(0.99)}
+    return out
+
+
+def bootstrap(hydra: dict, base: dict) -> dict:
+    """Interval of width +-0.02 around the point difference, as evaluate.json records it."""
+    out: dict = {}
+    for split, metrics in (("id_test", ("accuracy", "nll", "ece")), ("near_ood", ("auroc",))):
+        for m in metrics:
+            d = hydra["calibrated"][split][m] - base["calibrated"][split][m]
+            rec = {"difference": d, "low": d - 0.02, "high": d + 0.02, "mean": d}
+            out.setdefault(split, {})[m] = {**rec, "n_resamples": 100}
+    return {"calibrated": out}
+
+
+def gate_json(evaluation: dict, latency: dict) -> dict:
+    ev = copy.deepcopy(evaluation)
+    for name, e in ev["models"].items():
+        e["latency_ms"] = latency[name]
+    checks = [evaluate_check(GateCheck(**g), ev, None) for g in PARAMS["gates"]]
+    failed = [c["name"] for c in checks if c["status"] == "failed"]
+    return {
+        "passed": not failed,
+        "verdict": "failed" if failed else "passed",
+        "failed": failed,
+        "checks": checks,
+    }
+
+
+def make_point(
+    v: str, s: int, ood_scores: bool = True, near_gap: float | None = None
+) -> PointResult:
+    hv = hydra_values(v, s)
+    if near_gap is not None:
+        hv = (*hv[:3], DEEP[s][3] + near_gap, hv[4])
+    hydra = entry(hv, HYDRA_PARAMS[v], 3, ood_scores)
+    hydra |= {"compile_backend": "eager", "compile_max_abs_diff": None}
+    hydra["compile_argmax_agreement"] = None
+    offset = 0.0 if v == "fast" else 0.001
+    models = {
+        "hydra": hydra,
+        "single": entry(SINGLE[s], 22_000_000, 1, ood_scores),
+        "naive_pruned": entry((0.85 + offset, 0.5, 0.05, 0.7, 0.6), 8_000_000, 1, ood_scores),
+        "deep_ensemble": entry(DEEP[s], 66_000_000, 3, ood_scores),
+        "mc_dropout": entry(MCD[s], 22_000_000, 8, ood_scores),
+        "control": entry((0.91 + offset, 0.28, 0.02, 0.85, 0.42), 66_000_000, 3, ood_scores),
+    }
+    boots = {n: bootstrap(hydra, e) for n, e in models.items() if n != "hydra"}
+    evaluation = {"variant": "circuit", "num_members": 3, "models": models, "bootstrap": boots}
+    # the shared baselines' latency is measured again by every run: it differs between runs
+    run = 0.2 if v == "slow" else 0.0
+    latency = {
+        "hydra": HYDRA_LATENCY[v] + 0.1 * s,
+        "single": 3.0 + run,
+        "naive_pruned": 1.5,
+        "deep_ensemble": 9.0 + run,
+        "mc_dropout": 24.0 + run,
+        "control": 9.5,
+    }
+    return PointResult(v, s, evaluation, latency, gate_json(evaluation, latency), PARAMS)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> tuple[dict, str, Path]:
+    out = tmp_path_factory.mktemp("study")
+    points = [make_point(v, s) for v in ("slow", "fast") for s in SEEDS]
+    variants = {"fast": {"members": {"heads_per_layer": 2}}, "slow": {}}
+    summary = write_study_report(
+        points,
+        out,
+        "Study: heads",
+        command="hydra-ens study s.yaml",
+        wall_seconds=3723.4,
+        variants=variants,
+    )
+    return summary, (out / "study.md").read_text(), out
+
+
+def test_mean_interval_is_the_student_t_interval():
+    vals = [0.90, 0.93, 0.95]
+    got = mean_interval(vals)
+    mean = sum(vals) / 3
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / 2)
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2)
+    assert got["n"] == 3
+    assert got["mean"] == pytest.approx(mean)
+    assert (got["low"], got["high"]) == pytest.approx((mean - half, mean + half))
+    lo, hi = stats.t.interval(0.95, 2, loc=mean, scale=stats.sem(vals))
+    assert (got["low"], got["high"]) == pytest.approx((lo, hi))
+    assert mean_interval([0.5]) == {"n": 1, "mean": 0.5, "low": None, "high": None}
+
+
+def test_metrics_per_model_mean_and_interval(study):
+    summary, md, _ = study
+    labels = set(summary["models"])
+    assert {"hydra[fast]", "hydra[slow]", "single", "deep_ensemble", "mc_dropout"} <= labels
+    # naive_pruned and control depend on the variant; single & co. are pooled once per seed
+    assert {"naive_pruned[fast]", "naive_pruned[slow]", "control[fast]", "control[slow]"} <= labels
+    assert "single[fast]" not in labels and summary["shared_baselines"] == [
+        "single",
+        "deep_ensemble",
+        "mc_dropout",
+    ]
+    acc = summary["models"]["hydra[slow]"]["metrics"]["id_test.accuracy"]
+    vals = [hydra_values("slow", s)[0] for s in SEEDS]
+    lo, hi = stats.t.interval(0.95, 2, loc=sum(vals) / 3, scale=stats.sem(vals))
+    assert acc["n"] == 3
+    assert acc["mean"] == pytest.approx(sum(vals) / 3)
+    assert (acc["low"], acc["high"]) == pytest.approx((lo, hi))
+    assert [r["value"] for r in acc["per_seed"]] == pytest.approx(vals)
+    # one value per seed for single (not one per run); its latency averaged over the runs
+    single_lat = summary["models"]["single"]["metrics"]["model.latency_ms"]
+    assert single_lat["n"] == 3 and single_lat["mean"] == pytest.approx(3.1)
+    nll = summary["models"]["single"]["metrics"]["id_test.nll"]
+    assert nll["n"] == 3 and nll["mean"] == pytest.approx(0.31)
+    # every calibrated metric of every split, plus latency and parameters
+    for split in ("id_test", "shift"):
+        for m in CLASSIFICATION_METRICS:
+            assert f"{split}.{m}" in summary["models"]["single"]["metrics"]
+    for split in ("near_ood", "far_ood"):
+        for m in OOD_METRICS:
+            assert f"{split}.{m}" in summary["models"]["hydra[fast]"]["metrics"]
+    assert summary["models"]["hydra[fast]"]["metrics"]["model.parameters"]["mean"] == 20_000_000
+    # the Markdown shows it: mean [low, high] with 4 decimals, and n
+    assert f"{sum(vals) / 3:.4f} [{lo:.4f}, {hi:.4f}]" in md
+    header = next(line for line in md.splitlines() if line.startswith("| model | n | accuracy"))
+    assert "| adaptive_ece (lower better) |" in header and "| augrc (lower better) |" in header
+    assert "# Study: heads" in md and "`hydra-ens study s.yaml`" in md
+    assert "3723 s (1h 02m 03s)" in md and "Seeds: 0, 1, 2 (n = 3)" in md
+    assert "`members.heads_per_layer=2`" in md and "(none: the defaults)" in md
+
+
+def test_per_seed_paired_differences(study):
+    summary, md, _ = study
+    near = summary["paired"]["fast"]["single"]["near_ood.auroc"]
+    expected = [hydra_values("fast", s)[3] - SINGLE[s][3] for s in SEEDS]
+    assert [r["value"] for r in near["per_seed"]] == pytest.approx(expected)
+    lo, hi = stats.t.interval(0.95, 2, loc=sum(expected) / 3, scale=stats.sem(expected))
+    assert (near["low"], near["high"]) == pytest.approx((lo, hi))
+    nll_de = summary["paired"]["slow"]["deep_ensemble"]["id_test.nll"]
+    assert [r["value"] for r in nll_de["per_seed"]] == pytest.approx(
+        [hydra_values("slow", s)[1] - DEEP[s][1] for s in SEEDS]
+    )
+    assert set(summary["paired"]["slow"]) == {"single", "deep_ensemble", "mc_dropout"}
+    # the per-point bootstrap: seed 1 of `fast` is 0.04 below the Deep Ensemble (interval
+    # +-0.02 excludes 0, worse); NLL vs single within +-0.02 contains 0
+    boot = summary["paired"]["fast"]["deep_ensemble"]["near_ood.auroc"]["bootstrap"]
+    assert [b["excludes_zero"] for b in boot] == [False, True, False]
+    assert boot[1]["direction"] == "worse"
+    nll_boot = summary["paired"]["fast"]["single"]["id_test.nll"]["bootstrap"]
+    assert {b["direction"] for b in nll_boot} == {"n.s."}
+    assert "### `hydra[fast]` - `single`" in md and "(b: worse)" in md
+    assert f"{expected[1]:+.4f}" in md
+    # FPR95 has no bootstrap interval in evaluate.json
+    assert summary["paired"]["fast"]["single"]["near_ood.fpr_at_95_tpr"]["bootstrap"] == []
+
+
+def test_recommendation_skips_a_variant_failing_one_seed(study):
+    summary, md, _ = study
+    fast = {g["seed"]: g for g in summary["gates"]["points"] if g["variant"] == "fast"}
+    assert [fast[s]["passed"] for s in SEEDS] == [True, False, True]
+    assert fast[1]["failed"] == ["near_ood.auroc vs deep_ensemble"]
+    rec = summary["recommendation"]
+    assert rec["variant"] == "slow"  # slower, but the only one that passes on every seed
+    assert rec["sentence"].startswith("Recommended: `slow`")
+    assert rec["sentence"] in md
+    assert "| `fast` | 1 | FAILED | near_ood.auroc vs deep_ensemble |" in md
+
+
+def test_no_variant_passing_every_seed_says_so_plainly(tmp_path):
+    points = [make_point("fast", s) for s in SEEDS]
+    points += [make_point("slow", s, near_gap=-0.05 if s == 2 else None) for s in SEEDS]
+    summary = write_study_report(points, tmp_path, "t")
+    rec = summary["recommendation"]
+    assert rec["variant"] is None
+    assert rec["sentence"].startswith("No variant passes the gates on every seed.")
+    # both pass 2 of 3 seeds with one failed check: the cheaper one is named
+    assert "`fast` (passes 2 of 3 seeds)" in rec["sentence"]
+    assert "seed 1: near_ood.auroc vs deep_ensemble" in rec["sentence"]
+    assert rec["sentence"] in (tmp_path / "study.md").read_text()
+
+
+def test_beats_single_sentences(study):
+    summary, md, _ = study
+    beats = summary["beats_single"]
+    for key in ("id_test.nll", "id_test.ece"):
+        assert beats[key]["variants"] == []
+        assert f"no variant beats the single model on {key} across seeds" in md
+    # near-OOD AUROC: about +0.055 at every seed, but `fast` has +0.02 at seed 1, so its
+    # interval across seeds contains 0
+    assert beats["near_ood.auroc"]["variants"] == ["slow"]
+    assert beats["near_ood.fpr_at_95_tpr"]["variants"] == ["fast", "slow"]
+    assert (
+        "beat the single model on near_ood.auroc across seeds (Hydra - single, mean [95%]): "
+        "`slow` (+0.0563" in md
+    )
+    assert "no variant beats the single model on near_ood.auroc" not in md
+
+
+def test_baselines_as_candidates(study):
+    summary, md, _ = study
+    base = summary["gates"]["baselines_as_candidates"]
+    single = base["single"]
+    assert [r["seed"] for r in single["rows"]] == list(SEEDS)  # once per seed, not per run
+    assert single["seeds_passed"] == []
+    assert single["caught_by"] == {"near_ood.auroc vs deep_ensemble": [0, 1, 2]}
+    checks = {c["name"]: c for c in single["rows"][0]["checks"]}
+    assert checks["near_ood.auroc vs deep_ensemble"]["status"] == "failed"
+    assert checks["near_ood.auroc vs deep_ensemble"]["difference"] == pytest.approx(-0.06)
+    # a baseline against itself and the model-level checks do not apply
+    assert checks["id_test.accuracy vs single"]["status"] == "n/a"
+    assert checks["model.compile_argmax_agreement vs 1"]["status"] == "n/a"
+    assert checks["far_ood.auroc vs 0.98"]["status"] == "passed"
+    assert single["rows"][0]["not_applicable"] == [
+        "id_test.accuracy vs single",
+        "id_test.ece vs single",
+        "id_test.nll vs single",
+        "shift.accuracy vs single",
+    ]
+    # the Deep Ensemble passes; naive_pruned (per variant) is caught by accuracy and NLL too
+    assert base["deep_ensemble"]["seeds_passed"] == list(SEEDS)
+    caught = base["naive_pruned[fast]"]["caught_by"]
+    assert {"id_test.accuracy vs single", "near_ood.auroc vs deep_ensemble"} <= set(caught)
+    assert "- `single` passes on 0 of 3 seeds; caught by: near_ood.auroc vs deep_ensemble" in md
+    assert "- `deep_ensemble` passes on 3 of 3 seeds; no check catches it" in md
+
+
+def test_ood_by_score_table(study):
+    summary, md, _ = study
+    ood = summary["ood_by_score"]
+    assert ood["available"]
+    assert ood["models"]["single"]["near_ood"]["mutual_information"] is None
+    msp = ood["models"]["hydra[slow]"]["near_ood"]["msp"]["auroc"]
+    vals = [hydra_values("slow", s)[3] for s in SEEDS]
+    assert msp["mean"] == pytest.approx(sum(vals) / 3) and msp["n"] == 3
+    assert "| model | msp | entropy | energy | mutual_information | disagreement |" in md
+    single_row = next(
+        line for line in md.split("### near_ood auroc")[1].splitlines() if "`single`" in line
+    )
+    assert single_row.count("n/a (single model)") == 2
+
+
+def test_missing_ood_by_score_and_one_seed(tmp_path):
+    points = [make_point("fast", 0, ood_scores=False), make_point("slow", 0, ood_scores=False)]
+    summary = write_study_report(points, tmp_path, "one seed")
+    md = (tmp_path / "study.md").read_text()
+    assert summary["ood_by_score"] == {"available": False}
+    assert "The per-score OOD table is unavailable" in md
+    assert "n=1, no interval" in md
+    acc = summary["models"]["hydra[fast]"]["metrics"]["id_test.accuracy"]
+    assert acc["n"] == 1 and acc["low"] is None and acc["high"] is None
+    # no interval, so no variant can be said to beat the single model
+    assert "no variant beats the single model on near_ood.auroc across seeds (n=1" in md
+    assert summary["recommendation"]["variant"] == "fast"  # cheapest, both pass seed 0
+
+
+def test_figures_are_pngs_linked_from_the_markdown(study):
+    summary, md, out = study
+    assert summary["files"]["figures"] == [
+        "figures/pareto_near_ood_auroc.png",
+        "figures/pareto_nll.png",
+    ]
+    for rel in summary["files"]["figures"]:
+        data = (out / rel).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000
+        assert f"]({rel})" in md
+    # `naive_pruned` is fastest; the Deep Ensemble has the best NLL
+    nll_front = summary["pareto"]["id_test.nll"]["front"]
+    assert nll_front[0].startswith("naive_pruned[") and "deep_ensemble" in nll_front
+    assert json.loads((out / "study.json").read_text()) == summary
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "study.json", "study.md"]
+
+
+def test_pareto_front():
+    pts = [("a", 1.0, 0.80), ("b", 2.0, 0.90), ("c", 3.0, 0.85), ("d", 2.0, 0.90)]
+    assert pareto_front(pts, True) == ["a", "b", "d"]
+    assert pareto_front(pts, False) == ["a"]
+
+
+def test_deterministic_markdown_and_unshared_baseline(tmp_path):
+    points = [make_point(v, s) for v in ("fast", "slow") for s in SEEDS]
+    # a variant that changes the Deep Ensemble (e.g. num_members): it is no longer pooled
+    de = points[3].evaluation["models"]["deep_ensemble"]
+    de["parameters"] = 88_000_000
+    s1 = write_study_report(points, tmp_path / "a", "t")
+    s2 = write_study_report(list(reversed(points)), tmp_path / "b", "t")
+    assert (tmp_path / "a" / "study.md").read_text() == (tmp_path / "b" / "study.md").read_text()
+    assert s1 == s2
+    assert s1["unshared_baselines"] == {"deep_ensemble": [0]}
+    assert {"deep_ensemble[fast]", "deep_ensemble[slow]"} <= set(s1["models"])
+
+
+def test_load_point_and_bad_input(tmp_path):
+    p = make_point("fast", 0)
+    for rel, obj in (
+        ("metrics/evaluate.json", p.evaluation),
+        ("metrics/latency.json", p.latency),
+        ("reports/gate.json", p.gate),
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(json.dumps(obj))
+    with pytest.raises(ValueError, match=r"params\.yaml is missing") as err:
+        load_point(tmp_path, "fast", 0)
+    assert "\n" not in str(err.value) and "'fast' seed 0" in str(err.value)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p.params))
+    assert load_point(tmp_path, "fast", 0) == p
+    (tmp_path / "reports/gate.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"gate\.json is corrupted"):
+        load_point(tmp_path, "fast", 0)
+    with pytest.raises(ValueError, match="points: duplicate point"):
+        write_study_report([p, p], tmp_path / "x", "t")
+    with pytest.raises(ValueError, match="points must be a non-empty"):
+        write_study_report([], tmp_path / "x", "t")
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_missing_point_counts_as_not_passing(tmp_path):
+    points = [make_point(v, s) for v in ("fast", "slow") for s in SEEDS if (v, s) != ("slow", 2)]
+    summary = write_study_report(points, tmp_path, "t")
+    rec = summary["recommendation"]
+    assert rec["variant"] is None
+    slow = next(r for r in rec["variants"] if r["variant"] == "slow")
+    assert slow["failing"] == {"2": ["no result for this seed"]}
+    assert summary["models"]["hydra[slow]"]["metrics"]["id_test.accuracy"]["n"] == 2
+    # single still has all three seeds (the `fast` runs evaluated it)
+    assert summary["models"]["single"]["metrics"]["id_test.accuracy"]["n"] == 3
