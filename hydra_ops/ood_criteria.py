@@ -1,8 +1,9 @@
 """OOD criteria: per-example scores that say how out-of-distribution an input looks.
 
 Higher = more OOD. The scoring rule a detector thresholds (torch-uncertainty keeps these apart
-from the metrics too, as ``ood_criteria``): ``msp``, ``entropy``, ``mutual_information`` (members
-needed) and ``energy`` (logits needed). :mod:`hydra_ops.metrics` judges them (AUROC, FPR@95...).
+from the metrics too, as ``ood_criteria``): ``msp``, ``entropy``, ``energy`` (logits needed) and
+the ensemble-only ``mutual_information`` and ``disagreement`` (member probabilities needed; see
+:data:`ENSEMBLE_ONLY_KINDS`). :mod:`hydra_ops.metrics` judges them (AUROC, FPR@95...).
 """
 
 from __future__ import annotations
@@ -14,8 +15,17 @@ from torch import Tensor
 
 from hydra_ops.uncertainty import decompose, entropy, validate_probs
 
-OOD_SCORE_KINDS: tuple[str, ...] = ("msp", "entropy", "mutual_information", "energy")
-OodScoreKind = Literal["msp", "entropy", "mutual_information", "energy"]
+OOD_SCORE_KINDS: tuple[str, ...] = (
+    "msp",
+    "entropy",
+    "mutual_information",
+    "energy",
+    "disagreement",
+)
+OodScoreKind = Literal["msp", "entropy", "mutual_information", "energy", "disagreement"]
+ENSEMBLE_ONLY_KINDS: tuple[str, ...] = ("mutual_information", "disagreement")
+"""Kinds that read how members differ: a single model (M = 1) has none to read (0 for every
+input), so they mean something only for M >= 2."""
 
 
 def ood_scores(
@@ -28,11 +38,15 @@ def ood_scores(
 
     Args:
         probs: [N, C] (ensemble) probabilities; always validated.
-        member_probs: [N, M, C] member probabilities; required for ``mutual_information``.
+        member_probs: [N, M, C] member probabilities; required for ``mutual_information`` and
+            ``disagreement``.
         logits: [N, C] or [N, M, C] logits; required for ``energy``.
         kind: ``msp`` (``-max_c probs``), ``entropy`` (``H[probs]``, nats),
-            ``mutual_information`` (of ``member_probs``), ``energy`` (``-logsumexp(logits)``;
-            averaged over members for [N, M, C]).
+            ``mutual_information`` (of ``member_probs``), ``disagreement`` (``1 - (1/M)
+            #{m : argmax member_probs[n, m] == argmax probs[n]}``: the fraction of members that
+            do not vote for the ensemble's class, in ``[0, (M - 1) / M]``; ties in an argmax go
+            to the lowest class index), ``energy`` (``-logsumexp(logits)``; averaged over
+            members for [N, M, C]).
 
     Returns:
         [N] float tensor.
@@ -45,16 +59,19 @@ def ood_scores(
         return -probs.max(dim=1).values
     if kind == "entropy":
         return entropy(probs)
-    if kind == "mutual_information":
+    if kind in ENSEMBLE_ONLY_KINDS:
         if member_probs is None:
-            raise ValueError("member_probs [N, M, C] is required for kind='mutual_information'")
+            raise ValueError(f"member_probs [N, M, C] is required for kind={kind!r}")
         member_probs = validate_probs(member_probs, "member_probs", ndim=3)
         if member_probs.shape[0] != n or member_probs.shape[2] != c:
             raise ValueError(
                 f"member_probs must have shape [{n}, M, {c}] to match probs, "
                 f"got {tuple(member_probs.shape)}"
             )
-        return decompose(member_probs)["mutual_information"]
+        if kind == "mutual_information":
+            return decompose(member_probs)["mutual_information"]
+        votes = member_probs.argmax(dim=-1) == probs.argmax(dim=-1)[:, None]  # [N, M]
+        return 1.0 - votes.to(probs.dtype).mean(dim=1)
     if logits is None:
         raise ValueError("logits [N, C] or [N, M, C] are required for kind='energy'")
     if not isinstance(logits, Tensor):

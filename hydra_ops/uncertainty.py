@@ -160,12 +160,14 @@ def calibrated_ood_score(member_logits: Tensor, temperature: float, kind: str = 
     ``hydra_ops.metrics.ood_scores(p_cal, member_probs=softmax(l), logits=l / T, kind=kind)``
     with ``p_cal = softmax(log(mean_m softmax(l_m)) / T)``: ``msp`` = ``-max p_cal``, ``entropy``
     = ``H[p_cal]``, ``mutual_information`` of the *untempered* member softmaxes, ``energy`` = mean
-    member ``-logsumexp(l_m / T)``.
+    member ``-logsumexp(l_m / T)``, ``disagreement`` = the fraction of members whose top class is
+    not ``argmax p_cal`` (votes: ``T`` does not change it).
 
     Args:
         member_logits: [N, M, C] member logits.
         temperature: calibration temperature ``T > 0`` (1.0 = raw).
-        kind: ``msp``, ``entropy``, ``mutual_information`` or ``energy``.
+        kind: ``msp``, ``entropy``, ``mutual_information``, ``energy`` or ``disagreement``
+            (:data:`hydra_ops.ood_criteria.OOD_SCORE_KINDS`).
 
     Returns:
         [N] scores.
@@ -241,7 +243,7 @@ def calibrated_uncertainty(
         member_logits: [N, M, C] member logits (finite, floating).
         temperature: calibration temperature ``T > 0``.
         ood_score_kind: score of :func:`calibrated_ood_score` (``msp``, ``entropy``,
-            ``mutual_information``, ``energy``).
+            ``mutual_information``, ``energy``, ``disagreement``).
 
     Returns:
         :class:`CalibratedUncertainty` in ``member_logits``' dtype; definitions in the module

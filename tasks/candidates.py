@@ -2,7 +2,8 @@
 
 ``hydra`` (``models/hydra``, at the precision it ships), ``single`` (the fine-tuned base),
 ``naive_pruned`` (the base pruned to the top-k heads), ``deep_ensemble`` (the base plus
-``models/baselines``) and, when members were fine-tuned, ``control``.
+``models/baselines``), ``mc_dropout`` (the base with dropout on, ``baselines.mc_dropout.samples``
+passes, when enabled) and, when members were fine-tuned, ``control``.
 """
 
 from __future__ import annotations
@@ -82,6 +83,34 @@ def _singles(
     return Candidate(name, fn, params, len(models), split_logits)
 
 
+def _mc_dropout(cfg: PipelineConfig, base: torch.nn.Module, runtime: Runtime | None) -> Candidate:
+    """The base with its dropout on at inference, ``samples`` seeded passes (K = samples). The
+    mask seed is ``baselines.mc_dropout.seed`` shifted like every other seed of the replicate, and
+    restarts on every call: each split's logits, and the latency batch's, are reproducible."""
+    from hydra_ops.mc_dropout import dropout_setting, mc_dropout_logits
+
+    rt = runtime or Runtime()
+    mc = cfg.baselines.mc_dropout
+    seed = mc.seed + cfg.replicate_offset
+    log.info(
+        "evaluate mc_dropout: %d samples; %s", mc.samples, dropout_setting(base, mc.rate).describe()
+    )
+
+    def split_logits(batches: list[dict]) -> torch.Tensor:
+        return mc_dropout_logits(
+            base,
+            batches,
+            mc.samples,
+            seed=seed,
+            rate=mc.rate,
+            device=rt.device,
+            precision=rt.precision,
+        )
+
+    params = sum(p.numel() for p in base.parameters())
+    return Candidate("mc_dropout", lambda b: split_logits([b]), params, mc.samples, split_logits)
+
+
 def build_candidates(
     cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
 ) -> tuple[list[Candidate], float]:
@@ -127,6 +156,8 @@ def build_candidates(
     for unit in index["units"]:
         ensemble.append(load_model(root / BASELINES / unit))
     cands.append(_singles("deep_ensemble", ensemble, cache, rt))
+    if cfg.baselines.mc_dropout.enabled:
+        cands.append(_mc_dropout(cfg, base, rt))
     controls = load_members(cfg, root, kind="control")
     if controls:
         cands.append(_singles("control", controls, cache, rt))

@@ -3,12 +3,16 @@ far-OOD and shift, each raw and after temperature scaling fitted on validation.
 
 Models: ``hydra`` (``models/hydra``), ``single`` (the fine-tuned base), ``naive_pruned`` (the base
 pruned to the top-k heads, one member, the members' per-layer budget), ``deep_ensemble`` (the base
-plus ``models/baselines``), and, when members were fine-tuned, ``control`` (M unpruned copies of the
-base given the same member fine-tune). Metrics: all of ``hydra_ops.metrics`` (OOD = positive
-class, score ``evaluate.ood_score``), parameters, latency (median ms per batch of
-``evaluate.latency_batch``, timed on ``runtime.device``), and the paired bootstrap interval of
-Hydra minus each baseline. Every model runs on ``runtime.device`` in ``runtime.precision``
-(``auto``: fp32).
+plus ``models/baselines``), ``mc_dropout`` (the base with dropout on at inference,
+``baselines.mc_dropout.samples`` seeded passes as members; when enabled) and, when members were
+fine-tuned, ``control`` (M unpruned copies of the base given the same member fine-tune). Metrics:
+all of ``hydra_ops.metrics`` (OOD = positive class, score ``evaluate.ood_score``), parameters,
+latency (median ms per batch of ``evaluate.latency_batch``, timed on ``runtime.device``; for
+``mc_dropout`` all its passes), and the paired bootstrap interval of Hydra minus each baseline.
+Every model runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32).
+Besides: ``ood_by_score``, the calibrated near-/far-OOD metrics under every OOD score of
+``hydra_ops.ood_criteria.OOD_SCORE_KINDS`` (``null`` for the ensemble-only scores of a one-member
+model), so the detectors can be compared beyond the one score the gates read.
 For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OOD, far-OOD), how
 many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
 thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
@@ -51,6 +55,7 @@ EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
 BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
 BOOTSTRAP_OOD = ("auroc",)
 VARIANTS = ("calibrated", "raw")
+OOD_SPLITS = ("near_ood", "far_ood")
 
 
 def _probs(member_logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -105,6 +110,28 @@ def _metrics(cfg: PipelineConfig, out: dict[str, torch.Tensor], labels: dict, t:
     id_scores = _ood_score(cfg, out["test"], t)
     for split in ("near_ood", "far_ood"):
         result[split] = ood_metrics(id_scores, _ood_score(cfg, out[split], t))
+    return result
+
+
+def _ood_by_score(
+    out: dict[str, torch.Tensor], t: float, members: int
+) -> dict[str, dict[str, dict[str, float] | None]]:
+    """``{split: {score kind: ood_metrics | None}}`` for near/far-OOD at temperature ``t``, every
+    kind of ``OOD_SCORE_KINDS``; ``None`` for an ensemble-only kind when ``members == 1`` (the
+    score is 0 for every input: there is nothing to detect with, and 0.5 would look like data)."""
+    from hydra_ops.metrics import ood_metrics
+    from hydra_ops.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
+    from hydra_ops.uncertainty import calibrated_ood_score
+
+    result: dict[str, dict[str, dict[str, float] | None]] = {s: {} for s in OOD_SPLITS}
+    for kind in OOD_SCORE_KINDS:
+        if members == 1 and kind in ENSEMBLE_ONLY_KINDS:
+            for split in OOD_SPLITS:
+                result[split][kind] = None
+            continue
+        id_scores = calibrated_ood_score(out["test"], t, kind)
+        for split in OOD_SPLITS:
+            result[split][kind] = ood_metrics(id_scores, calibrated_ood_score(out[split], t, kind))
     return result
 
 
@@ -187,6 +214,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "latency_ms": cand.latency_ms(latency_batch, cfg.evaluate.latency_repeats, rt.device),
             "calibrated": _metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
             "raw": _metrics(cfg, outputs[cand.name], labels, 1.0),
+            "ood_by_score": _ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
         }
         if cand.name == "hydra":
             check = compiled.get("check")  # None: eager, nothing compiled to check

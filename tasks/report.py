@@ -1,5 +1,6 @@
-"""The Markdown of ``reports/evaluate.md``: metrics per model, paired-bootstrap intervals, what the
-shipped artifact is, and how many examples each ``predict`` verdict flags."""
+"""The Markdown of ``reports/evaluate.md``: metrics per model, paired-bootstrap intervals, OOD
+detection under every OOD score, what the shipped artifact is, and how many examples each
+``predict`` verdict flags."""
 
 from __future__ import annotations
 
@@ -26,6 +27,24 @@ def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
         shown = "-" if latency is None else f"{latency:.1f}"
         row += [f"{t:.3f}", f"{entry['parameters']:,}", shown]
         lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def ood_score_table(result: dict[str, Any]) -> str:
+    """Markdown: per model and OOD split, AUROC / FPR@95%TPR (calibrated) under every OOD score
+    of ``ood_by_score``; ``-`` where a score is undefined (ensemble-only scores, one member)."""
+    kinds = list(next(iter(result["models"].values()))["ood_by_score"]["near_ood"])
+    lines = [
+        "| model | split | " + " | ".join(kinds) + " |",
+        "|---|---|" + "---|" * len(kinds),
+    ]
+    for name, entry in result["models"].items():
+        for split, by_kind in entry["ood_by_score"].items():
+            cells = [
+                "-" if m is None else f"{m['auroc']:.4f} / {m['fpr_at_95_tpr']:.4f}"
+                for m in (by_kind[k] for k in kinds)
+            ]
+            lines.append(f"| {name} | {split} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -95,6 +114,17 @@ def render_report(result: dict[str, Any]) -> str:
                 "## Paired bootstrap: Hydra minus each baseline (calibrated)",
                 bootstrap_table(result, "calibrated"),
             ]
+            + (
+                [
+                    "## OOD detection by score (calibrated): AUROC / FPR@95%TPR",
+                    "Every OOD score of the library, higher = more OOD; the gates read "
+                    f"`{result['ood_score']}`. `-`: an ensemble-only score (mutual information, "
+                    "disagreement) of a one-member model.",
+                    ood_score_table(result),
+                ]
+                if all("ood_by_score" in e for e in result["models"].values())
+                else []
+            )
             + (
                 ["## `hydra-ens predict` verdicts (Hydra, calibrated)", verdict_table(result)]
                 if "verdicts" in hydra

@@ -376,6 +376,30 @@ def test_ood_scores_kinds() -> None:
     torch.testing.assert_close(hm.ood_scores(probs, logits=stacked, kind="energy"), expected)
 
 
+def test_ood_scores_disagreement_hand_values() -> None:
+    """1 - (fraction of members voting for the ensemble's argmax class)."""
+    member_probs = torch.tensor(
+        [
+            [[0.6, 0.3, 0.1], [0.5, 0.2, 0.3], [0.2, 0.7, 0.1]],  # votes 0, 0, 1; ensemble 0
+            [[0.1, 0.1, 0.8], [0.2, 0.2, 0.6], [0.3, 0.0, 0.7]],  # all vote 2
+            [[0.55, 0.45, 0.0], [0.0, 0.45, 0.55], [0.3, 0.4, 0.3]],  # ensemble 1: one vote
+        ]
+    )
+    probs = member_probs.mean(dim=1)
+    scores = hm.ood_scores(probs, member_probs=member_probs, kind="disagreement")
+    torch.testing.assert_close(scores, torch.tensor([1 / 3, 0.0, 2 / 3]))
+    torch.testing.assert_close(scores, decompose(member_probs)["disagreement"])
+    # the ensemble's class is the argmax of ``probs`` (e.g. calibrated): class 1 for row 0
+    shifted = probs.clone()
+    shifted[0] = torch.tensor([0.2, 0.7, 0.1])
+    again = hm.ood_scores(shifted, member_probs=member_probs, kind="disagreement")
+    assert again[0].item() == pytest.approx(2 / 3)
+    # one member always agrees with itself
+    one = hm.ood_scores(probs, member_probs=probs[:, None], kind="disagreement")
+    assert torch.equal(one, torch.zeros(3))
+    assert "disagreement" in hm.OOD_SCORE_KINDS
+
+
 def test_ood_scores_reject_bad_input() -> None:
     probs = torch.full((2, 2), 0.5)
     with pytest.raises(ValueError, match="kind"):
@@ -384,6 +408,10 @@ def test_ood_scores_reject_bad_input() -> None:
         hm.ood_scores(probs, kind="mutual_information")
     with pytest.raises(ValueError, match="member_probs"):
         hm.ood_scores(probs, member_probs=torch.full((3, 2, 2), 0.5), kind="mutual_information")
+    with pytest.raises(ValueError, match="member_probs"):
+        hm.ood_scores(probs, kind="disagreement")
+    with pytest.raises(ValueError, match="member_probs"):
+        hm.ood_scores(probs, member_probs=torch.full((2, 2, 3), 1 / 3), kind="disagreement")
     with pytest.raises(ValueError, match="logits"):
         hm.ood_scores(probs, kind="energy")
     with pytest.raises(ValueError, match="logits"):

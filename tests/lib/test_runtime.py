@@ -338,7 +338,7 @@ def test_model_stages_run_in_bf16(tmp_path, caplog):
     assert (tmp_path / HYDRA / "hydra.json").is_file()
     compile_stage.run(cfg, tmp_path)  # quick: the eager backend
     ev = evaluate.run(cfg, tmp_path)
-    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble"}
+    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout"}
     for entry in ev["models"].values():
         assert 0.0 <= entry["calibrated"]["id_test"]["accuracy"] <= 1.0
         assert math.isfinite(entry["calibrated"]["id_test"]["nll"])

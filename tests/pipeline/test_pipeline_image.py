@@ -149,7 +149,8 @@ def test_same_params_same_cached_hashes(resumed, uninterrupted):
 def test_image_report_and_promotion(resumed):
     root = resumed["root"]
     ev = json.loads((root / "metrics" / "evaluate.json").read_text())
-    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble", "control"}
+    baselines = {"single", "naive_pruned", "deep_ensemble", "mc_dropout", "control"}
+    assert set(ev["models"]) == {"hydra", *baselines}
     assert ev["variant"] == "taylor"
     for entry in ev["models"].values():
         assert set(entry["calibrated"]["id_test"]) >= set(ALL_CLASSIFICATION)

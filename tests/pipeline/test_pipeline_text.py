@@ -110,7 +110,7 @@ def test_dvc_lock_lists_every_artifact_with_a_hash(project):
 
 def test_report_has_every_metric(project):
     ev = json.loads((project / "metrics" / "evaluate.json").read_text())
-    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble"}
+    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout"}
     for entry in ev["models"].values():
         for variant in ("raw", "calibrated"):
             for split in ("id_test", "shift"):
@@ -120,7 +120,7 @@ def test_report_has_every_metric(project):
         assert entry["parameters"] > 0 and entry["temperature"] > 0
     latency = json.loads((project / "metrics" / "latency.json").read_text())
     assert set(latency) == set(ev["models"]) and min(latency.values()) > 0
-    assert set(ev["bootstrap"]) == {"single", "naive_pruned", "deep_ensemble"}
+    assert set(ev["bootstrap"]) == {"single", "naive_pruned", "deep_ensemble", "mc_dropout"}
     interval = ev["bootstrap"]["single"]["calibrated"]["near_ood"]["auroc"]
     assert interval["low"] <= interval["difference"] <= interval["high"]
     assert "word-shuffled" in ev["ood_validation_set"]

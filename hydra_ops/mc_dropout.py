@@ -1,0 +1,194 @@
+"""MC Dropout (Gal & Ghahramani, 2016): one model, dropout kept on at inference, S passes.
+
+The ``S`` stochastic forward passes of one input are treated as an S-member ensemble: their
+logits ``[B, S, C]`` go wherever member logits go (``hydra_ops.calibration``,
+``hydra_ops.uncertainty``, ``hydra_ops.ood_criteria``).
+
+- :func:`mc_dropout` switches on *only* the model's ``nn.Dropout`` modules (subclasses included);
+  every other module stays in eval mode (no batch-norm statistics move, no other train-time
+  behaviour). Modules' modes and dropout rates are restored on exit. Attention-probability dropout
+  that a fused attention kernel applies only when its *parent* attention module is training
+  (Hugging Face BERT/ViT, timm's fused attention) therefore stays off: what is sampled is the
+  dropout the model calls as an ``nn.Dropout`` module (embeddings, residual branches, MLP,
+  classifier).
+- Rates: ``rate`` given: every dropout module runs at ``rate``. ``rate=None``: the model's own
+  rates when at least one is ``> 0`` (modules at 0 stay at 0); when all are 0 (the from-scratch
+  timm ViT), every module runs at :data:`DEFAULT_RATE`. :class:`DropoutSetting` says which.
+- Determinism: :func:`mc_dropout_logits` draws its masks from the global generator of the device
+  it runs on, inside :func:`torch.random.fork_rng`, restarted at ``seed`` on every call: the same
+  call gives bit-identical logits, and the caller's random state is untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["DEFAULT_RATE", "DropoutSetting", "dropout_setting", "mc_dropout", "mc_dropout_logits"]
+
+DEFAULT_RATE: float = 0.1
+"""The rate every ``nn.Dropout`` runs at when ``rate=None`` and the model's own rates are all 0."""
+
+Batch = Mapping[str, Tensor]
+
+
+@dataclass(frozen=True)
+class DropoutSetting:
+    """The dropout rates :func:`mc_dropout` samples with.
+
+    ``rates``: one per ``nn.Dropout`` module, in ``model.named_modules()`` order; ``names``: those
+    modules' qualified names. ``source``: ``rate`` (the caller's rate, everywhere), ``model`` (the
+    model's own rates) or ``fallback`` (the model's rates were all 0: :data:`DEFAULT_RATE`).
+    """
+
+    names: tuple[str, ...]
+    rates: tuple[float, ...]
+    source: Literal["rate", "model", "fallback"]
+
+    @property
+    def active(self) -> int:
+        """How many dropout modules run with a rate > 0."""
+        return sum(r > 0 for r in self.rates)
+
+    def describe(self) -> str:
+        """One line for a log: how many modules, which rates, and why."""
+        distinct = ", ".join(f"{r:g}" for r in sorted(set(self.rates)))
+        why = {
+            "rate": "the configured rate",
+            "model": "the model's own rates",
+            "fallback": f"the model's rates are all 0, so the fallback {DEFAULT_RATE:g}",
+        }[self.source]
+        return (
+            f"MC dropout: {self.active} of {len(self.rates)} nn.Dropout modules on, rate(s) "
+            f"{distinct} ({why})"
+        )
+
+
+def _check_rate(rate: float | None) -> float | None:
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 < rate < 1.0:
+        raise ValueError(f"rate must be None or a float in (0, 1), got {rate!r}")
+    return float(rate)
+
+
+def dropout_setting(model: nn.Module, rate: float | None = None) -> DropoutSetting:
+    """The rates :func:`mc_dropout` would use on ``model`` (nothing is changed).
+
+    ValueError naming ``rate`` when it is not None or in ``(0, 1)``, naming ``model`` when it has
+    no ``nn.Dropout`` module.
+    """
+    rate = _check_rate(rate)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    found = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Dropout)]
+    if not found:
+        raise ValueError(
+            f"model ({type(model).__name__}) has no nn.Dropout module: MC dropout has nothing "
+            "to sample"
+        )
+    names = tuple(n for n, _ in found)
+    own = tuple(float(m.p) for _, m in found)
+    if rate is not None:
+        return DropoutSetting(names, (rate,) * len(found), "rate")
+    if any(p > 0 for p in own):
+        return DropoutSetting(names, own, "model")
+    return DropoutSetting(names, (DEFAULT_RATE,) * len(found), "fallback")
+
+
+@contextlib.contextmanager
+def mc_dropout(model: nn.Module, rate: float | None = None) -> Iterator[DropoutSetting]:
+    """Within the block ``model`` is in eval mode except its ``nn.Dropout`` modules, which train
+    (sample masks) at the rates of :func:`dropout_setting`. On exit every module's ``training``
+    flag and every dropout rate are what they were before. Yields the :class:`DropoutSetting`.
+    """
+    setting = dropout_setting(model, rate)
+    modes = [(m, m.training) for m in model.modules()]
+    dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    rates = [m.p for m in dropouts]
+    try:
+        model.eval()
+        for module, p in zip(dropouts, setting.rates, strict=True):
+            module.p = p
+            module.train(True)
+        yield setting
+    finally:
+        for module, p in zip(dropouts, rates, strict=True):
+            module.p = p
+        for module, training in modes:
+            module.training = training
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+@torch.no_grad()
+def mc_dropout_logits(
+    model: nn.Module,
+    batches: Batch | Iterable[Batch],
+    samples: int,
+    *,
+    seed: int = 0,
+    rate: float | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
+) -> Tensor:
+    """``samples`` stochastic forward passes of ``model`` over contract ``batches``.
+
+    Args:
+        model: a classifier of a supported family (or any module
+            :func:`hydra_ops.training.model_logits` runs) with at least one ``nn.Dropout``.
+        batches: one contract batch or an iterable of them (``labels`` ignored).
+        samples: S >= 1 passes per batch.
+        seed: the generator of the device the model runs on restarts at ``seed`` (>= 0) on every
+            call, inside :func:`torch.random.fork_rng` (the caller's random state is untouched).
+        rate: the dropout rate, or None (see :func:`dropout_setting`).
+        device, precision: as :func:`hydra_ops.inference.logits` (None: where the model is; the
+            model moves there in place; ``fp32`` / ``bf16`` / ``fp16``).
+
+    Returns:
+        float32 CPU logits ``[N, S, C]``, N = examples over all batches; sample ``s`` of batch
+        ``b`` is the ``s``-th pass over ``b``, the passes running batch by batch, so the result
+        depends on how the examples are batched (fixed by the caller) but not on anything else.
+        The model's modes and rates are restored afterwards.
+    """
+    from hydra_ops.runtime import autocast, model_device, move_batch, resolve_device
+    from hydra_ops.training import model_logits
+
+    samples = _check_int(samples, "samples", 1)
+    seed = _check_int(seed, "seed", 0)
+    if isinstance(batches, Mapping):
+        batches = [batches]
+    batches = list(batches)
+    if not batches:
+        raise ValueError("batches is empty; pass at least one batch")
+    dev = model_device(model) if device is None else resolve_device(device)
+    autocast(dev, precision)  # a bad precision fails before the model moves
+    dropout_setting(model, rate)  # a bad rate or model fails before the model moves
+    model.to(dev)
+    cuda = dev.type == "cuda"
+    out = []
+    with (
+        torch.random.fork_rng(devices=[dev] if cuda else [], device_type="cuda"),
+        mc_dropout(model, rate),
+    ):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda:
+            with torch.cuda.device(dev):
+                torch.cuda.manual_seed(seed)
+        for batch in batches:
+            moved = move_batch(batch, dev)
+            passes = []
+            for _ in range(samples):
+                with autocast(dev, precision):
+                    passes.append(model_logits(model, moved).float())
+            out.append(torch.stack(passes, dim=1).cpu())
+    return torch.cat(out)

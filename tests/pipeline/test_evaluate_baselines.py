@@ -1,0 +1,102 @@
+"""The evaluate stage's MC Dropout baseline and its OOD metrics under every OOD score, on a tiny
+digits project (stage functions called directly, CPU fp32)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+
+from hydra_ops.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
+from tasks.params import OOD_METRICS, resolve_params
+
+SETS = {
+    "data.name": "digits",
+    "data.max_per_split": 48,
+    "data.far_ood_size": 32,
+    "scoring.method": "taylor",
+    "members.finetune.enabled": False,
+    "members.num_members": 2,
+    "runtime.device": "cpu",
+    "baselines.mc_dropout.samples": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    from tasks import (
+        calibrate,
+        evaluate,
+        finetune_base,
+        finetune_baselines,
+        finetune_members,
+        merge,
+        prepare_data,
+        score_heads,
+        select_members,
+    )
+    from tasks import compile as compile_stage
+
+    root = tmp_path_factory.mktemp("evaluate_baselines")
+    cfg = resolve_params("quick", sets=SETS)
+    for stage in (
+        prepare_data,
+        finetune_base,
+        finetune_baselines,
+        score_heads,
+        select_members,
+        finetune_members,
+        merge,
+        calibrate,
+        compile_stage,
+    ):
+        stage.run(cfg, root)
+    ev = evaluate.run(cfg, root)
+    return cfg, root, ev, (root / "metrics" / "evaluate.json").read_bytes()
+
+
+def test_mc_dropout_is_evaluated_like_every_baseline_and_reruns_are_byte_identical(project, caplog):
+    from tasks import evaluate
+
+    cfg, root, ev, first = project
+    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout"}
+    mc, single = ev["models"]["mc_dropout"], ev["models"]["single"]
+    assert mc["members"] == 3 and mc["parameters"] == single["parameters"]
+    assert mc["temperature"] > 0 and mc["latency_ms"] > 0
+    assert mc["calibrated"] != single["calibrated"]  # dropout on: not the base's numbers
+    assert "mc_dropout" in ev["bootstrap"]
+    # a rerun: the same masks, the same bytes (the gate verdict is bound to this file's hash)
+    caplog.set_level(logging.INFO, logger="hydra_ens")
+    evaluate.run(cfg, root)
+    assert (root / "metrics" / "evaluate.json").read_bytes() == first
+    # the from-scratch timm ViT has p = 0 dropouts: the fallback rate, said in one log line
+    said = [r.getMessage() for r in caplog.records if "fallback" in r.getMessage()]
+    assert len(said) == 1 and "mc_dropout" in said[0]
+
+
+def test_ood_metrics_under_every_score_with_nulls_for_single_models(project):
+    cfg, root, ev, _ = project
+    for name, entry in ev["models"].items():
+        by_score = entry["ood_by_score"]
+        assert set(by_score) == {"near_ood", "far_ood"}
+        for split, by_kind in by_score.items():
+            assert list(by_kind) == list(OOD_SCORE_KINDS)
+            for kind, metrics in by_kind.items():
+                if entry["members"] == 1 and kind in ENSEMBLE_ONLY_KINDS:
+                    assert metrics is None, (name, split, kind)
+                    continue
+                assert set(metrics) >= set(OOD_METRICS), (name, split, kind)
+                assert all(math.isfinite(v) for v in metrics.values())
+            # the score the gates read is the same number in both places
+            assert by_kind[cfg.evaluate.ood_score] == entry["calibrated"][split]
+    assert ev["models"]["single"]["ood_by_score"]["near_ood"]["disagreement"] is None
+    assert ev["models"]["mc_dropout"]["ood_by_score"]["near_ood"]["disagreement"] is not None
+    stored = json.loads((root / "metrics" / "evaluate.json").read_text())
+    assert stored["models"]["naive_pruned"]["ood_by_score"]["far_ood"]["mutual_information"] is None
+    report = (root / "reports" / "evaluate.md").read_text()
+    assert "OOD detection by score" in report
+    assert "| mc_dropout | near_ood |" in report and "| single | far_ood |" in report
+    header = next(line for line in report.splitlines() if line.startswith("| model | split |"))
+    assert all(kind in header for kind in OOD_SCORE_KINDS)
