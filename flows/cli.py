@@ -454,6 +454,148 @@ def serve(
 
 
 @app.command()
+def study(
+    spec: Annotated[Path, typer.Argument(help="study spec (YAML: variants x seeds)")],
+    project: Project = None,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="local Dask workers (ignored with --cluster)")
+    ] = 2,
+    cluster: Annotated[
+        str | None,
+        typer.Option("--cluster", help="an existing Dask scheduler, e.g. tcp://host:8786"),
+    ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", min=1, help="torch threads per point (default: cores/workers)"),
+    ] = None,
+    git_url: Annotated[
+        str | None,
+        typer.Option("--git-url", help="where workers clone the project (default: its folder)"),
+    ] = None,
+    dvc_remote: Annotated[
+        str | None,
+        typer.Option("--dvc-remote", help="DVC remote URL for workers (default: the project's)"),
+    ] = None,
+    resource: Annotated[
+        list[str],
+        typer.Option("--resource", help="Dask resource each point needs, e.g. GPU=1; repeatable"),
+    ] = [],  # noqa: B006
+    report_dir: Annotated[
+        Path | None,
+        typer.Option("--report-dir", help="default: reports/studies/<name>/"),
+    ] = None,
+) -> None:
+    """Run a study: every (variant, seed) point a full pipeline run and a DVC experiment, as
+    Prefect tasks on a Dask cluster; then the study report (Markdown + PNG)."""
+    from tasks.params import ConfigError
+    from tasks.study_spec import load_study, study_points
+
+    root = _root(project)
+    if not (root / "dvc.yaml").is_file():
+        _fail(f"{root}: no dvc.yaml here; run hydra-ens from the project folder", 2)
+    try:  # every point validated before anything starts
+        study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
+    except ConfigError as err:
+        _fail(str(err), 2)
+    resources: dict[str, float] = {}
+    for item in resource:
+        key, sep, value = item.partition("=")
+        try:
+            resources[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            _fail(f"--resource {item!r}: expected NAME=AMOUNT (e.g. GPU=1)", 2)
+    if threads is None:
+        threads = max(1, len(os.sched_getaffinity(0)) // (1 if cluster else workers))
+    from rich.markup import escape
+
+    from flows import runlog
+    from flows.study import StudyError, hydra_study, task_runner
+
+    run_log = runlog.start_run_log(root)
+    import logging
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # cluster chatter; the log has it
+    runner = task_runner(workers, cluster)
+    with _prefect_api(cluster) as api:
+        if api:
+            console.print(f"[dim]Prefect API for the workers: {api}[/]")
+        state = hydra_study.with_options(task_runner=runner)(
+            project_dir=str(root),
+            spec_path=str(spec.resolve()),
+            git_url=git_url,
+            dvc_remote=dvc_remote,
+            threads=threads,
+            report_dir=str(report_dir.resolve()) if report_dir else None,
+            resources=resources or None,
+            return_state=True,
+        )
+    if not state.is_completed():
+        try:
+            state.result()
+        except (StudyError, ConfigError) as err:
+            _fail(escape(str(err)), 2)
+        except Exception as err:
+            line = runlog.error_line(err, run_log)
+            _fail(f"{escape(line)} (full log: {escape(run_log.display_path())})")
+        _fail(f"study ended in state {state.name}")
+    summary = state.result()
+    table = Table(title=f"study {summary['study']} at {summary['commit'][:8]}")
+    for col in ("point", "result", "seconds"):
+        table.add_column(col)
+    for name in summary["up_to_date"]:
+        table.add_row(name, "up to date", "-")
+    for name, info in summary["points"].items():
+        table.add_row(name, "ran", f"{info['seconds']:.0f}")
+    for name, why in summary["failed"].items():
+        table.add_row(name, f"[red]failed[/]: {escape(why)}", "-")
+    console.print(table)
+    reuse = summary["reuse"]
+    console.print(
+        f"{reuse['points']} points shared {reuse['upstreams']} upstream(s); reuse saved "
+        f"{reuse['saved_seconds'] / 60:.1f} min of compute; wall {summary['seconds'] / 60:.1f} min"
+    )
+    if summary.get("report"):
+        console.print(f"report: {summary['report']}")
+    if summary["failed"]:
+        raise typer.Exit(1)
+
+
+class _prefect_api:
+    """A local Prefect server for a study whose workers are local processes (they inherit its
+    URL); nothing when ``PREFECT_API_URL`` is set (remote workers need it set too)."""
+
+    def __init__(self, cluster: str | None):
+        self.cluster, self.server = cluster, None
+
+    def __enter__(self) -> str | None:
+        if os.environ.get("PREFECT_API_URL"):
+            return None
+        if self.cluster:
+            err_console.print(
+                "note: PREFECT_API_URL is not set; remote workers will report to their own "
+                "Prefect API (docs/study.md: running on a cluster)",
+                soft_wrap=True,
+            )
+        from prefect.server.api.server import SubprocessASGIServer
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        self.server = SubprocessASGIServer()
+        self.server.start(timeout=120)
+        os.environ["PREFECT_API_URL"] = self.server.api_url  # for the worker processes
+        self.settings = temporary_settings(updates={PREFECT_API_URL: self.server.api_url})
+        self.settings.__enter__()
+        return self.server.api_url
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.settings.__exit__(*exc)
+            self.server.stop()
+            os.environ.pop("PREFECT_API_URL", None)
+
+
+@app.command()
 def stage(
     name: Annotated[str, typer.Argument(help="stage name (see dvc.yaml)")],
     project: Project = None,

@@ -1,0 +1,307 @@
+"""The Prefect flow ``hydra-study``: every (variant, seed) point of a study as a Prefect task on a
+Dask cluster (prefect-dask), each a DVC experiment; then the study report.
+
+* The cluster is a ``distributed.LocalCluster`` of ``workers`` processes by default, or an
+  existing scheduler (``cluster="tcp://host:8786"``) whose workers may sit on other machines: one
+  code path, the only difference is who started the cluster.
+* Shared work (a seed's data, base fine-tune and Deep Ensemble) is one upstream task per
+  :func:`tasks.study_spec.upstream_key`; the points of that key wait for it, so two workers never
+  compute it at once, and reuse its outputs through the DVC remote.
+* A worker that dies mid-point: Dask reruns the point on another worker (a fresh clone; the dead
+  one's clone never pushed, so nothing half-written is recorded). A point that fails for a real
+  reason is reported with its one error line; the others go on.
+* A rerun recomputes only missing or stale points (:func:`flows.study_points.fresh_points`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.futures import PrefectFuture
+
+from flows import dvcops
+from flows.study_points import PointJob, fresh_points, read_point, run_point, run_upstream
+from tasks.common import write_json
+from tasks.study_report import load_point, write_study_report
+from tasks.study_spec import StudyPoint, load_study, study_points
+
+#: Project files a point does not take from the commit: it writes its own params and lock, and
+#: sets up DVC itself (its remote comes from the study).
+_POINT_OWNED = ("params.yaml", "dvc.lock", ".dvcignore", ".dvc/")
+
+
+class StudyError(RuntimeError):
+    """A study cannot start (dirty tree, no remote, bad spec); one line."""
+
+
+def _transient(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except dvcops.TransientStageError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(
+    name="study-upstream", task_run_name="upstream-{key}", retries=1, retry_condition_fn=_transient
+)
+def upstream_task(job: PointJob, key: str) -> dict[str, Any]:
+    """The shared stages of one upstream key; a failure is returned (``{"error": line}``), so
+    its points can report it instead of never starting."""
+    logger = get_run_logger()
+    try:
+        result = run_upstream(job, lambda line: logger.info("[upstream %s] %s", key, line))
+    except dvcops.TransientStageError:
+        raise
+    except Exception as err:
+        logger.error("upstream %s failed: %s", key, _one_line(err))
+        return {"error": _one_line(err)}
+    logger.info("upstream %s done in %.1fs", key, result["seconds"])
+    return result
+
+
+@task(name="study-point", task_run_name="{job.name}", retries=1, retry_condition_fn=_transient)
+def point_task(job: PointJob, upstream: dict[str, Any] | None) -> dict[str, Any]:
+    from dataclasses import replace
+
+    logger = get_run_logger()
+    if upstream is not None and "error" in upstream:
+        raise dvcops.StageError(f"its upstream failed: {upstream['error']}")
+    result = run_point(
+        replace(job, upstream=upstream), lambda line: logger.info("[%s] %s", job.name, line)
+    )
+    logger.info("point %s done in %.1fs; ran %s", job.name, result["seconds"], result["ran"])
+    return result
+
+
+def task_runner(workers: int = 2, cluster: str | None = None):
+    """The Dask task runner: an existing scheduler at ``cluster``, else a local cluster of
+    ``workers`` single-threaded worker processes on 127.0.0.1."""
+    from prefect_dask import DaskTaskRunner
+
+    if cluster:
+        return DaskTaskRunner(address=cluster)
+    return DaskTaskRunner(
+        cluster_class="distributed.LocalCluster",
+        cluster_kwargs={
+            "n_workers": workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            "host": "127.0.0.1",
+            "dashboard_address": None,
+        },
+    )
+
+
+def _git(root: Path, *args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if r.returncode:
+        raise StudyError(f"git {' '.join(args)} failed: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def study_commit(root: Path) -> str:
+    """HEAD, refusing a worktree whose tracked files differ from it (points clone the commit)."""
+    commit = _git(root, "rev-parse", "HEAD")
+    dirty = [
+        line[3:]
+        for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines()
+        if not line[3:].startswith(_POINT_OWNED)
+    ]
+    if dirty:
+        raise StudyError(
+            f"uncommitted changes in {', '.join(dirty[:5])}: a study runs at a commit "
+            "(its points clone it); commit them first"
+        )
+    return commit
+
+
+def default_remote(root: Path) -> str:
+    """The project's default DVC remote, as a URL every worker can use."""
+    name = dvcops.dvc(root, "config", "core.remote", check=False).stdout.strip()
+    for line in dvcops.dvc(root, "remote", "list").stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0] == name:
+            return parts[1]
+    raise StudyError("the project has no default DVC remote (`dvc remote add -d NAME URL`)")
+
+
+def _state_dir(root: Path, study: str) -> Path:
+    return root / ".hydra-ens" / "studies" / study
+
+
+@flow(name="hydra-study", log_prints=True)
+def hydra_study(
+    project_dir: str,
+    spec_path: str,
+    git_url: str | None = None,
+    dvc_remote: str | None = None,
+    threads: int = 1,
+    report_dir: str | None = None,
+    resources: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Run the study ``spec_path`` in the project ``project_dir``; returns the summary."""
+    logger = get_run_logger()
+    t0 = time.perf_counter()
+    root = Path(project_dir).resolve()
+    spec_file = Path(spec_path).resolve()
+    spec = load_study(spec_file)
+    for action in dvcops.ensure_project(root):
+        logger.info("project: %s", action)
+    points = study_points(spec, spec_file.parent, root / "dvc.yaml")
+    commit = study_commit(root)
+    job_base = {
+        "study": spec.name,
+        "git_url": git_url or str(root),
+        "commit": commit,
+        "dvc_remote": dvc_remote or default_remote(root),
+        "threads": threads,
+    }
+    fresh = fresh_points(root, commit, {p.name: p.params for p in points})
+    todo = [p for p in points if p.name not in fresh]
+    logger.info(
+        "study %s at %s: %d points (%d variants x %d seeds), %d up to date, %d to run",
+        spec.name,
+        commit[:8],
+        len(points),
+        len(spec.variants),
+        len(spec.seeds),
+        len(fresh),
+        len(todo),
+    )
+    state = _state_dir(root, spec.name)
+    upstream_futures: dict[str, PrefectFuture | dict[str, Any]] = {}
+    for p in todo:
+        if p.upstream in upstream_futures:
+            continue
+        stored = state / "upstream" / f"{commit[:12]}-{p.upstream}.json"
+        if stored.is_file():
+            upstream_futures[p.upstream] = json.loads(stored.read_text())
+            logger.info("upstream %s: reused from an earlier invocation", p.upstream)
+        else:
+            job = PointJob(name=f"upstream-{p.upstream}", params=p.params, **job_base)
+            upstream_futures[p.upstream] = _submit(upstream_task, resources, job, p.upstream)
+    point_futures = {
+        p.name: _submit(
+            point_task,
+            resources,
+            PointJob(name=p.name, params=p.params, **job_base),
+            upstream_futures[p.upstream],
+        )
+        for p in todo
+    }
+    upstream_results = _gather_upstreams(upstream_futures, state, commit, logger)
+    outcomes, failures = {}, {}
+    for name, fut in point_futures.items():
+        try:
+            outcomes[name] = fut.result()
+        except Exception as err:  # reported, and the other points go on
+            failures[name] = _one_line(err)
+            logger.error("point %s failed: %s", name, failures[name])
+    done = fresh_points(root, commit, {p.name: p.params for p in points})
+    wall = time.perf_counter() - t0
+    summary = _report(spec, spec_file, root, points, done, report_dir, wall, logger)
+    summary.update(
+        study=spec.name,
+        commit=commit,
+        ran=sorted(outcomes),
+        up_to_date=sorted(fresh),
+        failed=failures,
+        points={n: o for n, o in sorted(outcomes.items())},
+        upstreams=upstream_results,
+        reuse=_reuse(points, todo, upstream_results),
+        seconds=round(time.perf_counter() - t0, 1),
+    )
+    write_json(state / "last_study.json", summary)
+    logger.info(
+        "study %s done in %.1fs: %d ran, %d up to date, %d failed",
+        spec.name,
+        summary["seconds"],
+        len(outcomes),
+        len(fresh),
+        len(failures),
+    )
+    return summary
+
+
+def _submit(fn, resources: dict[str, float] | None, *args: Any) -> PrefectFuture:
+    if not resources:
+        return fn.submit(*args)
+    import dask
+
+    with dask.annotate(resources=resources):
+        return fn.submit(*args)
+
+
+def _gather_upstreams(futures, state: Path, commit: str, logger) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, fut in futures.items():
+        if isinstance(fut, dict):
+            out[key] = {"seconds": fut["seconds"], "reused_from_earlier": True}
+            continue
+        try:
+            result = fut.result()
+        except Exception as err:
+            result = {"error": _one_line(err)}
+        if "error" in result:
+            out[key] = {"error": result["error"]}
+            continue
+        write_json(state / "upstream" / f"{commit[:12]}-{key}.json", result)
+        out[key] = {"seconds": result["seconds"], "reused_from_earlier": False}
+    return out
+
+
+def _reuse(points: list[StudyPoint], todo: list[StudyPoint], upstreams: dict) -> dict[str, Any]:
+    """What sharing the upstream saved: its time for every point after the first that used it."""
+    saved = 0.0
+    for key, info in upstreams.items():
+        users = sum(1 for p in todo if p.upstream == key)
+        if "seconds" in info:
+            saved += info["seconds"] * (users - (0 if info.get("reused_from_earlier") else 1))
+    return {
+        "upstreams": len({p.upstream for p in points}),
+        "points": len(points),
+        "saved_seconds": round(saved, 1),
+    }
+
+
+def _report(spec, spec_file, root, points, done, report_dir, wall, logger) -> dict[str, Any]:
+    out_dir = Path(report_dir) if report_dir else root / "reports" / "studies" / spec.name
+    if not done:
+        logger.warning("no point finished: no report")
+        return {"report": None}
+    with tempfile.TemporaryDirectory(prefix="hydra-study-") as tmp:
+        results = [
+            load_point(read_point(root, done[p.name], Path(tmp) / p.name), p.variant, p.seed)
+            for p in points
+            if p.name in done
+        ]
+        summary = write_study_report(
+            results,
+            out_dir,
+            title=f"Study {spec.name}",
+            command=f"hydra-ens study {os.path.relpath(spec_file, root)}",
+            wall_seconds=wall,
+            variants=spec.variants,
+        )
+    create_markdown_artifact(
+        key=f"study-{spec.name}",
+        markdown=(out_dir / "study.md").read_text(),
+        description=f"study {spec.name}: {len(done)} of {len(points)} points",
+    )
+    logger.info("report: %s", out_dir / "study.md")
+    return {"report": str(out_dir / "study.md"), "recommendation": summary.get("recommendation")}
+
+
+def _one_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -1,0 +1,264 @@
+"""What a study worker does: one point (or one upstream) in its own clone, results back via git
+and the DVC remote. No shared filesystem is assumed between the study's driver and its workers.
+
+* :func:`run_upstream`: clone the study's commit, ``dvc repro`` the shared stages
+  (``tasks.study_spec.SHARED_STAGES``) for one seed, ``dvc push`` them; returns their lock entries
+  and their small uncached files (metrics), which is all a point needs to reuse them.
+* :func:`run_point`: clone, write the point's ``params.yaml``, lay down the upstream's lock and
+  ``dvc pull`` its outputs (the shared stages are then up to date), ``dvc exp run -n NAME gate``,
+  ``dvc exp push origin NAME``: the point becomes the experiment ref
+  ``refs/exps/<commit>/<NAME>`` in the project and its outputs land in the DVC remote. The ref is
+  created only by the final push, so a point killed halfway records nothing.
+* :func:`fresh_points` / :func:`read_point`: which points the project already holds, from git.
+
+Every clone lives under :func:`scratch_dir` and is removed when the job ends; clones left by
+killed workers are removed by the next job on that machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flows.dvcops import (
+    _DVC_HINTS,
+    StageError,
+    TransientStageError,
+    bin_path,
+    dvc_error_line,
+    is_transient_failure,
+    subprocess_env,
+)
+from tasks.params import validate_params, write_params
+from tasks.study_spec import POINT_TARGET, SHARED_STAGES
+
+Log = Callable[[str], None]
+#: Files a point must have in its experiment commit to count as done.
+POINT_FILES = ("params.yaml", "metrics/evaluate.json", "metrics/latency.json", "reports/gate.json")
+_IDENTITY = {"user.name": "hydra-ens study", "user.email": "study@hydra-ens.invalid"}
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """Everything a worker needs, all plain values (it travels to the worker)."""
+
+    study: str
+    name: str
+    params: dict[str, Any]
+    git_url: str
+    commit: str
+    dvc_remote: str
+    threads: int = 1
+    upstream: dict[str, Any] | None = field(default=None)
+
+
+def scratch_dir() -> Path:
+    """Where clones go on this machine: ``HYDRA_ENS_STUDY_SCRATCH``, else the temp folder."""
+    base = os.environ.get("HYDRA_ENS_STUDY_SCRATCH") or Path(tempfile.gettempdir()) / "hydra-study"
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _env(threads: int) -> dict[str, str]:
+    env = subprocess_env()
+    env["HYDRA_ENS_THREADS"] = str(threads)
+    env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], log: Log | None = None) -> list[str]:
+    """Run a command, relaying its lines to ``log``; raise with its error line when it fails."""
+    proc = subprocess.Popen(
+        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.rstrip().split("\r")[-1]
+        if not line.strip() or "it/s" in line or "s/it" in line:
+            continue
+        lines.append(line)
+        if log is not None and not line.strip().startswith(_DVC_HINTS):
+            log(line)
+    rc = proc.wait()
+    if rc != 0:
+        own = [ln.strip() for ln in lines if ln.strip().startswith("error:")]
+        why = own[-1] if own else (dvc_error_line(lines) or " | ".join(lines[-2:]))
+        msg = f"{Path(args[0]).name} {args[1]} failed (exit {rc}): {why}"
+        raise (TransientStageError if is_transient_failure(rc, lines) else StageError)(msg)
+    return lines
+
+
+def _remove_dead_clones(scratch: Path, prefix: str) -> None:
+    """Clones of ``prefix`` whose process is gone (a killed worker) on this machine."""
+    for old in scratch.glob(f"{prefix}-*"):
+        pid = old.name.removeprefix(prefix + "-").split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def checkout(job: PointJob, log: Log) -> Iterator[Path]:
+    """A fresh clone of ``job.git_url`` at ``job.commit`` with the point's params and the study's
+    DVC remote as default; removed on exit."""
+    scratch = scratch_dir()
+    prefix = f"{job.study}-{job.name}"
+    _remove_dead_clones(scratch, prefix)
+    wd = scratch / f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    env = _env(job.threads)
+    try:
+        _run(["git", "clone", "-q", "--no-checkout", job.git_url, str(wd)], scratch, env)
+        _run(["git", "checkout", "-q", "-B", "hydra-study", job.commit], wd, env)
+        for key, value in _IDENTITY.items():
+            if subprocess.run(["git", "config", key], cwd=wd, capture_output=True).returncode:
+                _run(["git", "config", key, value], wd, env)
+        dvc = bin_path("dvc")
+        if not (wd / ".dvc").is_dir():
+            _run([dvc, "init", "-q"], wd, env)
+        _run([dvc, "config", "--local", "core.analytics", "false"], wd, env)
+        _run([dvc, "remote", "add", "--local", "-f", "-d", "study", job.dvc_remote], wd, env)
+        # validated here too: a worker with other package versions fails early and clearly
+        write_params(validate_params(job.params, source=f"{job.name} params"), wd / "params.yaml")
+        log(f"clone at {job.commit[:8]} in {wd}")
+        yield wd
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def _uncached_files(wd: Path, stages: tuple[str, ...]) -> list[str]:
+    """Outputs of ``stages`` declared ``cache: false`` (metrics): git-tracked, not in the remote."""
+    declared = (yaml.safe_load((wd / "dvc.yaml").read_text()) or {}).get("stages") or {}
+    files = []
+    for stage in stages:
+        for key in ("outs", "metrics", "plots"):
+            for entry in declared.get(stage, {}).get(key) or []:
+                if isinstance(entry, dict):
+                    files += [p for p, o in entry.items() if (o or {}).get("cache") is False]
+    return files
+
+
+def run_upstream(job: PointJob, log: Log) -> dict[str, Any]:
+    """Compute the shared stages for ``job.params`` once; returns ``{"lock", "files",
+    "seconds"}`` (``dvc.lock`` entries of the shared stages and their uncached files)."""
+    t0 = time.perf_counter()
+    env = _env(job.threads)
+    dvc = bin_path("dvc")
+    with checkout(job, log) as wd:
+        _run([dvc, "repro", *SHARED_STAGES], wd, env, log)
+        _run([dvc, "push", "-q", *SHARED_STAGES], wd, env)
+        stages = yaml.safe_load((wd / "dvc.lock").read_text())["stages"]
+        lock = {s: stages[s] for s in SHARED_STAGES}
+        files = {p: (wd / p).read_text() for p in _uncached_files(wd, SHARED_STAGES)}
+    return {"lock": lock, "files": files, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _lay_down_upstream(wd: Path, upstream: dict[str, Any], env: dict[str, str], log: Log) -> bool:
+    """Write the upstream's lock entries and files, pull its outputs; False if the remote lacks
+    them (the point then computes the shared stages itself)."""
+    lock = {"schema": "2.0", "stages": upstream["lock"]}
+    (wd / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    for rel, text in upstream["files"].items():
+        (wd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (wd / rel).write_text(text)
+    try:
+        _run([bin_path("dvc"), "pull", "-q", *SHARED_STAGES], wd, env)
+        return True
+    except StageError as err:
+        log(f"upstream not reusable ({err}); this point computes it")
+        (wd / "dvc.lock").unlink()
+        return False
+
+
+def run_point(job: PointJob, log: Log) -> dict[str, Any]:
+    """Run one point as the DVC experiment ``job.name`` and push it; returns what ran."""
+    t0 = time.perf_counter()
+    env = _env(job.threads)
+    dvc = bin_path("dvc")
+    with checkout(job, log) as wd:
+        reused = bool(job.upstream) and _lay_down_upstream(wd, job.upstream, env, log)
+        lines = _run([dvc, "exp", "run", "-n", job.name, POINT_TARGET], wd, env, log)
+        ran = [ln.split("'")[1] for ln in lines if ln.startswith("Running stage '")]
+        sha = subprocess.run(
+            ["git", "rev-parse", f"refs/exps/{job.commit[:2]}/{job.commit[2:]}/{job.name}"],
+            cwd=wd,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if not sha:
+            raise StageError(f"{job.name}: dvc exp run made no experiment ref")
+        missing = [p for p in POINT_FILES if not _in_commit(wd, sha, p)]
+        if missing:
+            raise StageError(f"{job.name}: the experiment lacks {', '.join(missing)}")
+        for attempt in range(3):  # two workers pushing at once may race on the origin's lock
+            try:
+                _run([dvc, "exp", "push", "-f", "origin", job.name], wd, env)
+                break
+            except StageError:
+                if attempt == 2:
+                    raise
+                time.sleep(2 + 3 * attempt)
+    return {
+        "name": job.name,
+        "ref": sha,
+        "ran": ran,
+        "reused_upstream": reused,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _in_commit(repo: Path, rev: str, path: str) -> bool:
+    args = ["git", "cat-file", "-e", f"{rev}:{path}"]
+    return subprocess.run(args, cwd=repo, capture_output=True).returncode == 0
+
+
+def experiment_refs(root: Path, commit: str) -> dict[str, str]:
+    """``{name: sha}`` of the experiments of baseline ``commit`` in the project ``root``."""
+    prefix = f"refs/exps/{commit[:2]}/{commit[2:]}/"
+    out = subprocess.run(
+        ["git", "for-each-ref", "--format=%(objectname) %(refname)", prefix],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {ref.removeprefix(prefix): sha for sha, ref in (ln.split() for ln in out.splitlines())}
+
+
+def fresh_points(root: Path, commit: str, expected: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The points of ``expected`` (name -> resolved params) the project already holds as
+    complete experiments of ``commit`` with exactly those params: ``{name: sha}``."""
+    refs = experiment_refs(root, commit)
+    fresh = {}
+    for name, params in expected.items():
+        sha = refs.get(name)
+        if sha is None or not all(_in_commit(root, sha, p) for p in POINT_FILES):
+            continue
+        if yaml.safe_load(_show(root, sha, "params.yaml")) == params:
+            fresh[name] = sha
+    return fresh
+
+
+def _show(root: Path, rev: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def read_point(root: Path, sha: str, dest: Path) -> Path:
+    """Copy a point's :data:`POINT_FILES` out of its experiment commit into ``dest``."""
+    for rel in POINT_FILES:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(_show(root, sha, rel))
+    return dest

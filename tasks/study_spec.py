@@ -1,0 +1,171 @@
+"""A study: named variants x seeds, each (variant, seed) point a full pipeline run.
+
+``SPEC.yaml``::
+
+    name: text-default            # names the experiments and the report folder
+    profile: default              # a profile of tasks.params (default | quick)
+    params: base.yaml             # optional: a params file merged over the profile
+    sets: {evaluate.bootstrap_samples: 1000}   # optional: overrides every point shares
+    variants:                     # name -> dotted overrides (what --set takes)
+      circuit-s0: {scoring.method: circuit, merge.shared_layers: 0}
+      taylor-half: {scoring.method: taylor, merge.shared_layers: null}
+    seeds: [0, 1, 2]              # the replicate seed (params ``seed``) of each point
+
+A point's params are the profile, then ``params``, then ``sets``, then its variant's overrides,
+then ``seed``; every point is validated when the spec is loaded, so a bad override fails before
+anything runs, in one line naming the variant.
+
+Points that agree on every param of the *shared* stages (data, base fine-tune, Deep Ensemble)
+share one upstream: :func:`upstream_key` names it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from tasks.common import fingerprint
+from tasks.params import (
+    PROFILES,
+    ConfigError,
+    PipelineConfig,
+    _Strict,
+    read_yaml,
+    resolve_params,
+    to_raw,
+)
+
+#: The stages every point of one seed computes identically; a study runs them once per
+#: :func:`upstream_key` and the points reuse their outputs through the DVC remote.
+SHARED_STAGES = ("prepare_data", "finetune_base", "finetune_baselines")
+#: What a point runs: the DAG up to the verdict (points are evidence, not releases: no bundle or
+#: promotion).
+POINT_TARGET = "gate"
+_NAME = r"^[a-z0-9][a-z0-9_-]{0,40}$"
+
+
+class StudySpec(_Strict):
+    name: str = Field(pattern=_NAME)
+    profile: str = "default"
+    params: str | None = None
+    """A params file (relative to the spec) merged over the profile."""
+    sets: dict[str, Any] = Field(default_factory=dict)
+    variants: dict[str, dict[str, Any]] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value not in PROFILES:
+            raise ValueError(f"unknown profile {value!r}; allowed: {', '.join(PROFILES)}")
+        return value
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_names(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, overrides in value.items():
+            if not re.match(_NAME, name):
+                raise ValueError(f"{name!r} must match {_NAME} (it names a git ref)")
+            if not isinstance(overrides, dict):
+                raise ValueError(f"{name}: overrides must be a mapping of dotted keys")
+            if "seed" in overrides:
+                raise ValueError(f"{name}: 'seed' is the study's seeds list, not a variant key")
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value) or min(value) < 0:
+            raise ValueError("seeds must be distinct integers >= 0")
+        return value
+
+
+@dataclass(frozen=True)
+class StudyPoint:
+    """One (variant, seed) run: ``name`` is its DVC experiment name, ``params`` its resolved
+    ``params.yaml`` (a plain dict), ``upstream`` the key of the shared work it reuses."""
+
+    variant: str
+    seed: int
+    name: str
+    params: dict[str, Any]
+    upstream: str
+
+
+def point_name(variant: str, seed: int) -> str:
+    return f"{variant}-seed{seed}"
+
+
+def load_study(path: str | os.PathLike[str]) -> StudySpec:
+    """Read and validate ``SPEC.yaml``; :class:`ConfigError` (one line per problem) if bad."""
+    path = Path(path)
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: <root>: must be a mapping")
+    try:
+        spec = StudySpec.model_validate(raw)
+    except ValidationError as err:
+        lines = [
+            f"{path.name}: {'.'.join(str(p) for p in e['loc']) or '<root>'}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in err.errors()
+        ]
+        raise ConfigError("; ".join(lines)) from None
+    if spec.params is not None and not (path.parent / spec.params).is_file():
+        raise ConfigError(f"{path.name}: params: {spec.params!r} not found next to the spec")
+    return spec
+
+
+def shared_param_keys(dvc_yaml: Path) -> list[str]:
+    """The params (dotted keys of ``params.yaml``) the shared stages depend on, from dvc.yaml."""
+    stages = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages") or {}
+    keys: set[str] = set()
+    for stage in SHARED_STAGES:
+        if stage not in stages:
+            raise ConfigError(f"{dvc_yaml}: no stage {stage!r} (a study needs the whole DAG)")
+        for entry in stages[stage].get("params") or []:
+            if isinstance(entry, str):
+                keys.add(entry)
+            else:  # {"params.yaml": [...]}; an empty list means every param
+                for names in entry.values():
+                    keys.update(names or [""])
+    return sorted(keys)
+
+
+def _dotted(raw: dict[str, Any], key: str) -> Any:
+    value: Any = raw
+    for part in key.split(".") if key else []:
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def upstream_key(params: dict[str, Any], keys: list[str]) -> str:
+    """Names the shared work of ``params``: equal for points whose shared stages agree."""
+    return fingerprint({k: _dotted(params, k) for k in keys})[:16]
+
+
+def study_points(spec: StudySpec, spec_dir: Path, dvc_yaml: Path) -> list[StudyPoint]:
+    """Every point of ``spec``, validated, in (variant, seed) order."""
+    base = read_yaml(spec_dir / spec.params) if spec.params else None
+    if base is not None and not isinstance(base, dict):
+        raise ConfigError(f"{spec.params}: <root>: must be a mapping")
+    keys = shared_param_keys(dvc_yaml)
+    points = []
+    for variant, overrides in spec.variants.items():
+        for seed in spec.seeds:
+            sets = {**spec.sets, **overrides, "seed": seed}
+            try:
+                cfg: PipelineConfig = resolve_params(spec.profile, base, sets)
+            except ConfigError as err:
+                raise ConfigError(f"variant {variant}: {err}") from None
+            raw = to_raw(cfg)
+            points.append(
+                StudyPoint(variant, seed, point_name(variant, seed), raw, upstream_key(raw, keys))
+            )
+    return points

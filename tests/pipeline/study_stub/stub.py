@@ -1,0 +1,70 @@
+"""Stub stages for the study engine's tests (see dvc.yaml here): real files, no models.
+
+``evaluate`` perturbs a real evaluate.json (evaluate_template.json) by the point's variant and
+seed; ``gate`` judges it with the pipeline's own gate checks. ``evaluate.latency_repeats: 13``
+makes ``evaluate`` fail at seed 1 (a point that fails for a real reason); ``STUB_SLOW_SECONDS`` makes
+``score_heads`` take that long (a window to kill a worker in).
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+stage = sys.argv[1]
+params = yaml.safe_load(Path("params.yaml").read_text())
+
+
+def write(path: str, obj) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=1, sort_keys=True))
+
+
+def jitter(*key) -> float:
+    return int(hashlib.sha256(repr(key).encode()).hexdigest()[:8], 16) / 16**8 - 0.5
+
+
+seed = params["seed"]
+if stage == "prepare_data":
+    write("data/prepared/split.json", {"data": params["data"]["name"]})
+    write("metrics/data.json", {"rows": 160})
+elif stage == "finetune_base":
+    write("models/base/weights.json", {"seed": seed, "w": jitter("base", seed)})
+    write("metrics/finetune_base.json", {"seed": seed})
+elif stage == "finetune_baselines":
+    write("models/baselines/index.json", {"seed": seed, "w": jitter("de", seed)})
+elif stage == "score_heads":
+    time.sleep(float(os.environ.get("STUB_SLOW_SECONDS", "0")))
+    write("artifacts/scores/scores.json", {"method": params["scoring"]["method"], "seed": seed})
+elif stage == "evaluate":
+    if params["evaluate"]["latency_repeats"] == 13 and seed == 1:
+        print("error: evaluate: the stub was asked to fail (latency_repeats 13)", file=sys.stderr)
+        sys.exit(1)
+    ev = json.loads(Path("evaluate_template.json").read_text())
+    variant = (params["scoring"]["method"], params["merge"]["shared_layers"])
+    for name, entry in ev["models"].items():
+        key = (
+            (variant, seed, name) if name in ("hydra", "control", "naive_pruned") else (seed, name)
+        )
+        for split in entry["calibrated"].values():
+            for metric, value in split.items():
+                if isinstance(value, float) and 0 < value < 1:
+                    split[metric] = min(1.0, max(0.0, value + 0.02 * jitter(key, metric)))
+    write("metrics/evaluate.json", ev)
+    write("metrics/latency.json", {n: 10.0 + 5 * jitter(n) for n in ev["models"]})
+elif stage == "gate":
+    from tasks.gate import evaluate_check
+    from tasks.params import validate_params
+
+    cfg = validate_params(params)
+    ev = json.loads(Path("metrics/evaluate.json").read_text())
+    checks = [evaluate_check(c, ev, None) for c in cfg.gates]
+    failed = [c["name"] for c in checks if c["status"] == "failed"]
+    write(
+        "reports/gate.json",
+        {"verdict": "failed" if failed else "passed", "failed": failed, "checks": checks},
+    )

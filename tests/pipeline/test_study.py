@@ -1,0 +1,263 @@
+"""``hydra-ens study`` end to end on real components: a Dask scheduler and two workers started as
+separate processes on 127.0.0.1, real git, DVC experiments and remote, a real Prefect server.
+
+The project's DAG is the stub in ``study_stub/`` (the pipeline's stage names, a few lines each), so
+a point takes seconds; what is under test is the engine: points as DVC experiments, the shared
+upstream computed once per seed, a killed worker, a failing point, and reruns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import git
+
+STUB = Path(__file__).parent / "study_stub"
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.timeout(600)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stub_project(dest: Path) -> Path:
+    from tasks.params import resolve_params, write_params
+
+    dest.mkdir(parents=True)
+    for name in ("dvc.yaml", "stub.py", "evaluate_template.json"):
+        shutil.copy2(STUB / name, dest / name)
+    write_params(resolve_params("quick"), dest / "params.yaml")
+    (dest / ".gitignore").write_text(".hydra-ens/\n.prefect/\n.dvc-remote/\n__pycache__/\n")
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "config", "user.email", "tests@hydra-ens.invalid")
+    git(dest, "config", "user.name", "hydra-ens tests")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "stub project")
+    return dest
+
+
+def _spec(path: Path, variants: dict) -> Path:
+    spec = {"name": "tiny", "profile": "quick", "variants": variants, "seeds": [0, 1]}
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, prefect_server):
+    """A scheduler and two workers (own process groups, own scratch folders, stub score_heads
+    slowed to 4 s so a worker can be killed mid-point)."""
+    base = tmp_path_factory.mktemp("dask")
+    port = _free_port()
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "STUB_SLOW_SECONDS": "4"}
+    procs = {
+        "scheduler": subprocess.Popen(
+            [
+                BIN / "dask",
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    }
+    address = f"tcp://127.0.0.1:{port}"
+    for name in ("a", "b"):
+        (base / name).mkdir()
+        procs[name] = subprocess.Popen(
+            [
+                BIN / "dask",
+                "worker",
+                address,
+                "--nthreads",
+                "1",
+                "--nworkers",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                "--name",
+                name,
+            ],
+            env={**env, "HYDRA_ENS_STUDY_SCRATCH": str(base / name)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    from distributed import Client
+
+    with Client(address, timeout=60) as client:
+        client.wait_for_workers(2, timeout=120)
+    yield {"address": address, "procs": procs, "scratch": base, "env": env}
+    for proc in procs.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def _study(project: Path, spec: Path, env: dict, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [BIN / "hydra-ens", "study", str(spec), "-C", str(project), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _summary(project: Path) -> dict:
+    return json.loads((project / ".hydra-ens/studies/tiny/last_study.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def first_study(tmp_path_factory, cluster):
+    """2 variants x 2 seeds on the external cluster; ``taylor`` fails at seed 1 (a real error);
+    the worker running the first point is killed mid-point."""
+    root = tmp_path_factory.mktemp("study")
+    project = _stub_project(root / "proj")
+    spec = _spec(
+        root / "spec.yaml",
+        {
+            "circuit": {"scoring.method": "circuit"},
+            "taylor": {"scoring.method": "taylor", "evaluate.latency_repeats": 13},
+        },
+    )
+    proc = _study(project, spec, cluster["env"], "--cluster", cluster["address"])
+    killed = None
+    deadline = time.monotonic() + 300
+    while killed is None and time.monotonic() < deadline and proc.poll() is None:
+        for name in ("a", "b"):
+            clones = [p for p in (cluster["scratch"] / name).glob("tiny-*-seed*")]
+            if any((c / "artifacts").exists() or (c / "dvc.lock").exists() for c in clones):
+                os.killpg(cluster["procs"][name].pid, signal.SIGKILL)
+                killed = (name, [c.name for c in clones])
+                break
+        time.sleep(0.2)
+    out, _ = proc.communicate(timeout=400)
+    return {
+        "project": project,
+        "spec": spec,
+        "rc": proc.returncode,
+        "out": out,
+        "killed": killed,
+        "root": root,
+    }
+
+
+def test_a_killed_worker_and_a_failing_point_leave_the_other_points_complete(first_study):
+    s = first_study
+    assert s["killed"] is not None, s["out"][-3000:]
+    summary = _summary(s["project"])
+    # the point on the killed worker was rerun on the other one; the failing point is reported
+    assert sorted(summary["ran"]) == ["circuit-seed0", "circuit-seed1", "taylor-seed0"]
+    assert list(summary["failed"]) == ["taylor-seed1"]
+    assert "stub was asked to fail" in summary["failed"]["taylor-seed1"]
+    assert s["rc"] == 1, s["out"][-3000:]
+    assert "taylor-seed1" in s["out"] and "failed" in s["out"]
+    from flows.study_points import POINT_FILES, experiment_refs
+
+    commit = git(s["project"], "rev-parse", "HEAD").strip()
+    refs = experiment_refs(s["project"], commit)
+    assert sorted(refs) == ["circuit-seed0", "circuit-seed1", "taylor-seed0"]
+    for sha in refs.values():  # nothing half-written: every recorded point is complete
+        for rel in POINT_FILES:
+            git(s["project"], "cat-file", "-e", f"{sha}:{rel}")
+
+
+def test_the_shared_upstream_ran_once_per_seed_and_was_reused(first_study):
+    summary = _summary(first_study["project"])
+    assert len(summary["upstreams"]) == 2  # seeds 0 and 1; both variants share them
+    assert all("seconds" in u for u in summary["upstreams"].values())
+    for name in summary["ran"]:
+        point = summary["points"][name]
+        assert point["reused_upstream"], name
+        assert not {"prepare_data", "finetune_base", "finetune_baselines"} & set(point["ran"])
+        assert {"score_heads", "evaluate", "gate"} <= set(point["ran"])
+    assert summary["reuse"]["saved_seconds"] > 0
+
+
+def test_dvc_exp_show_lists_every_point_with_params_and_metrics(first_study):
+    project = first_study["project"]
+    r = subprocess.run(
+        [BIN / "dvc", "exp", "show", "--json"], cwd=project, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    shown = {}
+    for baseline in json.loads(r.stdout):
+        for exp in baseline.get("experiments") or []:
+            for rev in exp.get("revs") or []:
+                shown[exp.get("name") or rev.get("name")] = rev["data"]
+    assert {"circuit-seed0", "circuit-seed1", "taylor-seed0"} <= set(shown)
+    data = shown["circuit-seed1"]
+    assert data["params"]["params.yaml"]["data"]["seed"] == 1
+    metrics = data["metrics"]["metrics/evaluate.json"]["data"]
+    assert 0 < metrics["models"]["hydra"]["calibrated"]["id_test"]["accuracy"] <= 1
+
+
+def test_the_report_has_every_metric_with_intervals(first_study):
+    report = first_study["project"] / "reports/studies/tiny"
+    md = (report / "study.md").read_text()
+    summary = json.loads((report / "study.json").read_text())
+    assert "hydra[circuit]" in md and "deep_ensemble" in md
+    assert md.count("[") > 40  # mean [low, high] cells
+    assert (report / "figures").is_dir() and any((report / "figures").glob("*.png"))
+    assert summary  # the numbers behind the Markdown
+
+
+def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster):
+    s = first_study
+    # the failing override removed: the taylor points are stale (seed 0) or missing (seed 1);
+    # this run uses the default local cluster: the same flow, another cluster
+    _spec(
+        s["spec"],
+        {"circuit": {"scoring.method": "circuit"}, "taylor": {"scoring.method": "taylor"}},
+    )
+    env = {k: v for k, v in cluster["env"].items() if k != "STUB_SLOW_SECONDS"}
+    env["HYDRA_ENS_STUDY_SCRATCH"] = str(s["root"] / "local-scratch")
+    proc = _study(s["project"], s["spec"], env, "--workers", "2")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    summary = _summary(s["project"])
+    assert sorted(summary["ran"]) == ["taylor-seed0", "taylor-seed1"]
+    assert sorted(summary["up_to_date"]) == ["circuit-seed0", "circuit-seed1"]
+    assert all(u.get("reused_from_earlier") for u in summary["upstreams"].values())
+
+    proc = _study(s["project"], s["spec"], env, "--workers", "1")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    summary = _summary(s["project"])
+    assert summary["ran"] == [] and len(summary["up_to_date"]) == 4
+    assert summary["upstreams"] == {}
+
+
+def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):
+    project = _stub_project(tmp_path / "proj")
+    spec = _spec(tmp_path / "spec.yaml", {"bad": {"members.num_members": 0}})
+    r = subprocess.run(
+        [BIN / "hydra-ens", "study", str(spec), "-C", str(project)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "variant bad" in lines[0] and "members.num_members" in lines[0]
+    assert not (project / ".hydra-ens/studies").exists()
