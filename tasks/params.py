@@ -43,7 +43,7 @@ OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 MODEL_METRICS = ("parameters", "latency_ms", "compile_max_abs_diff", "compile_argmax_agreement")
 METRICS = CLASSIFICATION_METRICS + OOD_METRICS + MODEL_METRICS
 SPLITS = ("id_test", "shift", "near_ood", "far_ood", "model")
-BASELINES = ("single", "naive_pruned", "deep_ensemble", "control", "prod")
+BASELINES = ("single", "naive_pruned", "deep_ensemble", "mc_dropout", "control", "prod")
 GREATER_IS_BETTER = {
     "accuracy": True,
     "nll": False,
@@ -117,9 +117,22 @@ class FinetuneConfig(_Strict):
     seed: int = 0
 
 
+class McDropoutConfig(_Strict):
+    """The MC Dropout baseline: the fine-tuned base, dropout on at inference, ``samples`` passes
+    (:mod:`hydra_ops.mc_dropout`)."""
+
+    enabled: bool = True
+    samples: int = Field(default=8, ge=2)
+    rate: float | None = Field(default=None, gt=0, lt=1)
+    """``None``: the model's own dropout rates, or 0.1 everywhere when they are all 0."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the dropout masks (restarted per evaluated split: reruns give the same metrics)."""
+
+
 class BaselinesConfig(_Strict):
     deep_ensemble_size: int | None = Field(default=None, ge=1)
     """Members of the Deep Ensemble baseline (the base is member 0); ``None``: M."""
+    mc_dropout: McDropoutConfig = McDropoutConfig()
 
 
 class ScoringConfig(_Strict):
@@ -464,7 +477,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "model": {"max_length": 32},
         "finetune": {"epochs": 1, "batch_size": 16},
         "scoring": {"max_batches": 1, "batch_size": 16},
-        "baselines": {"deep_ensemble_size": 2},
+        "baselines": {"deep_ensemble_size": 2, "mc_dropout": {"samples": 4}},
         "members": {"finetune": {"epochs": 1}},
         "compile": {"backend": "eager"},
         "evaluate": {"bootstrap_samples": 100, "latency_repeats": 2, "latency_batch": 8},
