@@ -28,7 +28,14 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import PrefectFuture
 
 from flows import dvcops
-from flows.study_points import PointJob, fresh_points, read_point, run_point, run_upstream
+from flows.study_points import (
+    PointJob,
+    fetch_experiments,
+    fresh_points,
+    read_point,
+    run_point,
+    run_upstream,
+)
 from tasks.common import write_json
 from tasks.study_report import load_point, write_study_report
 from tasks.study_spec import StudyPoint, load_study, study_points
@@ -167,6 +174,7 @@ def hydra_study(
         "dvc_remote": dvc_remote or default_remote(root),
         "threads": threads,
     }
+    fetch_experiments(root, job_base["git_url"])
     fresh = fresh_points(root, commit, {p.name: p.params for p in points})
     todo = [p for p in points if p.name not in fresh]
     logger.info(
@@ -208,6 +216,7 @@ def hydra_study(
         except Exception as err:  # reported, and the other points go on
             failures[name] = _one_line(err)
             logger.error("point %s failed: %s", name, failures[name])
+    fetch_experiments(root, job_base["git_url"])
     done = fresh_points(root, commit, {p.name: p.params for p in points})
     wall = time.perf_counter() - t0
     summary = _report(spec, spec_file, root, points, done, report_dir, wall, logger)

@@ -223,6 +223,20 @@ def _in_commit(repo: Path, rev: str, path: str) -> bool:
     return subprocess.run(args, cwd=repo, capture_output=True).returncode == 0
 
 
+def fetch_experiments(root: Path, git_url: str) -> None:
+    """Bring the experiment refs workers pushed to ``git_url`` into the project (a no-op when
+    ``git_url`` is the project itself)."""
+    if Path(git_url).resolve() == root.resolve():
+        return
+    subprocess.run(
+        ["git", "fetch", "-q", "--force", git_url, "refs/exps/*:refs/exps/*"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
 def experiment_refs(root: Path, commit: str) -> dict[str, str]:
     """``{name: sha}`` of the experiments of baseline ``commit`` in the project ``root``."""
     prefix = f"refs/exps/{commit[:2]}/{commit[2:]}/"

@@ -261,3 +261,17 @@ def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "variant bad" in lines[0] and "members.num_members" in lines[0]
     assert not (project / ".hydra-ens/studies").exists()
+
+
+def test_experiments_pushed_to_another_git_url_are_fetched_into_the_project(tmp_path):
+    from flows.study_points import experiment_refs, fetch_experiments
+
+    project = _stub_project(tmp_path / "proj")
+    commit = git(project, "rev-parse", "HEAD").strip()
+    bare = tmp_path / "server.git"
+    git(tmp_path, "clone", "-q", "--bare", str(project), str(bare))
+    git(bare, "update-ref", f"refs/exps/{commit[:2]}/{commit[2:]}/circuit-seed0", commit)
+    assert experiment_refs(project, commit) == {}
+    fetch_experiments(project, str(bare))
+    assert experiment_refs(project, commit) == {"circuit-seed0": commit}
+    fetch_experiments(project, str(project))  # the project itself: nothing to do
