@@ -2,8 +2,8 @@
 
 ``evaluate`` perturbs a real evaluate.json (evaluate_template.json) by the point's variant and
 seed; ``gate`` judges it with the pipeline's own gate checks. ``evaluate.latency_repeats: 13``
-makes ``evaluate`` fail at seed 1 (a point that fails for a real reason); ``STUB_SLOW_SECONDS`` makes
-``score_heads`` take that long (a window to kill a worker in).
+makes ``evaluate`` fail at seed 1 (a point that fails for a real reason);
+``STUB_SLOW_SECONDS`` makes ``score_heads`` take that long (a window to kill a worker in).
 """
 
 import hashlib
