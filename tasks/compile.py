@@ -5,11 +5,13 @@
 measured on the first check batch; ``eager``: no compilation, recorded as such) and
 ``hydra_ops.compile.verify_compiled`` re-checks the loaded artifact against the eager model on
 held-out test inputs (max abs difference of ensemble probabilities, argmax agreement).
-``compile.precision`` (default ``fp32``; ``auto`` measures each (backend, precision) candidate
-against the fp32 eager model on the check batches and ships the fastest that agrees within
-``tolerance_fp32`` / ``tolerance_low_precision`` and ``min_agreement``); the check uses the
-tolerance of the precision that ships, and evaluate judges the Hydra at that precision. The gate
-judges that check; with ``eager`` there is nothing to check and the gate reports the compile
+``compile.precision`` (default ``auto``: each (backend, precision) candidate the device runs fast
+is measured against the fp32 eager model on the check batches and the fastest that agrees within
+``tolerance_fp32`` / ``tolerance_low_precision`` and ``min_agreement`` ships; one log line and
+``precision_reason`` say why, e.g. why fp32 was kept; or ``fp32``, ``bf16``, ``fp16``); the check
+uses the tolerance of the precision that ships (``check.tolerance``), and evaluate judges the
+Hydra at that precision. The gate judges that check against that same tolerance (``threshold:
+compile_tolerance``); with ``eager`` there is nothing to check and the gate reports the compile
 checks as ``not applicable``.
 
 Cached (``models/compiled``): the artifact and its ``compiled.json`` (backend, precision, device,
@@ -46,6 +48,7 @@ def _split_run_facts(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
         timings = {
             b: {k: t[k] for k in ("median_ms", "build_and_time_seconds") if k in t}
             for b, t in selection["trials"].items()
+            if "median_ms" in t  # a candidate that could not be built has no timing
         }
         trials = {
             b: {k: v for k, v in t.items() if k not in ("median_ms", "build_and_time_seconds")}
@@ -119,6 +122,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         ),
         "check_examples": None if check_result is None else check_result["num_examples"],
         "tolerance": cfg.compile.tolerance(meta["precision"]),
+        "precision_reason": meta.get("precision_reason"),
         "torch": torch.__version__,
         **facts,
     }

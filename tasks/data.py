@@ -50,8 +50,9 @@ def batches(cfg: PipelineConfig, data: Split, batch_size: int, **kwargs: Any) ->
 def train_batches(
     cfg: PipelineConfig, root: Path, seed: int, *, pin_memory: bool = False
 ) -> Callable[[int], list[dict]]:
-    """``epoch -> batches`` of the training split, reshuffled per epoch from ``seed + epoch``
-    (what :func:`hydra_ops.training.fine_tune` takes); ``pin_memory`` for a CUDA run."""
+    """``epoch -> batches`` of the training split, reshuffled (and, with
+    ``finetune.random_shift``, its images shifted) per epoch from ``seed + epoch`` (what
+    :func:`hydra_ops.training.fine_tune` takes); ``pin_memory`` for a CUDA run."""
     train = split(root, "train")
 
     def epoch_batches(epoch: int) -> list[dict]:
@@ -62,6 +63,7 @@ def train_batches(
             shuffle=True,
             seed=seed + epoch,
             pin_memory=pin_memory,
+            random_shift=cfg.finetune.random_shift,
         )
 
     return epoch_batches

@@ -175,6 +175,21 @@ def _interval(r) -> dict[str, float]:
     }
 
 
+def compile_fields(compiled: dict[str, Any]) -> dict[str, Any]:
+    """The Hydra's compile facts from ``compiled.json``: the check of the shipped artifact against
+    the eager model (``None`` for ``eager``: nothing compiled, nothing checked), its backend and
+    precision, and ``compile_tolerance``, the tolerance compile checked it with (its precision's),
+    which the gate's ``threshold: compile_tolerance`` applies."""
+    check = compiled.get("check")
+    return {
+        "compile_max_abs_diff": check and check["max_abs_diff_probs"],
+        "compile_argmax_agreement": check and check["argmax_agreement"],
+        "compile_backend": compiled["backend"],
+        "compile_tolerance": check and check.get("tolerance"),
+        "compile_precision": compiled.get("precision"),
+    }
+
+
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature
     from hydra_ops.metrics import reliability_bins, roc_points
@@ -217,10 +232,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "ood_by_score": _ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
         }
         if cand.name == "hydra":
-            check = compiled.get("check")  # None: eager, nothing compiled to check
-            entry["compile_max_abs_diff"] = check and check["max_abs_diff_probs"]
-            entry["compile_argmax_agreement"] = check and check["argmax_agreement"]
-            entry["compile_backend"] = compiled["backend"]
+            entry.update(compile_fields(compiled))
             entry["verdicts"], entry["verdict_fractions"], verdict_thresholds = hydra_verdicts(
                 root, outputs["hydra"], temps["hydra"]
             )

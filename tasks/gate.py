@@ -8,6 +8,12 @@ worse by at most ``tolerance`` (or must be better by at least ``min_absolute_cha
 ``use_bootstrap_bound`` the conservative end of the paired bootstrap interval of
 (Hydra - baseline) replaces the point difference.
 
+``threshold: compile_tolerance`` (the default ``compile_max_abs_diff`` check) applies the tolerance
+the compile stage checked the shipped artifact with (``compile.tolerance_fp32`` for fp32,
+``compile.tolerance_low_precision`` for bf16/fp16, recorded by evaluate as ``compile_tolerance``);
+the check's record holds the number applied (``threshold``) and where it came from
+(``threshold_from``). A numeric threshold is applied as written.
+
 Statuses: ``passed``, ``failed``, ``not applicable`` (a compile check when the shipped artifact is
 the eager model: nothing was compiled, so nothing was checked; it neither passes nor blocks) and
 ``skipped`` (a comparison that cannot be made, allowed only for a check marked ``optional: true``;
@@ -28,7 +34,7 @@ from typing import Any
 
 from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
 from tasks.lineage import judged_hashes
-from tasks.params import MODEL_METRICS, GateCheck, PipelineConfig
+from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 
@@ -42,6 +48,20 @@ def _value(entry: dict[str, Any], check: GateCheck) -> float | None:
         variant = "calibrated" if check.calibrated else "raw"
         v = entry.get(variant, {}).get(check.split, {}).get(check.metric)
     return None if v is None else float(v)
+
+
+def _threshold(check: GateCheck, hydra: dict[str, Any]) -> tuple[float | None, str | None]:
+    """``(bound applied, where it came from)`` of a threshold check: a number as written (source
+    ``None``), or for ``threshold: compile_tolerance`` the tolerance compile applied to the shipped
+    artifact (evaluate's ``compile_tolerance``; bound ``None`` and the reason when it is missing).
+    """
+    if check.threshold == COMPILE_TOLERANCE:
+        tolerance = hydra.get("compile_tolerance")
+        if tolerance is None:
+            return None, "no compile_tolerance in metrics/evaluate.json (re-run compile, evaluate)"
+        precision = hydra.get("compile_precision") or "unknown precision"
+        return float(tolerance), f"compile tolerance for the shipped {precision}"
+    return float(check.threshold), None  # type: ignore[arg-type]  # GateCheck: else a number
 
 
 def _cannot_compare(rec: dict[str, Any], check: GateCheck, why: str) -> dict[str, Any]:
@@ -79,11 +99,15 @@ def evaluate_check(
     if value is None:
         return {**rec, "status": "failed", "note": "metric missing from metrics/evaluate.json"}
     if check.threshold is not None:
-        ok = value >= check.threshold if gib else value <= check.threshold
-        rule = f"{'>=' if gib else '<='} {check.threshold:g}"
+        threshold, source = _threshold(check, hydra)
+        if threshold is None:
+            return {**rec, "status": "failed", "note": source}
+        ok = value >= threshold if gib else value <= threshold
+        rule = f"{'>=' if gib else '<='} {threshold:g}" + (f" ({source})" if source else "")
         return {
             **rec,
-            "threshold": check.threshold,
+            "threshold": threshold,  # the number applied, also for compile_tolerance
+            **({"threshold_from": source} if source else {}),
             "rule": rule,
             "status": "passed" if ok else "failed",
         }

@@ -2,6 +2,13 @@
 
 The environment is fixed at import time (before anything imports Prefect): analytics off, a
 per-run ``PREFECT_HOME``, a 120 s server start-up timeout, DVC analytics off, no model hub.
+
+Under pytest-xdist (``addopts``: ``-n 2 --dist loadfile``) every worker imports this file on its
+own, so each gets its own ``PREFECT_HOME`` and, on first use, its own Prefect server; a module
+never leaves its worker, so module-scoped projects are built once. Each worker gets its share of
+the cores (``HYDRA_ENS_THREADS`` / ``OMP_NUM_THREADS``, inherited by every stage subprocess):
+oversubscribed OpenMP threads spin and slow every torch op down many times over. The end-to-end
+modules are collected first, so that the longest ones start at once on different workers.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,9 +31,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HYDRA_ENS_PROGRESS", "0")
 
+XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+if XDIST_WORKERS > 1:
+    _share = str(max(1, len(os.sched_getaffinity(0)) // XDIST_WORKERS))
+    os.environ.setdefault("HYDRA_ENS_THREADS", _share)
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
+    if "torch" in sys.modules:  # imported before this file (a plugin): OMP_NUM_THREADS came late
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 REPO = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ("dvc.yaml", ".dvcignore")
 PROJECT_DIRS = ("hydra_ops", "tasks")
+#: The longest modules, longest first (each runs whole pipelines); under xdist they are handed out
+#: first, the many short modules fill in behind them.
+SLOWEST_MODULES = ("test_pipeline_text.py", "test_pipeline_image.py", "test_study.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, collect :data:`SLOWEST_MODULES` first (a stable sort: the order of the tests
+    inside a module, which module fixtures rely on, is kept)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {name: i for i, name in enumerate(SLOWEST_MODULES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -35,8 +35,10 @@ Backends (``BACKENDS``):
 Precisions (:mod:`.precision`): ``fp32`` (default; the model as it is), ``bf16``, ``fp16`` (CUDA
 only) or ``auto``. A candidate is (backend, precision); ``auto`` precision measures every
 precision the device runs fast (bf16 only with ``amx_bf16``/``avx512_bf16`` on CPU) against the
-fp32 eager model and never keeps one that disagrees beyond its tolerance. ONNX Runtime's CPU
-execution provider has no bf16 kernels, so on CPU it is an fp32-only candidate.
+fp32 eager model and never keeps one that disagrees beyond its tolerance; it logs one line saying
+why the kept precision ships (on a CPU without fast bf16: ``auto precision keeps fp32: bf16 skipped
+(CPU has no fast bf16 ...)``), recorded as ``precision_reason`` in ``compiled.json``. ONNX Runtime's
+CPU execution provider has no bf16 kernels, so on CPU it is an fp32-only candidate.
 
 Every artifact directory holds the artifact file and ``compiled.json`` (:mod:`.artifact`; it
 records ``precision``, ``device`` and ``device_name``). Compiled calls return float32 member
@@ -64,7 +66,7 @@ from .artifact import (
     load_compiled,
     model_device_dtype,
 )
-from .auto import measure_fastest
+from .auto import measure_fastest, note_precision, precision_reason
 from .backends import (
     ARTIFACT_FILES,
     ATTENTION_OPS,
@@ -138,10 +140,10 @@ def compile_model(
             model gives the same artifact as before precisions existed). ``bf16``/``fp16``: the
             model cast to that dtype (:class:`~hydra_ops.compile.precision.CastModel`: fp32
             inputs and fp32 logits, so the call convention is unchanged); ``fp16`` only on CUDA.
-            ``auto``: every precision this device runs fast is a candidate (bf16 is skipped, with
-            one log line, on a CPU without ``amx_bf16``/``avx512_bf16``); the candidates
-            (backend, precision) are measured and the fastest that agrees with the fp32 eager
-            model is kept.
+            ``auto``: every precision this device runs fast is a candidate (bf16 is skipped on a
+            CPU without ``amx_bf16``/``avx512_bf16``); the candidates (backend, precision) are
+            measured and the fastest that agrees with the fp32 eager model is kept; one log line
+            (and ``precision_reason`` in the metadata) says why the kept precision ships.
         heldout_inputs: further batches the measured check runs on (besides the example).
         tolerance: max |dp| of ensemble probabilities vs the fp32 eager model, one float for every
             precision or ``{precision: float}`` (default :data:`DEFAULT_TOLERANCES`).
@@ -214,6 +216,7 @@ def compile_model(
     if backend == "auto" and trt_reason is None:
         try:
             if len(precisions) == 1:
+                note_precision(build, precisions[0], {}, skipped)
                 return build.one("tensorrt", precisions[0])
             return measure(["tensorrt"], None)
         except Exception as error:
@@ -233,6 +236,7 @@ def compile_model(
     run_device = torch.device(chosen.device) if chosen.device is not None else device
     if (why := chosen.precision_reason(precisions[0], run_device)) is not None:
         raise CompileError(f"backend {backend!r} cannot run precision {precisions[0]!r}: {why}")
+    note_precision(build, precisions[0], {}, skipped)
     try:
         return build.one(backend, precisions[0])
     except CompileError:
@@ -271,11 +275,7 @@ def _precisions(precision: str, device: torch.device) -> tuple[list[str], dict[s
             why = fast_bf16_unavailable_reason(device) if p == "bf16" else None
         if why is not None:
             skipped[p] = why
-    if skipped:
-        log.info(
-            "compile: auto precision skips %s",
-            "; ".join(f"{p} ({why})" for p, why in skipped.items()),
-        )
+    # the one log line saying why (auto.note_precision) comes once the choice is made
     return [p for p in PRECISIONS if p not in skipped], skipped
 
 
@@ -314,7 +314,9 @@ __all__ = [
     "library_versions",
     "load_compiled",
     "median_latency_ms",
+    "note_precision",
     "precision_name",
+    "precision_reason",
     "precision_unavailable_reason",
     "register_backend",
     "tensorrt_unavailable_reason",

@@ -8,8 +8,11 @@ ensemble argmax agreement >= ``min_agreement``, :func:`~hydra_ops.compile.verify
 and timed on the example batch (one warm-up, then the median of ``repeats`` calls). A candidate
 that disagrees is never kept. Every trial (backend, precision, max |dp|, agreement, ok or why not,
 median ms) is recorded under ``auto_selection`` in the metadata, keyed ``"<backend>/<precision>"``;
-only the winner's artifact file is kept. Which backend wins depends on the machine
-(docs/benchmarks.md: inductor on an AVX2 CPU, ONNX Runtime on an AVX-512 one).
+only the winner's artifact file is kept. When the precision was ``auto``, :func:`note_precision`
+logs ONE line saying why the kept precision ships (for fp32: each other precision skipped, failed
+its check, could not be built, or agreed but was slower) and records it as ``precision_reason``.
+Which backend wins depends on the machine (docs/benchmarks.md: inductor on an AVX2 CPU, ONNX
+Runtime on an AVX-512 one).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .artifact import CompiledArtifact, model_device_dtype
 from .backends import BACKEND_REGISTRY, CompileError, get_backend
 from .build import Build, Built
 from .latency import median_latency_ms
+from .precision import PRECISIONS
 from .verify import compare_logits
 
 # The package's one logger: callers filter compile messages on this name.
@@ -37,6 +41,54 @@ Candidate = tuple[str, str]
 
 def trial_key(backend: str, precision: str) -> str:
     return f"{backend}/{precision}"
+
+
+def precision_reason(
+    chosen: str, trials: Mapping[str, Mapping[str, Any]], skipped: Mapping[str, str]
+) -> str:
+    """Why ``auto`` precision ships ``chosen``, in one line without timings (those are run facts).
+
+    ``trials``: ``auto_selection["trials"]`` (may be empty: one candidate, nothing measured);
+    ``skipped``: precision -> why it was not tried. For ``fp32`` every other precision gets its
+    reason: skipped (why), failed its check vs the fp32 eager model (its closest trial's numbers),
+    could not be built (the first error), or agreed but was slower.
+    """
+    if chosen != "fp32":
+        return f"{chosen} is the fastest candidate that agrees with the fp32 eager model"
+    parts = []
+    for p in PRECISIONS:
+        if p == "fp32":
+            continue
+        if p in skipped:
+            parts.append(f"{p} skipped ({skipped[p]})")
+            continue
+        mine = [t for t in trials.values() if t.get("precision") == p]
+        checked = [t for t in mine if "max_abs_diff_probs" in t]
+        if any(t.get("ok") for t in mine):
+            parts.append(f"{p} agreed but was slower")
+        elif checked:
+            closest = min(checked, key=lambda t: t["max_abs_diff_probs"])
+            parts.append(f"{p} failed its check ({closest.get('why_not', 'disagreed')})")
+        elif mine:
+            parts.append(f"{p} could not be built ({str(mine[0].get('why_not', ''))[:120]})")
+        else:
+            parts.append(f"{p} not tried")
+    return " ".join("; ".join(parts).split()) or "fp32 is the only precision"
+
+
+def note_precision(
+    build: Build,
+    chosen: str,
+    trials: Mapping[str, Mapping[str, Any]],
+    skipped: Mapping[str, str],
+) -> None:
+    """For an ``auto`` precision request: log the one line of :func:`precision_reason` and keep
+    it for ``compiled.json`` (``build.precision_reason``); nothing for an explicit precision."""
+    if build.requested_precision != "auto":
+        return
+    build.precision_reason = precision_reason(chosen, trials, skipped)
+    verb = "keeps" if chosen == "fp32" else "ships"
+    log.info("compile: auto precision %s %s: %s", verb, chosen, build.precision_reason)
 
 
 def measure_fastest(
@@ -145,4 +197,5 @@ def measure_fastest(
         "trials": trials,
     }
     extra = {**extra, "auto_selection": selection}
+    note_precision(build, precision, trials, skipped or {})
     return build.finish(name, runner, extra, run_device, start, fallback_reason, precision)

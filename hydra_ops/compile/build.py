@@ -50,6 +50,9 @@ class Build:
     requested: str
     requested_precision: str = "fp32"
     errors: list[str] = field(default_factory=list)
+    #: ``auto`` precision only: the one line saying why the kept precision ships
+    #: (``precision_reason`` in ``compiled.json``; :func:`~hydra_ops.compile.auto.note_precision`).
+    precision_reason: str | None = None
     # (artifact file, precision) -> its builder's metadata: backends sharing a file (export,
     # inductor) build once per precision
     _written: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -127,6 +130,7 @@ class Build:
             "dtype": str(DTYPES[precision]).removeprefix("torch."),
             "precision": precision,
             "requested_precision": self.requested_precision,
+            **({"precision_reason": self.precision_reason} if self.precision_reason else {}),
             "device": str(run_device),
             "device_name": device_description(run_device),
             "num_members": getattr(self.model, "num_members", None),

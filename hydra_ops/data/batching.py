@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydra_ops.data import augment
 from hydra_ops.data.store import Split
 
 Batch = dict[str, torch.Tensor]
@@ -42,6 +43,7 @@ def split_batches(
     with_labels: bool = True,
     limit: int | None = None,
     pin_memory: bool = False,
+    random_shift: int = 0,
 ) -> list[Batch]:
     """The first ``limit`` examples of ``split`` (all when None) as batches of ``batch_size``.
 
@@ -50,7 +52,10 @@ def split_batches(
     long is included with ``with_labels``. With ``shuffle`` the order is a permutation drawn
     from ``seed`` only, so the same arguments give the same batches. ``pin_memory`` puts every
     tensor in page-locked memory, so the copies to a CUDA device are non-blocking
-    (:func:`hydra_ops.runtime.move_batch`); it needs CUDA.
+    (:func:`hydra_ops.runtime.move_batch`); it needs CUDA. ``random_shift`` k > 0 (image
+    splits only, for training) translates every image by random offsets in ``{-k..k}`` pixels
+    (:func:`hydra_ops.data.augment.random_shift`), drawn from a torch generator seeded with
+    ``seed``, so the same arguments still give the same batches.
     """
     from hydra_ops.models import make_image_batches, make_text_batches
 
@@ -58,6 +63,11 @@ def split_batches(
         raise ValueError(
             f"tokenizer is required for the text split {split.name!r} "
             "(e.g. hydra_ops.data.text_tokenizer(model_path))"
+        )
+    if random_shift and split.texts is not None:
+        raise ValueError(
+            f"random_shift: only image splits can be shifted; {split.name!r} holds texts "
+            "(use random_shift=0)"
         )
     inputs = split.texts if split.texts is not None else split.images
     inputs = inputs if limit is None else inputs[:limit]
@@ -67,6 +77,10 @@ def split_batches(
         built = list(make_text_batches(inputs, labels, tokenizer, max_length=max_length, **order))
     else:
         built = list(make_image_batches(inputs, labels, image_size=image_size, **order))
+        if random_shift:
+            generator = torch.Generator().manual_seed(int(seed))
+            for b in built:
+                b["pixel_values"] = augment.random_shift(b["pixel_values"], random_shift, generator)
     if pin_memory:
         if not torch.cuda.is_available():
             raise ValueError("pin_memory: needs CUDA (torch.cuda.is_available() is False)")

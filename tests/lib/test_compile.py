@@ -1,5 +1,6 @@
 """Compile backends: each CPU backend round-trips through save/load and matches eager."""
 
+import itertools
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from tiny_models import FAMILIES, make_members, member_plans, positional, tiny_i
 from torch import nn
 
 from hydra_ops import compile as hc
+from hydra_ops.compile import auto as hc_auto
 from hydra_ops.compile import build as hc_build
 from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
 from hydra_ops.inference import logits
@@ -56,6 +58,7 @@ def test_cpu_backend_round_trips_and_matches_eager(hydra, backend, tmp_path):
     assert meta["library_versions"]["torch"] == torch.__version__
     assert meta["device"] == "cpu" and meta["dtype"] == "float32" and meta["precision"] == "fp32"
     assert meta["device_name"] and meta["requested_precision"] == "fp32"
+    assert "precision_reason" not in meta  # an explicit precision needs no reason
     assert dict(artifact)["artifact_sha256"] == meta["artifact_sha256"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp files left"
 
@@ -275,22 +278,33 @@ def test_bf16_candidate_is_built_and_verified(hydra, tmp_path, monkeypatch):
     assert next(hydra.parameters()).dtype == torch.float32  # the source is left as it was
 
 
-def test_auto_precision_never_keeps_a_precision_beyond_tolerance(hydra, tmp_path, monkeypatch):
+def test_auto_precision_never_keeps_a_precision_beyond_tolerance(
+    hydra, tmp_path, monkeypatch, caplog
+):
     _no_cuda(monkeypatch)
     monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
     monkeypatch.setattr(hc, "fast_bf16_unavailable_reason", lambda device: None)
+    # bf16 "measures" faster, so only its check can keep it out
+    monkeypatch.setattr(hc_auto, "median_latency_ms", _ordered_ms(2.0, 1.0))
     tight = {"fp32": 1e-4, "bf16": 1e-9}  # no bf16 output is that close to fp32
-    artifact = hc.compile_model(
-        hydra,
-        "auto",
-        tiny_inputs("bert", 4),
-        tmp_path,
-        max_batch=8,
-        auto_repeats=1,
-        precision="auto",
-        heldout_inputs=heldout(),
-        tolerance=tight,
+    with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
+        artifact = hc.compile_model(
+            hydra,
+            "auto",
+            tiny_inputs("bert", 4),
+            tmp_path,
+            max_batch=8,
+            auto_repeats=1,
+            precision="auto",
+            heldout_inputs=heldout(),
+            tolerance=tight,
+        )
+    lines = [r.getMessage() for r in caplog.records if "auto precision" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith(
+        "compile: auto precision keeps fp32: bf16 failed"
     )
+    assert artifact["precision_reason"].startswith("bf16 failed its check (max |dp|")
+    assert "fp16 skipped (fp16 runs only on CUDA)" in artifact["precision_reason"]
     trials = artifact["auto_selection"]["trials"]
     assert set(trials) == {"export/fp32", "export/bf16"}
     assert not trials["export/bf16"]["ok"] and "max |dp|" in trials["export/bf16"]["why_not"]
@@ -323,12 +337,63 @@ def test_auto_precision_without_fast_bf16_keeps_fp32_and_says_why(
         artifact = hc.compile_model(
             hydra, "auto", tiny_inputs("bert", 2), tmp_path, auto_repeats=1, precision="auto"
         )
-    lines = [r.getMessage() for r in caplog.records if "skips" in r.getMessage()]
-    assert len(lines) == 1 and reason in lines[0] and "\n" not in lines[0]
+    lines = [r.getMessage() for r in caplog.records if "auto precision" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert lines[0] == f"compile: auto precision keeps fp32: {artifact['precision_reason']}"
+    assert artifact["precision_reason"].startswith(f"bf16 skipped ({reason})")
     assert artifact["precision"] == "fp32"
     selection = artifact["auto_selection"]
     assert selection["skipped_precisions"]["bf16"] == reason
     assert all(t["precision"] == "fp32" for t in selection["trials"].values())
+    meta = json.loads((tmp_path / hc.METADATA_FILE).read_text())
+    assert meta["precision_reason"] == artifact["precision_reason"]
+    caplog.clear()  # one backend, one candidate: nothing measured, the same one line
+    with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
+        one = hc.compile_model(
+            hydra, "export", tiny_inputs("bert", 2), tmp_path / "one", precision="auto"
+        )
+    lines = [r.getMessage() for r in caplog.records if "auto precision" in r.getMessage()]
+    assert len(lines) == 1 and reason in lines[0] and "auto_selection" not in one
+    assert one["precision"] == "fp32" and one["precision_reason"].startswith("bf16 skipped")
+
+
+def _ordered_ms(*times):
+    """A ``median_latency_ms`` stand-in: the real warm-up output and ``times`` in call order,
+    repeated (``auto`` times its candidates in order: each backend's fp32, then its bf16)."""
+    queue = itertools.cycle(times)
+
+    def fake(call, repeats, device=None):
+        with torch.no_grad():
+            return call(), next(queue)
+
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("trials", "skipped", "chosen", "reason"),
+    [
+        ({}, {"bf16": "no fast bf16", "fp16": "CUDA only"}, "fp32", "bf16 skipped (no fast bf16)"),
+        (
+            {
+                "a/fp32": {"precision": "fp32", "ok": True},
+                "a/bf16": {"precision": "bf16", "ok": True},
+            },
+            {"fp16": "CUDA only"},
+            "fp32",
+            "bf16 agreed but was slower; fp16 skipped (CUDA only)",
+        ),
+        (
+            {"onnxruntime/bf16": {"precision": "bf16", "ok": False, "why_not": "no bf16\nkernels"}},
+            {},
+            "fp32",
+            "bf16 could not be built (no bf16 kernels); fp16 not tried",
+        ),
+        ({}, {}, "bf16", "bf16 is the fastest candidate that agrees with the fp32 eager model"),
+    ],
+)
+def test_precision_reason_names_why_each_other_precision_lost(trials, skipped, chosen, reason):
+    got = hc.precision_reason(chosen, trials, skipped)
+    assert got.startswith(reason) and "\n" not in got
 
 
 def test_precision_arguments_and_backend_limits(hydra, tmp_path, monkeypatch):

@@ -36,6 +36,30 @@ REPO = Path(__file__).resolve().parents[2]
         ({"gates": [{"metric": "accurasy", "threshold": 0.9}]}, "gates.0.metric", "unknown metric"),
         ({"gates": [{"metric": "auroc", "split": "id_test", "threshold": 0.9}]}, "gates.0", "OOD"),
         ({"gates": [{"metric": "nll"}]}, "gates.0", "exactly one of"),
+        (
+            {"gates": [{"metric": "compile_max_abs_diff", "threshold": "compile_tol"}]},
+            "gates.0.threshold",
+            "must be a number or 'compile_tolerance'",
+        ),
+        (
+            {"gates": [{"metric": "accuracy", "threshold": "compile_tolerance"}]},
+            "gates.0",
+            "applies only to metric 'compile_max_abs_diff'",
+        ),
+        (
+            {
+                "gates": [
+                    {
+                        "metric": "compile_max_abs_diff",
+                        "threshold": "compile_tolerance",
+                        "greater_is_better": True,
+                    }
+                ]
+            },
+            "gates.0",
+            "upper bound",
+        ),
+        ({"compile": {"precision": "int8"}}, "compile.precision", "'fp32', 'bf16', 'fp16'"),
         ({"model": {"family": "timm_vit"}}, "model.family", "image data.source"),
         ({"merge": {"shared_layers": 6}}, "merge.shared_layers", "6 layers"),
         ({"merge": {"shared_layers": -1}}, "merge.shared_layers", "greater than or equal to 0"),
@@ -72,6 +96,21 @@ def test_defaults_match_the_issue():
     tolerances = {(g.split, g.metric): g.tolerance for g in cfg.gates if g.baseline}
     assert tolerances[("id_test", "accuracy")] == 0.01
     assert tolerances[("id_test", "ece")] == 0.015
+    # compile measures the precision it ships; the gate applies that precision's tolerance
+    assert cfg.compile.backend == "auto" and cfg.compile.precision == "auto"
+    assert ("model", "compile_max_abs_diff", None, "compile_tolerance") in names
+    assert ("model", "compile_argmax_agreement", None, 1.0) in names
+    assert cfg.compile.tolerance("fp32") == 1e-4 and cfg.compile.tolerance("bf16") == 2e-2
+    quick = resolve_params("quick").compile
+    assert quick.backend == "eager" and quick.precision == "auto"
+
+
+def test_numeric_string_thresholds_still_parse():
+    cfg = validate_params({"gates": [{"metric": "compile_max_abs_diff", "threshold": "1e-4"}]})
+    assert (
+        cfg.gates[0].threshold == 1e-4
+        and cfg.gates[0].name == "model.compile_max_abs_diff vs 0.0001"
+    )
 
 
 def test_taylor_variant_fine_tunes_members():

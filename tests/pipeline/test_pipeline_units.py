@@ -3,16 +3,27 @@ declaration, the CLI's refusal paths."""
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from tiny_models import make_members, tiny_inputs
 from typer.testing import CliRunner
 
 from flows.cli import app
+from hydra_ops import compile as hc
+from hydra_ops.compile import auto
+from hydra_ops.merge import merge_members
+from hydra_ops.plans import HeadPlan
+from hydra_ops.serialization import save_hydra
+from tasks import compile as compile_stage
 from tasks.common import STAGES
+from tasks.evaluate import compile_fields
 from tasks.gate import evaluate_check
-from tasks.params import GateCheck
+from tasks.params import GateCheck, default_gates, resolve_params
 from tasks.resumable import ensure_unit, finalise, unit_is_done
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,3 +244,110 @@ def test_stage_log_relays_dvc_output_without_its_git_advice(tmp_path, monkeypatc
     assert result.ran
     assert logged == ["[merge] Running stage 'merge':", "[merge] > python -m tasks.merge"]
     assert len(result.lines) == 7  # kept for error messages
+
+
+# ----- compile precision and the gate that follows it ------------------------------------------
+def _compiled_ev(precision: str | None, tolerance: float | None, diff: float = 5e-3) -> dict:
+    ev = _ev()
+    ev["models"]["hydra"] |= {
+        "compile_backend": "export",
+        "compile_max_abs_diff": diff,
+        "compile_argmax_agreement": 1.0,
+        "compile_precision": precision,
+        "compile_tolerance": tolerance,
+    }
+    return ev
+
+
+@pytest.mark.parametrize(
+    ("threshold", "precision", "tolerance", "diff", "applied", "status"),
+    [
+        ("compile_tolerance", "fp32", 1e-4, 5e-5, 1e-4, "passed"),
+        ("compile_tolerance", "fp32", 1e-4, 5e-3, 1e-4, "failed"),
+        ("compile_tolerance", "bf16", 2e-2, 5e-3, 2e-2, "passed"),
+        ("compile_tolerance", "bf16", 2e-2, 3e-2, 2e-2, "failed"),
+        (1e-4, "bf16", 2e-2, 5e-3, 1e-4, "failed"),  # a number is applied as written
+        (0.05, "fp32", 1e-4, 5e-3, 0.05, "passed"),
+    ],
+)
+def test_compile_gate_follows_the_shipped_precision(
+    threshold, precision, tolerance, diff, applied, status
+):
+    check = GateCheck(metric="compile_max_abs_diff", threshold=threshold)
+    rec = evaluate_check(check, _compiled_ev(precision, tolerance, diff), prod=None)
+    assert rec["status"] == status and rec["threshold"] == applied, rec
+    assert rec["rule"].startswith(f"<= {applied:g}")
+    assert ("threshold_from" in rec) == (threshold == "compile_tolerance")
+    if threshold == "compile_tolerance":
+        assert rec["threshold_from"] == f"compile tolerance for the shipped {precision}"
+
+
+def test_compile_tolerance_gate_fails_closed_without_a_recorded_tolerance():
+    check = GateCheck(metric="compile_max_abs_diff", threshold="compile_tolerance")
+    rec = evaluate_check(check, _compiled_ev(None, None), prod=None)
+    assert rec["status"] == "failed" and "no compile_tolerance" in rec["note"]
+    eager = _compiled_ev(None, None)
+    eager["models"]["hydra"] |= {"compile_backend": "eager", "compile_max_abs_diff": None}
+    assert evaluate_check(check, eager, prod=None)["status"] == "not applicable"
+
+
+def _run_compile_stage(tmp_path, monkeypatch, caplog, sets: dict, times: list[float]) -> tuple:
+    """The compile stage (``export``, ``precision: auto``) on a tiny Hydra with fixed timings
+    (``auto`` times fp32 then bf16); returns (compiled.json, metrics/compile.json, auto lines)."""
+    plans = [HeadPlan(((0,),)), HeadPlan(((1, 2),))]
+    hydra = merge_members(make_members("bert", plans, fine_tuned=True, num_hidden_layers=1))
+    save_hydra(hydra, tmp_path / "models" / "hydra")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hc, "fast_bf16_unavailable_reason", lambda device: None)
+    check_batches = [tiny_inputs("bert", 4, seed=11), tiny_inputs("bert", 5, seed=12)]
+    monkeypatch.setattr(compile_stage, "split", lambda root, name: None)
+    monkeypatch.setattr(compile_stage, "batches", lambda *a, **k: check_batches)
+
+    def fixed(call, repeats, device=None):
+        with torch.no_grad():
+            return call(), times.pop(0)
+
+    monkeypatch.setattr(auto, "median_latency_ms", fixed)
+    cfg = resolve_params("quick", sets={"compile.backend": "export", **sets})
+    assert cfg.compile.precision == "auto"
+    with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
+        compile_stage.run(cfg, tmp_path)
+    compiled = json.loads((tmp_path / "models" / "compiled" / "compiled.json").read_text())
+    metrics = json.loads((tmp_path / "metrics" / "compile.json").read_text())
+    lines = [r.getMessage() for r in caplog.records if "auto precision" in r.getMessage()]
+    return compiled, metrics, lines
+
+
+def test_auto_precision_ships_bf16_and_the_gate_applies_its_tolerance(
+    tmp_path, monkeypatch, caplog
+):
+    compiled, metrics, lines = _run_compile_stage(tmp_path, monkeypatch, caplog, {}, [2.0, 1.0])
+    assert compiled["precision"] == "bf16" and compiled["requested_precision"] == "auto"
+    assert compiled["check"]["tolerance"] == 2e-2 and compiled["check"]["passed"]
+    assert 1e-4 < compiled["check"]["max_abs_diff_probs"] <= 2e-2  # beyond the fp32 tolerance
+    trials = compiled["auto_selection"]["trials"]
+    assert trials["export/fp32"]["ok"] and trials["export/bf16"]["ok"]
+    assert "median_ms" not in trials["export/bf16"]  # timings are run facts
+    assert metrics["auto_selection_timings"]["export/bf16"]["median_ms"] == 1.0
+    assert metrics["tolerance"] == 2e-2 and metrics["precision"] == "bf16"
+    assert lines == [f"compile: auto precision ships bf16: {compiled['precision_reason']}"]
+    ev = _ev()
+    ev["models"]["hydra"] |= compile_fields(compiled)
+    gates = [GateCheck(**g) for g in default_gates() if g["metric"].startswith("compile_")]
+    recs = {r["metric"]: r for r in (evaluate_check(g, ev, prod=None) for g in gates)}
+    assert recs["compile_max_abs_diff"]["threshold"] == 2e-2
+    assert recs["compile_max_abs_diff"]["status"] == "passed"
+    assert recs["compile_argmax_agreement"]["status"] == "passed"
+    pinned = GateCheck(metric="compile_max_abs_diff", threshold=1e-4)  # a number still wins
+    assert evaluate_check(pinned, ev, prod=None)["status"] == "failed"
+
+
+def test_auto_precision_keeps_fp32_when_bf16_disagrees(tmp_path, monkeypatch, caplog):
+    sets = {"compile.tolerance_low_precision": 1e-9}  # no bf16 output is that close
+    compiled, metrics, lines = _run_compile_stage(tmp_path, monkeypatch, caplog, sets, [2.0, 1.0])
+    assert compiled["precision"] == "fp32" and compiled["check"]["tolerance"] == 1e-4
+    bf16 = compiled["auto_selection"]["trials"]["export/bf16"]
+    assert not bf16["ok"] and bf16["max_abs_diff_probs"] > 1e-9
+    assert compiled["precision_reason"].startswith("bf16 failed its check (max |dp|")
+    assert len(lines) == 1 and lines[0].startswith("compile: auto precision keeps fp32: bf16")
+    assert metrics["precision_reason"] == compiled["precision_reason"]

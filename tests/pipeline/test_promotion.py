@@ -98,6 +98,35 @@ def test_eager_compile_checks_are_not_applicable_never_passed(project):
     assert verdict["passed"] and verdict["counts"]["not applicable"] == 1
 
 
+@pytest.mark.parametrize(("precision", "tolerance"), [("fp32", 1e-4), ("bf16", 2e-2)])
+def test_gate_json_shows_the_compile_tolerance_it_applied(project, precision, tolerance):
+    gates = [
+        {"metric": "compile_max_abs_diff", "threshold": "compile_tolerance"},  # the default
+        {"metric": "compile_max_abs_diff", "threshold": 1e-4, "name": "pinned"},
+    ]
+    write_params(resolve_params("quick", {"gates": gates}), project / "params.yaml")
+    ev = _evaluation(0.95)
+    ev["models"]["hydra"] |= {
+        "compile_backend": "export",
+        "compile_max_abs_diff": 5e-3 if precision == "bf16" else 5e-5,
+        "compile_precision": precision,
+        "compile_tolerance": tolerance,
+    }
+    _write(project / "metrics" / "evaluate.json", ev)
+    gate.run(_cfg(project), project)
+    report = json.loads((project / "reports" / "gate.json").read_text())
+    by_name = {c["name"]: c for c in report["checks"]}
+    followed = by_name["model.compile_max_abs_diff vs compile_tolerance"]
+    assert followed["threshold"] == tolerance and followed["status"] == "passed"
+    assert followed["threshold_from"] == f"compile tolerance for the shipped {precision}"
+    assert by_name["pinned"]["threshold"] == 1e-4  # a number is applied as written
+    assert by_name["pinned"]["status"] == ("failed" if precision == "bf16" else "passed")
+    assert (
+        f"<= {tolerance:g} (compile tolerance for the shipped {precision})"
+        in (project / "reports" / "gate.md").read_text()
+    )
+
+
 def test_a_verdict_for_model_a_is_refused_with_model_b_on_disk(project):
     _gate_and_bundle(project)
     _save_model(project, 1)  # e.g. calibrate re-ran after the gate
