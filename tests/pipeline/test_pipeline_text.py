@@ -1,7 +1,11 @@
 """The quick text pipeline end to end (MiniLM on BBC News, circuit variant), in a temp git repo with
 real DVC, real GTO and a real ephemeral Prefect server. One project is shared by the tests of this
 module, which run in order: first run, no-op rerun, gate change, param change, forced promotion,
-registry round trip, serve."""
+registry round trip, serve.
+
+The project is the quick profile with smaller splits and two MC Dropout samples (:data:`PARAMS`):
+nothing asserted here depends on the data size, and MiniLM's ``evaluate`` (MC Dropout above all),
+run twice, was the suite's largest cost."""
 
 from __future__ import annotations
 
@@ -28,6 +32,12 @@ PASSING_GATES = [
     {"metric": "compile_argmax_agreement", "threshold": 1.0},
 ]
 FAILING_GATES = [{"metric": "accuracy", "split": "id_test", "threshold": 1.5}]
+#: The project's params over the quick profile (160 examples per split, 100 far-OOD, 4 samples).
+PARAMS = {
+    "gates": PASSING_GATES,
+    "data": {"max_per_split": 64, "far_ood_size": 64},
+    "baselines": {"mc_dropout": {"samples": 2}},
+}
 
 ALL_CLASSIFICATION = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc", "augrc")
 ALL_OOD = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
@@ -68,7 +78,7 @@ def tags(root: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def project(prefect_server, tmp_path_factory) -> Path:
-    root = make_project(tmp_path_factory.mktemp("text") / "proj", {"gates": PASSING_GATES})
+    root = make_project(tmp_path_factory.mktemp("text") / "proj", PARAMS)
     cli("run", "-C", str(root))
     return root
 
