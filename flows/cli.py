@@ -77,16 +77,17 @@ def write_resolved_params(
     """Validate and (when any option is given) rewrite ``params.yaml``; ConfigError on bad input.
 
     ``--profile``/``--params``: defaults, then the profile (given, else the file's ``profile``
-    key, else ``default``), then the file. ``--set`` alone edits the current ``params.yaml``.
+    key, else ``default``), then the file. ``--set`` alone edits the current ``params.yaml``,
+    keeping its hand edits (:func:`tasks.params.apply_sets`: a new ``data.name`` brings its
+    source defaults).
     """
     from tasks.params import (
         ConfigError,
+        apply_sets,
         deep_merge,
         load_params,
         read_yaml,
         resolve_params,
-        set_dotted,
-        validate_params,
         write_params,
     )
 
@@ -95,10 +96,7 @@ def write_resolved_params(
         if not sets:
             load_params(current)  # validate what is there
             return
-        raw = read_yaml(current)
-        for key, value in _parse_sets(sets).items():
-            set_dotted(raw, key, value)
-        write_params(validate_params(raw, source="params.yaml"), current)
+        write_params(apply_sets(read_yaml(current), _parse_sets(sets)), current)
         return
     overrides = read_yaml(params) if params is not None else None
     if overrides is not None and not isinstance(overrides, dict):

@@ -623,6 +623,34 @@ def resolve_params(
     return validate_params(raw, source="params")
 
 
+def apply_sets(current: Mapping[str, Any], sets: Mapping[str, Any]) -> PipelineConfig:
+    """``--set`` values applied to a resolved params mapping (what ``hydra-ens run --set`` does).
+
+    The values the mapping holds at its own resolved defaults follow the new resolution, so
+    changing ``data.name`` swaps the source defaults (``mnist5k`` brings its ViT shape and
+    epochs, a text source drops them); every value the user changed by hand is kept.
+    """
+    current = validate_params(current, source="params.yaml")
+    profile = current.profile
+    reference = to_raw(resolve_params(profile, {"data": {"name": current.data.name}}))
+    edits = _changed(to_raw(current), reference)
+    return resolve_params(profile, edits, sets)
+
+
+def _changed(values: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
+    """The leaves of ``values`` that differ from ``reference`` (lists compared whole)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        ref = reference.get(key)
+        if isinstance(value, Mapping) and isinstance(ref, Mapping):
+            inner = _changed(value, ref)
+            if inner:
+                out[key] = inner
+        elif key not in reference or value != ref:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
 def read_yaml(path: str | os.PathLike[str]) -> Any:
     path = Path(path)
     if not path.is_file():

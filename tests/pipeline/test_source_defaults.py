@@ -11,6 +11,7 @@ import yaml
 from tasks.params import (
     PROFILES,
     ConfigError,
+    apply_sets,
     load_params,
     resolve_params,
     to_raw,
@@ -64,6 +65,33 @@ def test_user_choices_win_over_source_defaults(tmp_path):
     assert cfg.finetune.batch_size == 4  # --set over the file
     written = write_params(resolve_params("default", sets=sets), tmp_path / "params.yaml")
     assert load_params(written) == resolve_params("default", sets=sets)  # round trip
+
+
+def test_set_alone_swaps_source_defaults_and_keeps_hand_edits():
+    """``hydra-ens run --set data.name=...`` on an existing params.yaml (tasks.params.apply_sets):
+    the new source's defaults arrive, the old one's leave, a hand edit stays."""
+    text = to_raw(resolve_params("default"))
+    text["finetune"]["lr"] = 1e-4  # a hand edit
+    text["scoring"]["method"] = "taylor"
+    image = apply_sets(text, {"data.name": "mnist5k"})
+    assert (image.model.vit.image_size, image.model.vit.patch_size) == (28, 7)
+    assert (image.finetune.epochs, image.finetune.batch_size, image.finetune.random_shift) == (
+        20,
+        32,
+        1,
+    )
+    assert (image.finetune.lr, image.scoring.method) == (1e-4, "taylor")
+    back = apply_sets(to_raw(image), {"data.name": "bbc-news"})
+    assert leaves(to_raw(back)) == leaves(text)
+    explicit = apply_sets(text, {"data.name": "mnist5k", "finetune.epochs": 5})
+    assert (explicit.finetune.epochs, explicit.model.vit.image_size) == (5, 28)
+
+
+def test_set_without_a_new_source_changes_only_that_key():
+    text = to_raw(resolve_params("quick"))
+    edited = to_raw(apply_sets(text, {"members.num_members": 2}))
+    changed = {k for k, v in leaves(edited).items() if leaves(text).get(k) != v}
+    assert changed == {"members.num_members"} and edited["profile"] == "quick"
 
 
 def test_a_clash_with_the_source_shape_names_the_key():
