@@ -61,11 +61,15 @@ STAGES = (
 
 
 def setup_logging(level: int = logging.INFO) -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
-        log.addHandler(handler)
-    log.setLevel(level)
+    """Stage logs on stderr: ours (``hydra_ens``) and the library's (``hydra_ops.*``, e.g. which
+    backend and precision ``compile: auto`` chose, and why)."""
+    for logger in (log, logging.getLogger("hydra_ops")):
+        if not logger.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            fmt = logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S")
+            handler.setFormatter(fmt)
+            logger.addHandler(handler)
+        logger.setLevel(level)
     log.propagate = False
 
 

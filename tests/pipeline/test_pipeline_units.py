@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -351,3 +353,19 @@ def test_auto_precision_keeps_fp32_when_bf16_disagrees(tmp_path, monkeypatch, ca
     assert compiled["precision_reason"].startswith("bf16 failed its check (max |dp|")
     assert len(lines) == 1 and lines[0].startswith("compile: auto precision keeps fp32: bf16")
     assert metrics["precision_reason"] == compiled["precision_reason"]
+
+
+def test_stage_logs_show_the_library_lines():
+    """A stage's stderr carries ``hydra_ops`` INFO lines (e.g. why ``compile: auto`` kept fp32 on
+    a CPU without fast bf16), not only the stage's own."""
+    code = (
+        "import logging; from tasks.common import log, setup_logging; setup_logging(); "
+        "logging.getLogger('hydra_ops.compile').info('compile: auto precision keeps fp32: why'); "
+        "log.info('stage line')"
+    )
+    root = Path(__file__).resolve().parents[2]
+    err = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    ).stderr
+    assert "hydra_ops.compile: compile: auto precision keeps fp32: why" in err
+    assert "hydra_ens: stage line" in err and err.count("keeps fp32") == 1
