@@ -87,6 +87,15 @@ def test_set_alone_swaps_source_defaults_and_keeps_hand_edits():
     assert (explicit.finetune.epochs, explicit.model.vit.image_size) == (5, 28)
 
 
+def test_set_on_a_csv_project_keeps_its_data_section(tmp_path):
+    csv = tmp_path / "d.csv"
+    csv.write_text("text,label\n" + "".join(f"t{i},{'ab'[i % 2]}\n" for i in range(40)))
+    raw = to_raw(resolve_params("quick", sets={"data.name": "csv", "data.path": str(csv)}))
+    edited = apply_sets(raw, {"finetune.epochs": 2})
+    assert edited.finetune.epochs == 2 and edited.data.path == str(csv)
+    assert leaves(to_raw(edited)) == leaves(raw) | {"finetune.epochs": 2}
+
+
 def test_set_without_a_new_source_changes_only_that_key():
     text = to_raw(resolve_params("quick"))
     edited = to_raw(apply_sets(text, {"members.num_members": 2}))
