@@ -631,16 +631,10 @@ def apply_sets(current: Mapping[str, Any], sets: Mapping[str, Any]) -> PipelineC
     epochs, a text source drops them); every value the user changed by hand is kept.
     """
     current_raw = to_raw(validate_params(current, source="params.yaml"))
-    profile = current_raw["profile"]
-    try:  # the file's own resolution: its profile and data section over the defaults
-        reference = to_raw(resolve_params(profile, {"data": current_raw["data"]}))
-    except ConfigError:  # valid only with other hand edits: apply the values key by key
-        edited = copy.deepcopy(current_raw)
-        for dotted, value in sets.items():
-            set_dotted(edited, dotted, value)
-        return validate_params(edited, source="params.yaml")
-    edits = deep_merge(_changed(current_raw, reference), {"data": current_raw["data"]})
-    return resolve_params(profile, edits, sets)
+    profile, data = current_raw["profile"], current_raw["data"]
+    # the file's own resolution: its profile and data section over the defaults
+    reference = to_raw(resolve_params(profile, {"data": data}))
+    return resolve_params(profile, _changed(current_raw, reference) | {"data": data}, sets)
 
 
 def _changed(values: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
