@@ -4,9 +4,11 @@ Dask cluster (prefect-dask), each a DVC experiment; then the study report.
 * The cluster is a ``distributed.LocalCluster`` of ``workers`` processes by default, or an
   existing scheduler (``cluster="tcp://host:8786"``) whose workers may sit on other machines: one
   code path, the only difference is who started the cluster.
-* Shared work (a seed's data, base fine-tune and Deep Ensemble) is one upstream task per
-  :func:`tasks.study_spec.upstream_key`; the points of that key wait for it, so two workers never
-  compute it at once, and reuse its outputs through the DVC remote.
+* Shared work (a seed's data, base fine-tune, Deep Ensemble and the baselines' logits) is one
+  upstream task per :func:`tasks.study_spec.upstream_key`; the points of that key wait for it, so
+  two workers never compute it at once, and reuse its outputs through the DVC remote. At a new
+  commit an upstream starts from the stored one of an earlier commit: only the shared stages whose
+  code, data or params changed are recomputed.
 * A worker that dies mid-point: Dask reruns the point on another worker (a fresh clone; the dead
   one's clone never pushed, so nothing half-written is recorded). A point that fails for a real
   reason is reported with its one error line; the others go on.
@@ -30,6 +32,7 @@ from prefect.futures import PrefectFuture
 from flows import dvcops
 from flows.study_points import (
     PointJob,
+    earlier_upstream,
     fetch_experiments,
     fresh_points,
     read_point,
@@ -197,7 +200,20 @@ def hydra_study(
             upstream_futures[p.upstream] = json.loads(stored.read_text())
             logger.info("upstream %s: reused from an earlier invocation", p.upstream)
         else:
-            job = PointJob(name=f"upstream-{p.upstream}", params=p.params, **job_base)
+            earlier = sorted(
+                (state / "upstream").glob("*.json"), key=lambda f: f.stat().st_mtime, reverse=True
+            )
+            seed = earlier_upstream(earlier, p.params)
+            if seed is not None:
+                logger.info(
+                    "upstream %s: starts from %s (%s)",
+                    p.upstream,
+                    seed["from"],
+                    ", ".join(seed["lock"]),
+                )
+            job = PointJob(
+                name=f"upstream-{p.upstream}", params=p.params, upstream=seed, **job_base
+            )
             upstream_futures[p.upstream] = _submit(upstream_task, resources, job, p.upstream)
     point_futures = {
         p.name: _submit(
@@ -266,7 +282,12 @@ def _gather_upstreams(futures, state: Path, commit: str, logger) -> dict[str, An
             out[key] = {"error": result["error"]}
             continue
         write_json(state / "upstream" / f"{commit[:12]}-{key}.json", result)
-        out[key] = {"seconds": result["seconds"], "reused_from_earlier": False}
+        out[key] = {
+            "seconds": result["seconds"],
+            "reused_from_earlier": False,
+            "ran": result.get("ran"),
+            "seeded_from": result.get("seeded_from"),
+        }
     return out
 
 

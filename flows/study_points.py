@@ -3,7 +3,8 @@ and the DVC remote. No shared filesystem is assumed between the study's driver a
 
 * :func:`run_upstream`: clone the study's commit, ``dvc repro`` the shared stages
   (``tasks.study_spec.SHARED_STAGES``) for one seed, ``dvc push`` them; returns their lock entries
-  and their small uncached files (metrics), which is all a point needs to reuse them.
+  and their small uncached files (metrics), which is all a point needs to reuse them. Started from
+  an earlier commit's upstream (:func:`earlier_upstream`), it recomputes only what changed.
 * :func:`run_point`: clone, write the point's ``params.yaml``, lay down the upstream's lock and
   ``dvc pull`` its outputs (the shared stages are then up to date), ``dvc exp run -n NAME gate``,
   ``dvc exp push origin NAME``: the point becomes the experiment ref
@@ -17,6 +18,7 @@ killed workers are removed by the next job on that machine.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -41,7 +43,7 @@ from flows.dvcops import (
     subprocess_env,
 )
 from tasks.params import validate_params, write_params
-from tasks.study_spec import POINT_TARGET, SHARED_STAGES
+from tasks.study_spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 
 Log = Callable[[str], None]
 #: Files a point must have in its experiment commit to count as done.
@@ -151,17 +153,45 @@ def _uncached_files(wd: Path, stages: tuple[str, ...]) -> list[str]:
 
 def run_upstream(job: PointJob, log: Log) -> dict[str, Any]:
     """Compute the shared stages for ``job.params`` once; returns ``{"lock", "files",
-    "seconds"}`` (``dvc.lock`` entries of the shared stages and their uncached files)."""
+    "seconds", "ran", "seeded_from"}`` (``dvc.lock`` entries of the shared stages, their uncached
+    files, the stages that ran). ``job.upstream``, when given, is an earlier upstream's lock (see
+    :func:`earlier_upstream`): laid down first, so DVC reruns only the stages it does not cover
+    or whose code, data or params changed since."""
     t0 = time.perf_counter()
     env = _env(job.threads)
     dvc = bin_path("dvc")
     with checkout(job, log) as wd:
-        _run([dvc, "repro", *SHARED_STAGES], wd, env, log)
+        seeded = bool(job.upstream) and _lay_down_upstream(wd, job.upstream, env, log)
+        ran = _stages_ran(_run([dvc, "repro", *SHARED_STAGES], wd, env, log))
         _run([dvc, "push", "-q", *SHARED_STAGES], wd, env)
         stages = yaml.safe_load((wd / "dvc.lock").read_text())["stages"]
         lock = {s: stages[s] for s in SHARED_STAGES}
         files = {p: (wd / p).read_text() for p in _uncached_files(wd, SHARED_STAGES)}
-    return {"lock": lock, "files": files, "seconds": round(time.perf_counter() - t0, 1)}
+    return {
+        "lock": lock,
+        "files": files,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "ran": ran,
+        "seeded_from": job.upstream.get("from") if seeded and job.upstream else None,
+    }
+
+
+def earlier_upstream(stored: list[Path], params: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored upstream (``run_upstream`` results, newest first) that covers the most shared
+    stages of ``params`` (:func:`tasks.study_spec.reusable_stages`), cut to those stages; None
+    when none covers any. A study at a new commit starts its upstreams from it, so a change that
+    leaves the shared stages' inputs alone recomputes none of them."""
+    best: dict[str, Any] | None = None
+    for path in stored:
+        try:
+            result = json.loads(path.read_text())
+            stages = reusable_stages(result["lock"], params)
+        except (OSError, ValueError, KeyError, AttributeError):
+            continue  # unreadable: computing afresh is always correct
+        if stages and (best is None or len(stages) > len(best["lock"])):
+            lock = {s: result["lock"][s] for s in stages}
+            best = {"lock": lock, "files": result.get("files") or {}, "from": path.stem}
+    return best
 
 
 def _lay_down_upstream(wd: Path, upstream: dict[str, Any], env: dict[str, str], log: Log) -> bool:
@@ -173,7 +203,7 @@ def _lay_down_upstream(wd: Path, upstream: dict[str, Any], env: dict[str, str], 
         (wd / rel).parent.mkdir(parents=True, exist_ok=True)
         (wd / rel).write_text(text)
     try:
-        _run([bin_path("dvc"), "pull", "-q", *SHARED_STAGES], wd, env)
+        _run([bin_path("dvc"), "pull", "-q", *upstream["lock"]], wd, env)
         return True
     except StageError as err:
         log(f"upstream not reusable ({err}); this point computes it")
@@ -188,8 +218,7 @@ def run_point(job: PointJob, log: Log) -> dict[str, Any]:
     dvc = bin_path("dvc")
     with checkout(job, log) as wd:
         reused = bool(job.upstream) and _lay_down_upstream(wd, job.upstream, env, log)
-        lines = _run([dvc, "exp", "run", "-n", job.name, POINT_TARGET], wd, env, log)
-        ran = [ln.split("'")[1] for ln in lines if ln.startswith("Running stage '")]
+        ran = _stages_ran(_run([dvc, "exp", "run", "-n", job.name, POINT_TARGET], wd, env, log))
         sha = subprocess.run(
             ["git", "rev-parse", f"refs/exps/{job.commit[:2]}/{job.commit[2:]}/{job.name}"],
             cwd=wd,
@@ -216,6 +245,10 @@ def run_point(job: PointJob, log: Log) -> dict[str, Any]:
         "reused_upstream": reused,
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _stages_ran(lines: list[str]) -> list[str]:
+    return [ln.split("'")[1] for ln in lines if ln.startswith("Running stage '")]
 
 
 def _in_commit(repo: Path, rev: str, path: str) -> bool:

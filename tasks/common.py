@@ -47,6 +47,7 @@ STAGES = (
     "prepare_data",
     "finetune_base",
     "finetune_baselines",
+    "baseline_logits",
     "score_heads",
     "select_members",
     "finetune_members",

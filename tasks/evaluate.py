@@ -9,7 +9,9 @@ fine-tuned, ``control`` (M unpruned copies of the base given the same member fin
 all of ``hydra_ops.metrics`` (OOD = positive class, score ``evaluate.ood_score``), parameters,
 latency (median ms per batch of ``evaluate.latency_batch``, timed on ``runtime.device``; for
 ``mc_dropout`` all its passes), and the paired bootstrap interval of Hydra minus each baseline.
-Every model runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32).
+Every model runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32). The logits of
+``single``, ``deep_ensemble`` and ``mc_dropout`` are read from stage ``baseline_logits`` (the same
+for every variant of a seed, computed once); their latency is timed here, beside the Hydra's.
 Besides: ``ood_by_score``, the calibrated near-/far-OOD metrics under every OOD score of
 ``hydra_ops.ood_criteria.OOD_SCORE_KINDS`` (``null`` for the ensemble-only scores of a one-member
 model), so the detectors can be compared beyond the one score the gates read.
@@ -33,6 +35,8 @@ import torch
 from hydra_ops.data import split_labels
 from hydra_ops.runtime import Runtime, move_batch
 from tasks import data as prepared
+from tasks.baseline_logits import load_baseline_logits
+from tasks.baseline_models import EVAL_SPLITS, eval_batches
 from tasks.candidates import build_candidates
 from tasks.common import (
     COMPILED,
@@ -51,7 +55,6 @@ from tasks.report import render_report
 
 log = logging.getLogger("hydra_ens")
 
-EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
 BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
 BOOTSTRAP_OOD = ("auroc",)
 VARIANTS = ("calibrated", "raw")
@@ -198,15 +201,14 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     log.info(rt.describe())
     data = {s: prepared.split(root, s) for s in EVAL_SPLITS}
     labels = {s: split_labels(data[s]) for s in ("val", "test", "shift")}
-    bs = cfg.evaluate.batch_size
-    pin = {"with_labels": False, "pin_memory": rt.pin_memory}
-    batched = {s: prepared.batches(cfg, d, bs, **pin) for s, d in data.items()}
+    batched = eval_batches(cfg, root, rt)
     # on the device already: latency times the model (and its logits' copy back), not the input
     latency_batch = move_batch(
         prepared.batches(cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False)[0],
         rt.device,
     )
     candidates, hydra_t = build_candidates(cfg, root, rt)
+    stored = load_baseline_logits(root, {s: len(d) for s, d in data.items()})
     compiled = read_json(root / COMPILED / "compiled.json", "compile output")
 
     outputs: dict[str, dict[str, torch.Tensor]] = {}
@@ -215,7 +217,15 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     models: dict[str, Any] = {}
     for cand in candidates:
         t0 = time.perf_counter()
-        outputs[cand.name] = {s: cand.member_logits(b) for s, b in batched.items()}
+        if cand.name in stored:  # the seed's baselines: logits from stage baseline_logits
+            if stored[cand.name]["members"] != cand.members:
+                raise ValueError(
+                    f"baseline_logits has {stored[cand.name]['members']} members for "
+                    f"{cand.name}, the model has {cand.members}; re-run stage baseline_logits"
+                )
+            outputs[cand.name] = stored[cand.name]["outputs"]
+        else:
+            outputs[cand.name] = {s: cand.member_logits(b) for s, b in batched.items()}
         if cand.name == "hydra":
             temps[cand.name] = hydra_t  # the temperature stored in the promoted artifact
         else:

@@ -21,6 +21,7 @@ share one upstream: :func:`upstream_key` names it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from tasks.params import (
 
 #: The stages every point of one seed computes identically; a study runs them once per
 #: :func:`upstream_key` and the points reuse their outputs through the DVC remote.
-SHARED_STAGES = ("prepare_data", "finetune_base", "finetune_baselines")
+SHARED_STAGES = ("prepare_data", "finetune_base", "finetune_baselines", "baseline_logits")
 #: What a point runs: the DAG up to the verdict (points are evidence, not releases: no bundle or
 #: promotion).
 POINT_TARGET = "gate"
@@ -143,6 +144,19 @@ def _dotted(raw: dict[str, Any], key: str) -> Any:
     for part in key.split(".") if key else []:
         value = value.get(part) if isinstance(value, dict) else None
     return value
+
+
+def reusable_stages(lock: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """The stages of a stored ``dvc.lock`` (``{stage: entry}``) whose recorded params equal those
+    of ``params``: what an earlier upstream (another commit, another set of shared stages) can
+    give this one. Their code and data deps DVC checks itself when they are laid down."""
+    same = []
+    for stage, entry in lock.items():
+        recorded = (entry.get("params") or {}).get("params.yaml") or {}
+        canon = lambda v: json.dumps(v, sort_keys=True)  # noqa: E731
+        if all(canon(v) == canon(_dotted(params, k)) for k, v in recorded.items()):
+            same.append(stage)
+    return same
 
 
 def upstream_key(params: dict[str, Any], keys: list[str]) -> str:

@@ -296,8 +296,10 @@ def test_params_refuse_bad_runtime(runtime, key, words):
 # ---- stages ----
 def test_model_stages_run_in_bf16(tmp_path, caplog):
     """A tiny digits project in bf16 on the CPU, stage by stage up to evaluate: finetune_base and
-    finetune_baselines, score_heads (taylor), calibrate and evaluate run and log their runtime."""
+    finetune_baselines, baseline_logits, score_heads (taylor), calibrate and evaluate run and log
+    their runtime."""
     from tasks import (
+        baseline_logits,
         calibrate,
         evaluate,
         finetune_base,
@@ -328,6 +330,7 @@ def test_model_stages_run_in_bf16(tmp_path, caplog):
     assert math.isfinite(base["train"]["epoch_losses"][0])
     assert 0.0 <= base["val_accuracy"] <= 1.0
     finetune_baselines.run(cfg, tmp_path)
+    baseline_logits.run(cfg, tmp_path)
     score_heads.run(cfg, tmp_path)
     select_members.run(cfg, tmp_path)
     finetune_members.run(cfg, tmp_path)
@@ -344,6 +347,7 @@ def test_model_stages_run_in_bf16(tmp_path, caplog):
         assert math.isfinite(entry["calibrated"]["id_test"]["nll"])
         assert entry["latency_ms"] > 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("runtime: ")]
-    assert len(lines) == 5  # finetune_base, finetune_baselines, score_heads, calibrate, evaluate
+    # finetune_base, finetune_baselines, baseline_logits, score_heads, calibrate, evaluate
+    assert len(lines) == 6
     assert all(line.startswith("runtime: device cpu (") for line in lines)
     assert all(", precision bf16 (as configured" in line for line in lines)

@@ -27,6 +27,7 @@ SETS = {
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     from tasks import (
+        baseline_logits,
         calibrate,
         evaluate,
         finetune_base,
@@ -45,6 +46,7 @@ def project(tmp_path_factory):
         prepare_data,
         finetune_base,
         finetune_baselines,
+        baseline_logits,
         score_heads,
         select_members,
         finetune_members,
@@ -74,6 +76,28 @@ def test_mc_dropout_is_evaluated_like_every_baseline_and_reruns_are_byte_identic
     # the from-scratch timm ViT has p = 0 dropouts: the fallback rate, said in one log line
     said = [r.getMessage() for r in caplog.records if "fallback" in r.getMessage()]
     assert len(said) == 1 and "mc_dropout" in said[0]
+
+
+def test_evaluate_reads_the_seed_baselines_logits_stage_baseline_logits_computed(project):
+    """single, deep_ensemble and mc_dropout: the stored logits are exactly what the models give
+    (so evaluate's numbers are those of running them); a stale store is refused in one line."""
+    import torch
+
+    from tasks import data as prepared
+    from tasks.baseline_logits import load_baseline_logits
+    from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
+
+    cfg, root, _, _ = project
+    sizes = {s: len(prepared.split(root, s)) for s in EVAL_SPLITS}
+    stored = load_baseline_logits(root, sizes)
+    assert set(stored) == {"single", "deep_ensemble", "mc_dropout"}
+    batched = eval_batches(cfg, root)
+    for cand in seed_baselines(cfg, root):
+        assert stored[cand.name]["members"] == cand.members
+        for split, batches in batched.items():
+            assert torch.equal(stored[cand.name]["outputs"][split], cand.member_logits(batches))
+    with pytest.raises(ValueError, match="re-run stage baseline_logits"):
+        load_baseline_logits(root, {**sizes, "test": sizes["test"] + 1})
 
 
 def test_ood_metrics_under_every_score_with_nulls_for_single_models(project):

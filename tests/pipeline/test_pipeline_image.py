@@ -42,6 +42,7 @@ PARAMS = {
 MODEL_STAGES = (
     "finetune_base",
     "finetune_baselines",
+    "baseline_logits",
     "score_heads",
     "member 0",
     "member 1",

@@ -22,6 +22,8 @@ import pytest
 import yaml
 from conftest import git
 
+from tasks.study_spec import SHARED_STAGES
+
 STUB = Path(__file__).parent / "study_stub"
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
@@ -189,7 +191,7 @@ def test_the_shared_upstream_ran_once_per_seed_and_was_reused(first_study):
     for name in summary["ran"]:
         point = summary["points"][name]
         assert point["reused_upstream"], name
-        assert not {"prepare_data", "finetune_base", "finetune_baselines"} & set(point["ran"])
+        assert not set(SHARED_STAGES) & set(point["ran"])
         assert {"score_heads", "evaluate", "gate"} <= set(point["ran"])
     assert summary["reuse"]["saved_seconds"] > 0
 
@@ -246,6 +248,50 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
     summary = _summary(s["project"])
     assert summary["ran"] == [] and len(summary["up_to_date"]) == 4
     assert summary["upstreams"] == {}
+
+
+def test_at_a_new_commit_the_upstream_starts_from_the_earlier_one(first_study, cluster):
+    """A commit that changes what only evaluate reads: the point reruns from evaluate on, its
+    upstream is laid down from the earlier commit's and recomputes none of the shared stages."""
+    s = first_study
+    template = s["project"] / "evaluate_template.json"
+    template.write_text(template.read_text() + "\n")
+    git(s["project"], "commit", "-q", "-am", "evaluate input changed")
+    spec = _spec(s["root"] / "one.yaml", {"circuit": {"scoring.method": "circuit"}})
+    spec.write_text(spec.read_text().replace("- 1\n", ""))  # seed 0 alone
+    env = {k: v for k, v in cluster["env"].items() if k != "STUB_SLOW_SECONDS"}
+    env["HYDRA_ENS_STUDY_SCRATCH"] = str(s["root"] / "local-scratch")
+    proc = _study(s["project"], spec, env, "--workers", "1")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    summary = _summary(s["project"])
+    assert summary["ran"] == ["circuit-seed0"]
+    (upstream,) = summary["upstreams"].values()
+    assert upstream["seeded_from"] and upstream["ran"] == []
+    assert {"evaluate", "gate"} <= set(summary["points"]["circuit-seed0"]["ran"])
+    assert not set(SHARED_STAGES) & set(summary["points"]["circuit-seed0"]["ran"])
+
+
+def test_an_earlier_upstream_gives_only_the_stages_whose_params_agree(tmp_path):
+    from flows.study_points import earlier_upstream
+
+    def stored(name: str, lock: dict) -> Path:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"lock": lock, "files": {"metrics/data.json": "{}"}}))
+        return path
+
+    params = {"seed": 1, "data": {"name": "x"}, "evaluate": {"batch_size": 64}}
+    data = {"params": {"params.yaml": {"data": {"name": "x"}}}}
+    base = {"params": {"params.yaml": {"seed": 1}}}
+    other_seed = {"params": {"params.yaml": {"seed": 2}}}
+    logits = {"params": {"params.yaml": {"seed": 1, "evaluate.batch_size": 32}}}
+    old = stored("old", {"prepare_data": data, "finetune_base": other_seed})
+    new = stored("new", {"prepare_data": data, "finetune_base": base, "baseline_logits": logits})
+    seed = earlier_upstream([new, old, tmp_path / "missing.json"], params)
+    assert seed is not None and seed["from"] == "new"
+    assert list(seed["lock"]) == ["prepare_data", "finetune_base"]
+    assert seed["files"] == {"metrics/data.json": "{}"}
+    assert earlier_upstream([old], {**params, "data": {"name": "y"}, "seed": 3}) is None
 
 
 def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):

@@ -37,6 +37,8 @@ elif stage == "finetune_base":
     write("metrics/finetune_base.json", {"seed": seed})
 elif stage == "finetune_baselines":
     write("models/baselines/index.json", {"seed": seed, "w": jitter("de", seed)})
+elif stage == "baseline_logits":
+    write("artifacts/baseline_logits/index.json", {"seed": seed, "w": jitter("logits", seed)})
 elif stage == "score_heads":
     time.sleep(float(os.environ.get("STUB_SLOW_SECONDS", "0")))
     write("artifacts/scores/scores.json", {"method": params["scoring"]["method"], "seed": seed})

@@ -1,0 +1,152 @@
+"""The baselines made of a seed's upstream alone: ``single`` (the fine-tuned base),
+``deep_ensemble`` (the base plus ``models/baselines``) and ``mc_dropout`` (the base with dropout on
+at inference, ``baselines.mc_dropout.samples`` passes, when enabled). They are the same for every
+Hydra variant of a seed, so stage ``baseline_logits`` computes their logits once and ``evaluate``
+reads them back (it still times them itself, beside the Hydra).
+
+:class:`Candidate` is the one interface ``evaluate`` runs models through.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from hydra_ops.checkpoints import load_model
+from hydra_ops.inference import logits as run_logits
+from hydra_ops.runtime import Runtime
+from tasks import data as prepared
+from tasks.common import BASE, BASELINES, read_json
+from tasks.params import PipelineConfig
+
+log = logging.getLogger("hydra_ens")
+
+#: The splits ``evaluate`` runs every model on (``val`` fits the baselines' temperatures).
+EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
+
+
+class Candidate:
+    """A model under evaluation: ``logits(batch) -> [B, K, C]`` (K members; 1 for a single
+    model). ``split_logits``, when given, computes a whole split's ``[N, K, C]`` instead (so shared
+    models can reuse cached outputs); latency always times ``fn``."""
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[dict], torch.Tensor],
+        parameters: int,
+        k: int,
+        split_logits: Callable[[list[dict]], torch.Tensor] | None = None,
+    ):
+        self.name, self.fn, self.parameters, self.members = name, fn, parameters, k
+        self.split_logits = split_logits
+
+    @torch.no_grad()
+    def member_logits(self, data_batches: list[dict]) -> torch.Tensor:
+        if self.split_logits is not None:
+            return self.split_logits(data_batches)
+        return torch.cat([self.fn(b).float() for b in data_batches])
+
+    def latency_ms(self, batch: dict, repeats: int, device: torch.device | None = None) -> float:
+        """Median ms of ``fn(batch)`` (synchronised on a CUDA ``device``)."""
+        from hydra_ops.compile import median_latency_ms
+
+        return median_latency_ms(lambda: self.fn(batch), repeats, device)[1]
+
+
+def independent_models(
+    name: str,
+    models: list[torch.nn.Module],
+    cache: dict[tuple[int, int], torch.Tensor],
+    runtime: Runtime | None = None,
+) -> Candidate:
+    """Independent models as one candidate. ``cache`` maps ``(id(model), id(split batches))`` to
+    ``[N, C]`` logits, shared between candidates: the base is both ``single`` and Deep Ensemble
+    member 0, and runs once per split. The models run on ``runtime`` (None: CPU fp32)."""
+    rt = runtime or Runtime()
+
+    def logits(m: torch.nn.Module, batches: list[dict]) -> torch.Tensor:
+        return run_logits(m, batches, device=rt.device, precision=rt.precision)
+
+    def fn(b: dict) -> torch.Tensor:
+        return torch.stack([logits(m, [b]) for m in models], dim=1)
+
+    def split_logits(batches: list[dict]) -> torch.Tensor:
+        per_model = []
+        for m in models:
+            key = (id(m), id(batches))
+            if key not in cache:
+                cache[key] = logits(m, batches)
+            per_model.append(cache[key])
+        return torch.stack(per_model, dim=1)
+
+    params = sum(p.numel() for m in models for p in m.parameters())
+    return Candidate(name, fn, params, len(models), split_logits)
+
+
+def mc_dropout_model(
+    cfg: PipelineConfig, base: torch.nn.Module, runtime: Runtime | None
+) -> Candidate:
+    """The base with its dropout on at inference, ``samples`` seeded passes (K = samples). The
+    mask seed is ``baselines.mc_dropout.seed`` shifted like every other seed of the replicate, and
+    restarts on every call: each split's logits, and the latency batch's, are reproducible."""
+    from hydra_ops.mc_dropout import dropout_setting, mc_dropout_logits
+
+    rt = runtime or Runtime()
+    mc = cfg.baselines.mc_dropout
+    seed = mc.seed + cfg.replicate_offset
+    log.info(
+        "evaluate mc_dropout: %d samples; %s", mc.samples, dropout_setting(base, mc.rate).describe()
+    )
+
+    def split_logits(batches: list[dict]) -> torch.Tensor:
+        return mc_dropout_logits(
+            base,
+            batches,
+            mc.samples,
+            seed=seed,
+            rate=mc.rate,
+            device=rt.device,
+            precision=rt.precision,
+        )
+
+    params = sum(p.numel() for p in base.parameters())
+    return Candidate("mc_dropout", lambda b: split_logits([b]), params, mc.samples, split_logits)
+
+
+def seed_baselines(
+    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+) -> list[Candidate]:
+    """``single``, ``deep_ensemble`` and (when enabled) ``mc_dropout``: the baselines made of the
+    seed's base and Deep Ensemble alone, the same for every Hydra variant of that seed. The base
+    runs once per split for both ``single`` and Deep Ensemble member 0."""
+    rt = runtime or Runtime()
+    cache: dict[tuple[int, int], torch.Tensor] = {}
+    base = load_model(root / BASE)
+    ensemble = [base]
+    index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
+    for unit in index["units"]:
+        ensemble.append(load_model(root / BASELINES / unit))
+    cands = [
+        independent_models("single", [base], cache, rt),
+        independent_models("deep_ensemble", ensemble, cache, rt),
+    ]
+    if cfg.baselines.mc_dropout.enabled:
+        cands.append(mc_dropout_model(cfg, base, rt))
+    return cands
+
+
+def eval_batches(
+    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+) -> dict[str, list[dict]]:
+    """``{split: batches}`` of every split of :data:`EVAL_SPLITS`, unlabelled, in order, of
+    ``evaluate.batch_size`` (pinned for a CUDA ``runtime``)."""
+    rt = runtime or Runtime()
+    pin = {"with_labels": False, "pin_memory": rt.pin_memory}
+    return {
+        s: prepared.batches(cfg, prepared.split(root, s), cfg.evaluate.batch_size, **pin)
+        for s in EVAL_SPLITS
+    }
