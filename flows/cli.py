@@ -482,6 +482,12 @@ def study(
         Path | None,
         typer.Option("--report-dir", help="default: reports/studies/<name>/"),
     ] = None,
+    report_only: Annotated[
+        bool,
+        typer.Option(
+            "--report-only", help="run nothing: report the points already done, list the rest"
+        ),
+    ] = False,
 ) -> None:
     """Run a study: every (variant, seed) point a full pipeline run and a DVC experiment, as
     Prefect tasks on a Dask cluster; then the study report (Markdown + PNG)."""
@@ -515,11 +521,14 @@ def study(
     import logging
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # cluster chatter; the log has it
-    runner = task_runner(workers, cluster)
+    if report_only:  # nothing to distribute: no cluster
+        flow = hydra_study
+    else:
+        flow = hydra_study.with_options(task_runner=task_runner(workers, cluster))
     with _prefect_api(cluster) as api:
         if api:
             console.print(f"[dim]Prefect API for the workers: {api}[/]")
-        state = hydra_study.with_options(task_runner=runner)(
+        state = flow(
             project_dir=str(root),
             spec_path=str(spec.resolve()),
             git_url=git_url,
@@ -527,6 +536,7 @@ def study(
             threads=threads,
             report_dir=str(report_dir.resolve()) if report_dir else None,
             resources=resources or None,
+            report_only=report_only,
             return_state=True,
         )
     if not state.is_completed():
@@ -548,6 +558,8 @@ def study(
         table.add_row(name, "ran", f"{info['seconds']:.0f}")
     for name, why in summary["failed"].items():
         table.add_row(name, f"[red]failed[/]: {escape(why)}", "-")
+    for name in summary["missing"]:
+        table.add_row(name, "[yellow]missing[/] (not run: --report-only)", "-")
     console.print(table)
     reuse = summary["reuse"]
     console.print(

@@ -159,8 +159,11 @@ def hydra_study(
     threads: int = 1,
     report_dir: str | None = None,
     resources: dict[str, float] | None = None,
+    report_only: bool = False,
 ) -> dict[str, Any]:
-    """Run the study ``spec_path`` in the project ``project_dir``; returns the summary."""
+    """Run the study ``spec_path`` in the project ``project_dir``; returns the summary.
+    ``report_only``: run nothing, write the report of the points already done (the others are
+    listed as ``missing``)."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     root = Path(project_dir).resolve()
@@ -180,6 +183,9 @@ def hydra_study(
     fetch_experiments(root, job_base["git_url"])
     fresh = fresh_points(root, commit, {p.name: p.params for p in points})
     todo = [p for p in points if p.name not in fresh]
+    missing = [p.name for p in todo] if report_only else []
+    if report_only:
+        todo = []
     logger.info(
         "study %s at %s: %d points (%d variants x %d seeds), %d up to date, %d to run",
         spec.name,
@@ -235,12 +241,15 @@ def hydra_study(
     fetch_experiments(root, job_base["git_url"])
     done = fresh_points(root, commit, {p.name: p.params for p in points})
     wall = time.perf_counter() - t0
-    summary = _report(spec, spec_file, root, points, done, report_dir, wall, logger)
+    # a report-only invocation computed nothing: its seconds are not the study's wall time
+    wall_or_none = None if report_only else wall
+    summary = _report(spec, spec_file, root, points, done, report_dir, wall_or_none, logger)
     summary.update(
         study=spec.name,
         commit=commit,
         ran=sorted(outcomes),
         up_to_date=sorted(fresh),
+        missing=missing,
         failed=failures,
         points={n: o for n, o in sorted(outcomes.items())},
         upstreams=upstream_results,

@@ -224,6 +224,23 @@ def test_the_report_has_every_metric_with_intervals(first_study):
     assert summary  # the numbers behind the Markdown
 
 
+def test_report_only_runs_nothing_and_lists_what_is_missing(first_study, cluster):
+    """Before the rerun below: taylor-seed1 failed, so it is missing; nothing runs."""
+    s = first_study
+    report = s["project"] / "reports/studies/tiny/study.md"
+    report.unlink()
+    env = {k: v for k, v in cluster["env"].items() if k != "STUB_SLOW_SECONDS"}
+    proc = _study(s["project"], s["spec"], env, "--report-only")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    summary = _summary(s["project"])
+    assert summary["ran"] == [] and summary["upstreams"] == {}
+    assert summary["missing"] == ["taylor-seed1"]
+    assert sorted(summary["up_to_date"]) == ["circuit-seed0", "circuit-seed1", "taylor-seed0"]
+    assert "taylor-seed1" in out and "missing" in out
+    assert "hydra[taylor]" in report.read_text()
+
+
 def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster):
     s = first_study
     # the failing override removed: the taylor points are stale (seed 0) or missing (seed 1);
