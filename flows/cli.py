@@ -562,10 +562,17 @@ def study(
         table.add_row(name, "[yellow]missing[/] (not run: --report-only)", "-")
     console.print(table)
     reuse = summary["reuse"]
-    console.print(
-        f"{reuse['points']} points shared {reuse['upstreams']} upstream(s); reuse saved "
-        f"{reuse['saved_seconds'] / 60:.1f} min of compute; wall {summary['seconds'] / 60:.1f} min"
-    )
+    if report_only:
+        console.print(
+            f"report only: {len(summary['up_to_date'])} points done, "
+            f"{len(summary['missing'])} missing (run without --report-only to compute them)"
+        )
+    else:
+        console.print(
+            f"{reuse['points']} points shared {reuse['upstreams']} upstream(s); reuse saved "
+            f"{reuse['saved_seconds'] / 60:.1f} min of compute; "
+            f"wall {summary['seconds'] / 60:.1f} min"
+        )
     if summary.get("report"):
         console.print(f"report: {summary['report']}")
     if summary["failed"]:
@@ -600,6 +607,9 @@ class _prefect_api:
 
     def __exit__(self, *exc: object) -> None:
         if self.server is not None:
+            from prefect.logging.handlers import APILogWorker
+
+            APILogWorker.drain_all(timeout=5)  # the run's last log lines, while it still listens
             self.settings.__exit__(*exc)
             self.server.stop()
             os.environ.pop("PREFECT_API_URL", None)
