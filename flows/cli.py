@@ -488,6 +488,13 @@ def study(
             "--report-only", help="run nothing: report the points already done, list the rest"
         ),
     ] = False,
+    gates_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--gates-from",
+            help="judge every point and baseline with the `gates` of this YAML (a params.yaml)",
+        ),
+    ] = None,
 ) -> None:
     """Run a study: every (variant, seed) point a full pipeline run and a DVC experiment, as
     Prefect tasks on a Dask cluster; then the study report (Markdown + PNG)."""
@@ -501,6 +508,7 @@ def study(
         study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
     except ConfigError as err:
         _fail(str(err), 2)
+    gates = _gates_from(gates_from) if gates_from else None
     resources: dict[str, float] = {}
     for item in resource:
         key, sep, value = item.partition("=")
@@ -537,6 +545,7 @@ def study(
             report_dir=str(report_dir.resolve()) if report_dir else None,
             resources=resources or None,
             report_only=report_only,
+            gates=gates,
             return_state=True,
         )
     if not state.is_completed():
@@ -577,6 +586,30 @@ def study(
         console.print(f"report: {summary['report']}")
     if summary["failed"]:
         raise typer.Exit(1)
+
+
+def _gates_from(path: Path) -> list[dict]:
+    """The ``gates`` list of a YAML file, every check validated; bad input is one line, exit 2."""
+    import yaml
+    from pydantic import ValidationError
+
+    from tasks.params import GateCheck
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        _fail(f"--gates-from {path}: cannot read it ({str(err).splitlines()[0]})", 2)
+    gates = raw.get("gates") if isinstance(raw, dict) else None
+    if not isinstance(gates, list) or not gates:
+        _fail(f"--gates-from {path}: no `gates:` list in it", 2)
+    for i, g in enumerate(gates):
+        try:
+            GateCheck.model_validate(g)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            _fail(f"--gates-from {path}: gates[{i}].{where}: {first['msg']}", 2)
+    return gates
 
 
 class _prefect_api:

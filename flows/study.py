@@ -40,6 +40,7 @@ from flows.study_points import (
     run_upstream,
 )
 from tasks.common import write_json
+from tasks.params import GateCheck
 from tasks.study_report import load_point, write_study_report
 from tasks.study_spec import StudyPoint, load_study, study_points
 
@@ -160,10 +161,12 @@ def hydra_study(
     report_dir: str | None = None,
     resources: dict[str, float] | None = None,
     report_only: bool = False,
+    gates: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Run the study ``spec_path`` in the project ``project_dir``; returns the summary.
     ``report_only``: run nothing, write the report of the points already done (the others are
-    listed as ``missing``)."""
+    listed as ``missing``). ``gates``: gate checks (``params.gates`` entries) the report judges
+    every point and baseline with, instead of each point's own."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     root = Path(project_dir).resolve()
@@ -243,7 +246,7 @@ def hydra_study(
     wall = time.perf_counter() - t0
     # a report-only invocation computed nothing: its seconds are not the study's wall time
     wall_or_none = None if report_only else wall
-    summary = _report(spec, spec_file, root, points, done, report_dir, wall_or_none, logger)
+    summary = _report(spec, spec_file, root, points, done, report_dir, wall_or_none, logger, gates)
     summary.update(
         study=spec.name,
         commit=commit,
@@ -314,7 +317,9 @@ def _reuse(points: list[StudyPoint], todo: list[StudyPoint], upstreams: dict) ->
     }
 
 
-def _report(spec, spec_file, root, points, done, report_dir, wall, logger) -> dict[str, Any]:
+def _report(
+    spec, spec_file, root, points, done, report_dir, wall, logger, gates=None
+) -> dict[str, Any]:
     out_dir = Path(report_dir) if report_dir else root / "reports" / "studies" / spec.name
     if not done:
         logger.warning("no point finished: no report")
@@ -332,6 +337,7 @@ def _report(spec, spec_file, root, points, done, report_dir, wall, logger) -> di
             command=f"hydra-ens study {os.path.relpath(spec_file, root)}",
             wall_seconds=wall,
             variants=spec.variants,
+            gates=None if gates is None else [GateCheck.model_validate(g) for g in gates],
         )
     create_markdown_artifact(
         key=f"study-{spec.name}",

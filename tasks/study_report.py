@@ -349,7 +349,9 @@ def baseline_as_candidate(
 
     Not applicable (status ``n/a``): model-level checks (split ``model``: compile, latency and
     parameter thresholds are facts of the shipped Hydra artifact), ``prod`` comparisons (a study
-    point has no prod model) and a comparison of the candidate with itself. A check with
+    point has no prod model) and a comparison of the candidate with itself, unless the check asks
+    for a strict improvement (``min_absolute_change > 0``), which no model makes on itself: that
+    fails. A check with
     ``use_bootstrap_bound`` compares the point difference instead: the paired bootstrap in
     evaluate.json is Hydra minus each baseline, not candidate minus baseline.
     """
@@ -365,6 +367,9 @@ def baseline_as_candidate(
             out.append({**rec, "status": "n/a", "note": "model-level check (Hydra artifact)"})
         elif check.baseline == "prod":
             out.append({**rec, "status": "n/a", "note": "no prod model in a study point"})
+        elif check.baseline == candidate and (check.min_absolute_change or 0) > 0:
+            r = evaluate_check(check.model_copy(update={"use_bootstrap_bound": False}), ev, None)
+            out.append({**r, "note": "a model cannot improve on itself"})
         elif check.baseline == candidate:
             out.append({**rec, "status": "n/a", "note": "the candidate is this check's baseline"})
         elif check.use_bootstrap_bound:
@@ -376,8 +381,17 @@ def baseline_as_candidate(
     return out
 
 
-def _point_gate(p: PointResult) -> dict[str, Any]:
-    gate = p.gate
+def _point_gate(p: PointResult, gates: Sequence[GateCheck] | None = None) -> dict[str, Any]:
+    """The point's verdict: its ``reports/gate.json``, or ``gates`` judged on its evaluation."""
+    if gates is not None:
+        from tasks.gate import evaluate_check
+
+        ev = _with_latency(p)
+        checks = [evaluate_check(c, ev, None) for c in gates]
+        failed = [c["name"] for c in checks if c["status"] == "failed" and not c.get("optional")]
+        gate = {"verdict": "failed" if failed else "passed", "failed": failed, "checks": checks}
+    else:
+        gate = p.gate
     failed = sorted(
         gate.get("failed")
         or [c["name"] for c in gate.get("checks", []) if c.get("status") == "failed"]
@@ -393,8 +407,9 @@ def _point_gate(p: PointResult) -> dict[str, Any]:
     }
 
 
-def _baseline_gates(col: _Collected) -> dict[str, Any]:
-    """Per baseline label: per seed the verdict with the gate checks of that point's params."""
+def _baseline_gates(col: _Collected, gates: Sequence[GateCheck] | None = None) -> dict[str, Any]:
+    """Per baseline label: per seed the verdict with the gate checks of that point's params (or
+    ``gates``)."""
     result: dict[str, Any] = {}
     for b in col.baselines:
         for v in [None] if b in col.shared else col.variants:
@@ -403,7 +418,7 @@ def _baseline_gates(col: _Collected) -> dict[str, Any]:
             for s in col.seeds:
                 pts = [p for p in col.at_seed(s, b) if v is None or p.variant == v]
                 judged = [
-                    (p, baseline_as_candidate(_gate_checks(p.params), _with_latency(p), b))
+                    (p, baseline_as_candidate(gates or _gate_checks(p.params), _with_latency(p), b))
                     for p in pts
                 ]
                 if not judged:
@@ -971,8 +986,22 @@ def _status(s: str) -> str:
     return {"not applicable": "n/a"}.get(s, s)
 
 
-def _section_gates(point_gates: Sequence[Mapping[str, Any]], base: Mapping[str, Any]) -> list[str]:
-    lines = ["## 5. Gates", "", "### Hydra, per point (reports/gate.json)", ""]
+def _section_gates(
+    point_gates: Sequence[Mapping[str, Any]],
+    base: Mapping[str, Any],
+    gates: Sequence[GateCheck] | None = None,
+) -> list[str]:
+    lines = ["## 5. Gates", ""]
+    if gates is None:
+        lines += ["### Hydra, per point (reports/gate.json)", ""]
+    else:
+        lines += [
+            "Judged with the gates given to the report (`hydra-ens study --gates-from`), not the "
+            "points' own: " + ", ".join(f"`{g.name}`" for g in gates) + ".",
+            "",
+            "### Hydra, per point",
+            "",
+        ]
     rows = [
         [f"`{g['variant']}`", str(g["seed"]), g["verdict"].upper(), ", ".join(g["failed"]) or "-"]
         for g in point_gates
@@ -982,7 +1011,8 @@ def _section_gates(point_gates: Sequence[Mapping[str, Any]], base: Mapping[str, 
         "",
         "### Baselines as candidates",
         "",
-        "The same checks (each point's `params.gates`) with the baseline in Hydra's place: would "
+        "The same checks (each point's `params.gates`, or the gates given to the report) with the "
+        "baseline in Hydra's place: would "
         "the gates have let that model ship? `n/a`: `prod` comparisons (a study point has no "
         "prod model), a baseline compared with itself, and model-level checks (compile, latency "
         "and parameter thresholds of the Hydra artifact; always n/a, not listed). A "
@@ -1054,13 +1084,16 @@ def write_study_report(
     command: str | None = None,
     wall_seconds: float | None = None,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
+    gates: Sequence[GateCheck] | None = None,
 ) -> dict[str, Any]:
     """Write ``out_dir/study.md``, ``out_dir/study.json`` and ``out_dir/figures/*.png``
     atomically; returns the summary (the content of ``study.json``).
 
     ``points``: one :class:`PointResult` per (variant, seed), no duplicates, each evaluation with
     ``models.hydra``. ``variants``: optional variant name -> its params overrides (for the header).
-    ``command`` / ``wall_seconds``: how the study was run, for the header.
+    ``command`` / ``wall_seconds``: how the study was run, for the header. ``gates``: judge every
+    point and baseline with these checks instead of each point's own (``reports/gate.json`` and
+    ``params.gates``): what other gates would say on the same evidence.
     """
     _validate(points, title)
     if wall_seconds is not None and (not _number(wall_seconds) or wall_seconds < 0):
@@ -1070,11 +1103,11 @@ def write_study_report(
             f"variants must map variant name -> overrides, got {type(variants).__name__}"
         )
     col = _Collected(points)
-    point_gates = [_point_gate(p) for p in col.points]
+    point_gates = [_point_gate(p, gates) for p in col.points]
     paired = _paired(col)
     beats = _beats_single(col, paired)
     rec = _recommend(col, point_gates)
-    base_gates = _baseline_gates(col)
+    base_gates = _baseline_gates(col, gates)
     ood = _ood_summary(col)
     pareto, figures = _pareto(col)
 
@@ -1106,7 +1139,11 @@ def write_study_report(
         "paired": paired,
         "beats_single": beats,
         "pareto": pareto,
-        "gates": {"points": point_gates, "baselines_as_candidates": base_gates},
+        "gates": {
+            "points": point_gates,
+            "baselines_as_candidates": base_gates,
+            "checks": None if gates is None else [g.model_dump() for g in gates],
+        },
         "recommendation": rec,
         "files": {"markdown": "study.md", "json": "study.json", "figures": sorted(figures)},
     }
@@ -1116,7 +1153,7 @@ def write_study_report(
         _section_ood(col, ood),
         _section_paired(col, paired),
         _section_pareto(pareto),
-        _section_gates(point_gates, base_gates),
+        _section_gates(point_gates, base_gates, gates),
         _section_recommendation(rec, beats),
     ]
     markdown = "\n\n".join("\n".join(s) for s in sections) + "\n"

@@ -326,6 +326,29 @@ def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):
     assert not (project / ".hydra-ens/studies").exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("seed: 0\n", "no `gates:` list"),
+        ("gates:\n- {name: x, metric: auroc, split: nowhere, threshold: 0.9}\n", "gates[0]"),
+    ],
+)
+def test_bad_gates_for_the_report_are_one_line(tmp_path, text, said):
+    project = _stub_project(tmp_path / "proj")
+    spec = _spec(tmp_path / "spec.yaml", {"circuit": {"scoring.method": "circuit"}})
+    (tmp_path / "gates.yaml").write_text(text)
+    args = ["--report-only", "--gates-from", str(tmp_path / "gates.yaml")]
+    r = subprocess.run(
+        [BIN / "hydra-ens", "study", str(spec), "-C", str(project), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--gates-from" in lines[0] and said in lines[0], lines
+
+
 def test_experiments_pushed_to_another_git_url_are_fetched_into_the_project(tmp_path):
     from flows.study_points import experiment_refs, fetch_experiments
 

@@ -305,6 +305,34 @@ def test_baselines_as_candidates(study):
     assert "- `deep_ensemble` passes on 3 of 3 seeds; no check catches it" in md
 
 
+def test_other_gates_judge_the_same_evidence(tmp_path):
+    """``gates=``: every point and baseline judged by the given checks, not the points' own; a
+    check that asks for a strict improvement over a baseline fails that baseline as candidate."""
+    points = [make_point(v, s) for v in ("slow", "fast") for s in SEEDS]
+    beat_single = GateCheck(
+        name="near_ood.auroc beats single",
+        metric="auroc",
+        split="near_ood",
+        baseline="single",
+        min_absolute_change=0.03,
+    )
+    summary = write_study_report(points, tmp_path, "regated", gates=[beat_single])
+    md = (tmp_path / "study.md").read_text()
+    verdicts = {(g["variant"], g["seed"]): g["passed"] for g in summary["gates"]["points"]}
+    # Hydra - single on near-OOD AUROC: 0.06 + NEAR_GAP; fast's seed-1 gap leaves 0.02 < 0.03
+    assert verdicts == {
+        **{("slow", s): True for s in SEEDS},
+        **{("fast", s): s != 1 for s in SEEDS},
+    }
+    assert summary["recommendation"]["variant"] == "slow"
+    base = summary["gates"]["baselines_as_candidates"]
+    assert base["single"]["seeds_passed"] == []
+    assert base["single"]["caught_by"] == {"near_ood.auroc beats single": list(SEEDS)}
+    assert base["deep_ensemble"]["seeds_passed"] == list(SEEDS)  # 0.06 above single
+    assert summary["gates"]["checks"][0]["name"] == "near_ood.auroc beats single"
+    assert "Judged with the gates given to the report" in md
+
+
 def test_ood_by_score_table(study):
     summary, md, _ = study
     ood = summary["ood_by_score"]
