@@ -5,9 +5,11 @@
 Uses ``hydra_ops`` alone (plus torch and transformers): nothing from ``tasks/`` or ``flows/``, no
 Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
 
-1. MiniLM-shaped base (the packaged MiniLM-L6 through :func:`hydra_ops.models.load_text_classifier`
-   when importable, else random init of the same shape; ``--tiny``: a 3-layer toy for smoke
-   tests) and M members, each keeping a disjoint 1/M of the heads of every layer.
+1. A BERT base of ``--shape``: ``minilm`` (default; the packaged MiniLM-L6 through
+   :func:`hydra_ops.models.load_text_classifier` when importable, else random init of the same
+   shape), ``bert-base`` (random init; the paper's text scale, more work per kernel), ``tiny``
+   (a 3-layer toy for smoke tests; also ``--tiny``); and M members, each keeping a disjoint 1/M
+   of the heads of every layer.
 2. Member 0 is fine-tuned for ``--steps`` steps on synthetic batches with
    :func:`hydra_ops.training.fine_tune` on ``--device`` at ``--train-precision`` (bf16); the
    other members get seeded noise (a stand-in for their own fine-tuning).
@@ -60,7 +62,10 @@ from hydra_ops.surgery import prune_heads  # noqa: E402
 NUM_LABELS = 4
 PAPER_BF16_RATIO = 1.07
 MINILM_SHAPE = {"hidden": 384, "layers": 6, "heads": 12, "ffn": 1536, "vocab": 30522}
+BERT_BASE_SHAPE = {"hidden": 768, "layers": 12, "heads": 12, "ffn": 3072, "vocab": 30522}
 TINY_SHAPE = {"hidden": 48, "layers": 3, "heads": 6, "ffn": 64, "vocab": 100}
+#: ``--shape`` choices: MiniLM-L6 (the default task), BERT-base (the paper's text scale), a toy.
+SHAPES = {"minilm": MINILM_SHAPE, "bert-base": BERT_BASE_SHAPE, "tiny": TINY_SHAPE}
 
 
 class SingleAsEnsemble(nn.Module):
@@ -85,14 +90,14 @@ class SingleAsEnsemble(nn.Module):
         return out.logits[:, None, :]
 
 
-def build_base(tiny: bool) -> tuple[nn.Module, str, dict[str, int]]:
-    """``(model, where it came from, shape)``: the packaged MiniLM-L6 when importable (and not
-    ``tiny``), else a random-init BERT of the same shape."""
+def build_base(shape_name: str) -> tuple[nn.Module, str, dict[str, int]]:
+    """``(model, where it came from, shape)``: for ``minilm`` the packaged MiniLM-L6 when
+    importable; otherwise (and for every other shape) a random-init BERT of that shape."""
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    shape = TINY_SHAPE if tiny else MINILM_SHAPE
-    if not tiny:
+    shape = SHAPES[shape_name]
+    if shape_name == "minilm":
         try:
             from hydra_ops.models import load_text_classifier
 
@@ -338,7 +343,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=None, help="timed calls per row")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    parser.add_argument("--tiny", action="store_true", help="3-layer toy model (smoke tests)")
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="minilm", help="the BERT shape to build"
+    )
+    parser.add_argument("--tiny", action="store_true", help="same as --shape tiny (smoke tests)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_check.json"))
     return parser.parse_args(argv)
 
@@ -364,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (20 if device.type == "cuda" else 2)
     print(f"[gpu_check] device {device}; bf16: {bf16_supported(device)[1]}; backends {backends}")
 
-    base, source, shape = build_base(args.tiny)
+    base, source, shape = build_base("tiny" if args.tiny else args.shape)
     members = make_members(base, shape, args.members)
     for i, member in enumerate(members[1:], start=1):
         perturb(member, 100 + i)
@@ -428,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "base": source,
+        "shape_name": "tiny" if args.tiny else args.shape,
         "shape": shape,
         "members": args.members,
         "batch": args.batch,

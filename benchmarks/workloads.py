@@ -153,7 +153,7 @@ def perturb(model: nn.Module, seed: int, frozen_layers: int = 0, scale: float = 
                 continue
             if match is not None and int(match.group(1)) < frozen_layers:
                 continue
-            p.add_(scale * torch.randn(p.shape, generator=g).to(p.dtype))
+            p.add_(scale * torch.randn(p.shape, generator=g).to(p.device, p.dtype))
     return model
 
 
