@@ -175,6 +175,7 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
     args = ["benchmarks/gpu_check.py", "--device", "cpu", "--steps", "2", "--tiny"]
     args += ["--backends", "eager"]  # the script, the member fine-tune and the merge check
+    args += ["--batch", "4", "--seq", "8", "--train-batch", "4"]  # shapes do not matter here
     done = _run([*args, "--out", str(out)], tmp_path)
     report = json.loads(out.read_text())
     assert report["fine_tune"]["steps"] == 2
