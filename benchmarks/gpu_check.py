@@ -233,6 +233,9 @@ def build_rows(
                             with autocast(device, p):
                                 return m(*inputs)
 
+                    elif backend == "cudagraphs":
+                        graphed = cuda_graphed(model, precision, device)
+                        fn = lambda g=graphed: g(*inputs)  # noqa: E731
                     else:
                         t0 = time.perf_counter()
                         artifact = compile_model(
@@ -252,13 +255,25 @@ def build_rows(
     return rows
 
 
+def cuda_graphed(model: nn.Module, precision: str, device: torch.device) -> nn.Module:
+    """``model`` cast to ``precision`` and compiled by inductor with CUDA graphs
+    (``mode="reduce-overhead"``): one graph replay per call, so no per-kernel launch cost. A
+    benchmark row only (not a ``compile_model`` backend: its outputs live in graph-owned memory
+    that the next call overwrites)."""
+    if device.type != "cuda":
+        raise ValueError("cudagraphs: CUDA only")
+    from hydra_ops.compile.precision import cast_model
+
+    return torch.compile(cast_model(model, precision), mode="reduce-overhead")
+
+
 def time_rows(rows: list[dict[str, Any]], device: torch.device, rounds: int) -> None:
     """Warm up every row, then time all of them round-robin (``rounds`` calls each)."""
     with torch.no_grad():
         for row in rows:
             if "fn" in row:
                 try:
-                    row["warmup_s"] = measure.warm_up(row["fn"], device, calls=2)
+                    row["warmup_s"] = measure.warm_up(row["fn"], device, calls=3)
                 except Exception as error:
                     row.pop("fn")
                     row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
@@ -338,8 +353,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--backends",
         default=None,
-        help="comma list of eager and hydra_ops.compile backends (default: eager; on CUDA also "
-        "inductor, and tensorrt when it imports)",
+        help="comma list of eager, cudagraphs (CUDA: inductor with CUDA graphs, a benchmark row) "
+        "and hydra_ops.compile backends (default: eager; on CUDA also inductor, and tensorrt "
+        "when it imports)",
     )
     parser.add_argument("--rounds", type=int, default=None, help="timed calls per row")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
