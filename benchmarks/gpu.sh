@@ -7,7 +7,7 @@
 # 1. benchmarks/gpu_check.py --shape minilm (hydra_ops + torch + transformers only: no Prefect,
 #    DVC or typer): fine-tunes one pruned MiniLM-shaped member in bf16 on CUDA, merges, checks
 #    merged == stacked members, then times single vs Hydra in bf16 and fp32 at batch 64 (eager,
-#    inductor, TensorRT when it imports) -> $GPU_OUT/gpu_check_minilm.json.
+#    inductor, CUDA graphs, TensorRT when it imports) -> $GPU_OUT/gpu_check_minilm.json.
 # 2. The same at the BERT-base shape (the paper's text scale; MiniLM at batch 64 is launch-bound
 #    on a large GPU) -> $GPU_OUT/gpu_check_bert_base.json. Paper: Hydra / single 1.07 in bf16.
 # 3. If typer imports: the full benchmark with the precision axis (bf16, fp32 side by side against

@@ -18,10 +18,10 @@ Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
    (fp32 1e-4, bf16/fp16 2e-2), else exit status 1 (also when an eager row fails).
 4. The table: single model vs Hydra at every ``--precisions`` (eager under
    :func:`hydra_ops.runtime.autocast`; compiled via :func:`hydra_ops.compile.compile_model` with
-   ``precision=``), eager + inductor + TensorRT (when ``import torch_tensorrt`` works) on CUDA,
-   timed round-robin, with Hydra / single at equal precision and backend next to the FLOP ratio
-   (the paper reports 1.07 at bf16). Every latency is also given against the reference: the
-   single model, fp32 eager.
+   ``precision=``), eager + inductor + cudagraphs (inductor with CUDA graphs: no launch cost) +
+   TensorRT (when ``import torch_tensorrt`` works) on CUDA, timed round-robin, with Hydra /
+   single at equal precision and backend next to the FLOP ratio (the paper reports 1.07 at bf16).
+   Every latency is also given against the reference: the single model, fp32 eager.
 
 Writes a JSON report to ``--out`` (atomically). CPU smoke test: ``--device cpu --steps 2 --tiny``.
 """
@@ -190,10 +190,11 @@ def pick_implementation(
 
 
 def default_backends(device: torch.device) -> list[str]:
-    """``eager`` everywhere; on CUDA also ``inductor`` and ``tensorrt`` when it imports."""
+    """``eager`` everywhere; on CUDA also ``inductor``, ``cudagraphs`` (the launch-free row) and
+    ``tensorrt`` when it imports."""
     if device.type != "cuda":
         return ["eager"]
-    backends = ["eager", "inductor"]
+    backends = ["eager", "inductor", "cudagraphs"]
     if importlib.util.find_spec("torch_tensorrt") is not None:
         try:
             import torch_tensorrt  # noqa: F401
@@ -354,8 +355,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--backends",
         default=None,
         help="comma list of eager, cudagraphs (CUDA: inductor with CUDA graphs, a benchmark row) "
-        "and hydra_ops.compile backends (default: eager; on CUDA also inductor, and tensorrt "
-        "when it imports)",
+        "and hydra_ops.compile backends (default: eager; on CUDA also inductor, cudagraphs, and "
+        "tensorrt when it imports)",
     )
     parser.add_argument("--rounds", type=int, default=None, help="timed calls per row")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
