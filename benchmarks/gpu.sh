@@ -23,10 +23,10 @@ PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 status=0
-timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape minilm --steps 20 --batch 64 \
-  --out "$OUT_DIR/gpu_check_minilm.json" || status=1
-timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape bert-base --steps 20 --batch 64 \
-  --out "$OUT_DIR/gpu_check_bert_base.json" || status=1
+timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape minilm --steps 20 \
+  --batch 64 --out "$OUT_DIR/gpu_check_minilm.json" || status=1
+timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape bert-base --steps 20 \
+  --batch 64 --out "$OUT_DIR/gpu_check_bert_base.json" || status=1
 if [ "$BENCH_SECONDS" = 0 ] || ! "$PY" -c "import typer, psutil" 2>/dev/null; then
   echo "[gpu.sh] full benchmark skipped (GPU_BENCH_SECONDS=0 or typer/psutil missing)"
   exit $status
