@@ -363,7 +363,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--shape", choices=sorted(SHAPES), default="minilm", help="the BERT shape to build"
     )
-    parser.add_argument("--tiny", action="store_true", help="same as --shape tiny (smoke tests)")
+    parser.add_argument(
+        "--tiny", action="store_const", dest="shape", const="tiny", help="same as --shape tiny"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_check.json"))
     return parser.parse_args(argv)
 
@@ -389,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (20 if device.type == "cuda" else 2)
     print(f"[gpu_check] device {device}; bf16: {bf16_supported(device)[1]}; backends {backends}")
 
-    base, source, shape = build_base("tiny" if args.tiny else args.shape)
+    base, source, shape = build_base(args.shape)
     members = make_members(base, shape, args.members)
     for i, member in enumerate(members[1:], start=1):
         perturb(member, 100 + i)
@@ -453,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "base": source,
-        "shape_name": "tiny" if args.tiny else args.shape,
+        "shape_name": args.shape,
         "shape": shape,
         "members": args.members,
         "batch": args.batch,
