@@ -148,7 +148,10 @@ class BaselinesConfig(_Strict):
 
 
 class ScoringConfig(_Strict):
-    method: Literal["circuit", "taylor", "magnitude", "random"] = "circuit"
+    method: Literal["circuit", "taylor", "magnitude", "random"] = "taylor"
+    """``taylor`` (default: its members are fine-tuned, ``members.finetune.enabled: auto``) won the
+    three-seed text study (docs/study.md); ``circuit`` is the paper's search (members not
+    fine-tuned)."""
     objective: Literal["nll", "ood", "avg"] = "ood"
     max_batches: int | None = Field(default=4, ge=1)
     """Batches of ``batch_size`` per objective evaluation (circuit: layers x heads x M of them)

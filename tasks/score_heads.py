@@ -1,9 +1,10 @@
 """Stage ``score_heads``: head importance of the fine-tuned base with the configured scorer.
 
-``circuit`` (default, the paper's best variant) runs the HeadMap greedy circuit search M times
-(diverse circuits) on ID validation data against the ``ood_val`` split: an OOD validation set built
-from ID validation data (e.g. word-shuffled texts), never an OOD test set; ``metrics/scores.json``
-says which. ``taylor`` uses training data only.
+``taylor`` (default: the text study's choice, docs/study.md) scores heads by first-order Taylor
+importance on training data only. ``circuit`` (the paper's best variant) runs the HeadMap greedy
+circuit search M times (diverse circuits) on ID validation data against the ``ood_val`` split: an
+OOD validation set built from ID validation data (e.g. word-shuffled texts), never an OOD test
+set; ``metrics/scores.json`` says which.
 
 The scorer runs on ``runtime.device``, under autocast for ``runtime.precision`` bf16 / fp16
 (``auto``: fp32).

@@ -86,7 +86,8 @@ def test_defaults_match_the_issue():
     assert cfg.data.name == "bbc-news" and cfg.family == "bert"
     assert cfg.members.num_members == 3 and cfg.heads_per_member == 4
     assert cfg.finetune.epochs == 3 and cfg.model.max_length == 64
-    assert cfg.scoring.method == "circuit" and not cfg.finetune_members
+    assert cfg.scoring.method == "taylor" and cfg.finetune_members  # the text study's choice
+    assert not validate_params({"scoring": {"method": "circuit"}}).finetune_members
     assert cfg.merge.shared_layers is None and cfg.shared_layers == 3  # half of MiniLM's 6 layers
     assert validate_params({"data": {"name": "digits"}}).shared_layers == 2  # ViT depth 4
     assert validate_params({"merge": {"shared_layers": 0}}).shared_layers == 0  # the paper's merge

@@ -33,7 +33,9 @@ PASSING_GATES = [
 ]
 FAILING_GATES = [{"metric": "accuracy", "split": "id_test", "threshold": 1.5}]
 #: The project's params over the quick profile (160 examples per split, 100 far-OOD, 4 samples).
+#: The circuit variant (no member fine-tunes); the image module runs the default, Taylor.
 PARAMS = {
+    "scoring": {"method": "circuit"},
     "gates": PASSING_GATES,
     "data": {"max_per_split": 64, "far_ood_size": 64},
     "baselines": {"mc_dropout": {"samples": 2}},
