@@ -190,3 +190,18 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     assert len(report["table"]) == 2 and all(t["hydra_over_single"] for t in report["table"])
     assert 1.0 < report["flops"]["ratio"] <= 3.0
     assert "hydra / single" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [(["--precisions", "fp64"], "bf16 and/or fp16"), (["--project", "nowhere"], "no models/hydra")],
+)
+def test_precision_quality_refuses_bad_input_before_any_work(args, said):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.precision_quality", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and said in done.stderr

@@ -124,3 +124,28 @@ def test_ood_metrics_under_every_score_with_nulls_for_single_models(project):
     assert "| mc_dropout | near_ood |" in report and "| single | far_ood |" in report
     header = next(line for line in report.splitlines() if line.startswith("| model | split |"))
     assert all(kind in header for kind in OOD_SCORE_KINDS)
+
+
+def test_precision_quality_compares_the_shipped_precision_with_fp32(project):
+    """``benchmarks.precision_quality`` on the finished project: fp32 against itself differs by
+    exactly 0 everywhere; bf16 differs a little, and every interval brackets its difference."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO))  # benchmarks/ is a repo folder, not an installed package
+    from benchmarks.precision_quality import compare
+
+    cfg, root, _, _ = project
+    result = compare(root, ["fp32", "bf16"], n_resamples=50, cfg=cfg)
+    keys = {f"{s}.{m}" for s in ("id_test", "shift") for m in ("nll", "ece", "accuracy")}
+    keys |= {"near_ood.auroc", "far_ood.auroc"}
+    for precision in ("fp32", "bf16"):
+        assert set(result[precision]) == keys | {"max_abs_dp"}
+    same = result["fp32"]
+    assert same["max_abs_dp"] == 0.0
+    assert all(same[k]["difference"] == 0.0 and same[k]["inside"] for k in keys)
+    low = result["bf16"]
+    assert 0.0 < low["max_abs_dp"] < 0.5
+    for k in keys:
+        assert low[k]["low"] <= low[k]["difference"] <= low[k]["high"], k
