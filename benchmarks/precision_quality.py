@@ -1,7 +1,8 @@
 """Quality of a Hydra served in bf16 / fp16 against the same Hydra in fp32, on a finished project.
 
-The compile stage checks that a lower-precision artifact agrees with eager fp32 (max |dp|, argmax);
-this measures what the gates would see: NLL, ECE (ID test and shift) and near/far-OOD AUROC of the
+The compile stage checks that a lower-precision artifact agrees with eager fp32 (max |dp|, argmax)
+on a few held-out batches; this repeats that check over every evaluated example and measures what
+the gates would see: NLL, ECE (ID test and shift) and near/far-OOD AUROC of the
 calibrated Hydra at each precision, and the paired bootstrap interval of (precision - fp32) on the
 same examples. The Hydra runs as a shipped lower-precision artifact computes: weights and inputs
 cast to the precision (``tasks.candidates``), the stored temperature and OOD score.
@@ -31,92 +32,91 @@ PROJECT_OPTION = typer.Option(Path("."), help="a project after `hydra-ens run`")
 OUT_OPTION = typer.Option(None, help="write the result as JSON here")
 
 
-def _logits(hydra, batches: dict, precision: str) -> dict:
-    import torch
-
-    from hydra_ops.compile import DTYPES, cast_batch
-    from hydra_ops.inference import logits
-
-    model = hydra if precision == "fp32" else hydra.to(DTYPES[precision])
-    with torch.no_grad():
-        return {
-            s: logits(model, [cast_batch(b, precision) for b in bs], device="cpu")
-            for s, bs in batches.items()
-        }
-
-
 def compare(
     project: Path,
     precisions: list[str],
     n_resamples: int = 1000,
     cfg: PipelineConfig | None = None,
 ) -> dict:
-    """``{precision: {"max_abs_dp": float, metric: {difference, low, high, inside}}}``: the
-    paired bootstrap of (precision - fp32) per metric; ``inside``: the interval brackets 0.
+    """``{precision: {"compile_check": ..., metric: {difference, low, high, inside}}}``: the
+    paired bootstrap of (precision - fp32) per metric (``inside``: the interval brackets 0), and
+    :func:`hydra_ops.compile.compare_logits` (compile's own agreement check, at its default
+    tolerance for the precision) over every evaluated example.
     ``cfg``: the project's params (default: its ``params.yaml``)."""
     import copy
+
+    import torch
 
     from hydra_ops import metrics as hm
     from hydra_ops.bootstrap import paired_bootstrap, paired_bootstrap_ood
     from hydra_ops.calibration import apply_temperature, ensemble_log_probs
+    from hydra_ops.compile import compare_logits, default_tolerance
     from hydra_ops.data import split_labels
+    from hydra_ops.runtime import Runtime
     from hydra_ops.serialization import load_hydra
     from hydra_ops.uncertainty import calibrated_ood_score
     from tasks import data as prepared
     from tasks.baseline_models import eval_batches
+    from tasks.candidates import shipped_logits
     from tasks.common import HYDRA
     from tasks.params import load_params
 
     cfg = cfg or load_params(project / "params.yaml")
     hydra = load_hydra(project / HYDRA)
     t = float(hydra.temperature)
-    batches = {s: b for s, b in eval_batches(cfg, project).items() if s in ("test", "shift", *OOD)}
+    splits = ("test", "shift", *OOD)
+    batches = {s: b for s, b in eval_batches(cfg, project).items() if s in splits}
     labels = {s: split_labels(prepared.split(project, s)) for s, _ in CLASSIFICATION}
-    ref = _logits(hydra, batches, "fp32")
+
+    def outputs(precision: str) -> tuple[dict, dict]:
+        """(member logits, calibrated probabilities) per split at ``precision``."""
+        run = shipped_logits(copy.deepcopy(hydra), precision, Runtime())
+        logits = {s: torch.cat([run(b) for b in bs]) for s, bs in batches.items()}
+        probs = {s: apply_temperature(ensemble_log_probs(lg), t) for s, lg in logits.items()}
+        return logits, probs
+
+    def score(member_logits: torch.Tensor) -> torch.Tensor:
+        return calibrated_ood_score(member_logits, t, cfg.evaluate.ood_score)
+
+    ref_logits, ref_probs = outputs("fp32")
     out: dict = {"temperature": t, "ood_score": cfg.evaluate.ood_score}
     for precision in precisions:
-        low = _logits(copy.deepcopy(hydra), batches, precision)
-        rows = {}
-        for split, key in CLASSIFICATION:
-            pa = apply_temperature(ensemble_log_probs(low[split]), t)
-            pb = apply_temperature(ensemble_log_probs(ref[split]), t)
-            for metric in ("nll", "ece", "accuracy"):
-                r = paired_bootstrap(
-                    getattr(hm, metric), pa, pb, labels[split], n_resamples=n_resamples
-                )
-                rows[f"{key}.{metric}"] = r
-        score = lambda lg: calibrated_ood_score(lg, t, cfg.evaluate.ood_score)  # noqa: E731
-        for split in OOD:
-            r = paired_bootstrap_ood(
-                hm.auroc,
-                score(low["test"]),
-                score(low[split]),
-                score(ref["test"]),
-                score(ref[split]),
+        low_logits, low_probs = outputs(precision)
+        rows = {
+            f"{key}.{metric}": paired_bootstrap(
+                getattr(hm, metric),
+                low_probs[split],
+                ref_probs[split],
+                labels[split],
                 n_resamples=n_resamples,
             )
-            rows[f"{split}.auroc"] = r
-        max_dp = max(
-            (
-                apply_temperature(ensemble_log_probs(low[s]), t).exp()
-                - apply_temperature(ensemble_log_probs(ref[s]), t).exp()
+            for split, key in CLASSIFICATION
+            for metric in ("nll", "ece", "accuracy")
+        }
+        for split in OOD:
+            rows[f"{split}.auroc"] = paired_bootstrap_ood(
+                hm.auroc,
+                score(low_logits["test"]),
+                score(low_logits[split]),
+                score(ref_logits["test"]),
+                score(ref_logits[split]),
+                n_resamples=n_resamples,
             )
-            .abs()
-            .max()
-            .item()
-            for s in batches
+        # compile's own check of an artifact, over every evaluated example (raw probabilities)
+        agreement = compare_logits(
+            torch.cat([ref_logits[s] for s in splits]),
+            torch.cat([low_logits[s] for s in splits]),
+            default_tolerance(precision),
+            min_agreement=1.0,
         )
-        out[precision] = {
-            "max_abs_dp": max_dp,
-            **{
-                k: {
-                    "difference": r.point_difference,
-                    "low": r.low,
-                    "high": r.high,
-                    "inside": r.low <= 0.0 <= r.high,
-                }
-                for k, r in rows.items()
-            },
+        out[precision] = {"compile_check": agreement} | {
+            k: {
+                "difference": r.point_difference,
+                "low": r.low,
+                "high": r.high,
+                "inside": r.low <= 0.0 <= r.high,
+            }
+            for k, r in rows.items()
         }
     return out
 

@@ -9,7 +9,11 @@ fine-tuned, ``control``. ``single``, ``deep_ensemble`` and ``mc_dropout`` come f
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
+
+import torch
+from torch import nn
 
 from hydra_ops.checkpoints import load_pruned
 from hydra_ops.inference import logits as run_logits
@@ -22,6 +26,24 @@ from tasks.params import PipelineConfig
 log = logging.getLogger("hydra_ens")
 
 
+def shipped_logits(
+    hydra: nn.Module, shipped: str | None, runtime: Runtime
+) -> Callable[[dict], torch.Tensor]:
+    """``batch -> [B, M, C]`` fp32 member logits of ``hydra`` as an artifact at precision
+    ``shipped`` computes them: the gates judge what ships. A bf16/fp16 artifact is the eager
+    model with weights and inputs cast to that precision (compile checked the two agree; the
+    cast is in place: pass a copy to keep ``hydra``); fp32 (or None: no compile record) runs
+    ``hydra`` as it is, under ``runtime``'s precision."""
+    from hydra_ops.compile import DTYPES, cast_batch, precision_name
+
+    if shipped in (None, "fp32", "float32"):
+        return lambda b: run_logits(hydra, [b], device=runtime.device, precision=runtime.precision)
+    shipped = precision_name(shipped)
+    log.info("evaluate hydra: at the shipped precision %s (compiled.json)", shipped)
+    at_shipped = hydra.to(DTYPES[shipped])
+    return lambda b: run_logits(at_shipped, [cast_batch(b, shipped)], device=runtime.device)
+
+
 def build_candidates(
     cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
 ) -> tuple[list[Candidate], float]:
@@ -32,27 +54,11 @@ def build_candidates(
     rt = runtime or Runtime()
     hydra = load_hydra(root / HYDRA)
     temperature = float(hydra.temperature)
-    # The gates judge what ships: when compile shipped a bf16/fp16 artifact, the Hydra is the
-    # eager model cast to that precision (what the artifact computes; compile checked the two
-    # agree); an fp32 (or eager) artifact keeps today's path (bit-identical metrics).
     shipped = read_json(root / COMPILED / "compiled.json", "compile output").get("precision")
-    if shipped in (None, "fp32", "float32"):
-        hydra_logits = lambda b: run_logits(  # noqa: E731
-            hydra, [b], device=rt.device, precision=rt.precision
-        )
-    else:
-        from hydra_ops.compile import DTYPES, cast_batch, precision_name
-
-        shipped = precision_name(shipped)
-        at_shipped = hydra.to(DTYPES[shipped])
-        hydra_logits = lambda b: run_logits(  # noqa: E731
-            at_shipped, [cast_batch(b, shipped)], device=rt.device
-        )
-        log.info("evaluate hydra: at the shipped precision %s (compiled.json)", shipped)
     cands = [
         Candidate(
             "hydra",
-            hydra_logits,
+            shipped_logits(hydra, shipped, rt),
             int(hydra.num_parameters(effective=True)),
             cfg.members.num_members,
         )

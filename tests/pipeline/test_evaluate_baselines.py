@@ -141,11 +141,11 @@ def test_precision_quality_compares_the_shipped_precision_with_fp32(project):
     keys = {f"{s}.{m}" for s in ("id_test", "shift") for m in ("nll", "ece", "accuracy")}
     keys |= {"near_ood.auroc", "far_ood.auroc"}
     for precision in ("fp32", "bf16"):
-        assert set(result[precision]) == keys | {"max_abs_dp"}
+        assert set(result[precision]) == keys | {"compile_check"}
     same = result["fp32"]
-    assert same["max_abs_dp"] == 0.0
+    assert same["compile_check"]["max_abs_diff_probs"] == 0.0 and same["compile_check"]["passed"]
     assert all(same[k]["difference"] == 0.0 and same[k]["inside"] for k in keys)
     low = result["bf16"]
-    assert 0.0 < low["max_abs_dp"] < 0.5
+    assert 0.0 < low["compile_check"]["max_abs_diff_probs"] < 0.5
     for k in keys:
         assert low[k]["low"] <= low[k]["difference"] <= low[k]["high"], k
