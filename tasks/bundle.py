@@ -25,9 +25,8 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
 
 from hydra_ops.hashing import sha256_file
@@ -47,6 +46,9 @@ from tasks.common import (
 )
 from tasks.lineage import judged_hashes, stale_roles
 from tasks.params import PipelineConfig
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("hydra_ens")
 
@@ -85,8 +87,6 @@ def _lineage(root: Path) -> dict[str, Any]:
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.serialization import read_hydra_config
-
     gate = read_json(root / REPORTS / "gate.json", "gate output")
     recorded = gate.get("judged")
     current = judged_hashes(cfg, root)
@@ -95,7 +95,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     if stale := stale_roles(recorded, current):
         raise ValueError(stale_verdict_message(stale, recorded, current))
     ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
-    hydra_cfg = read_hydra_config(root / HYDRA)
+    # the facts the card needs; the format is checked where the model is loaded (load_hydra)
+    hydra_cfg = read_json(root / HYDRA / "hydra.json", "calibrated model")
     compiled = read_json(root / COMPILED / "compiled.json", "compile output")
     data_manifest = root / DATA / "manifest.json"
     with publish_dir(root / BUNDLE) as tmp:
@@ -243,18 +244,22 @@ class Served:
     answered_by: str
     _compiled: Callable[[dict], torch.Tensor] | None = field(default=None, repr=False)
 
-    @torch.no_grad()
     def member_logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        import torch
+
         from hydra_ops.compile import arrange_inputs, input_names_of
 
-        if self._compiled is not None:
-            try:
-                return self._compiled(batch).float()
-            except Exception as err:  # a backend that loaded but cannot run here
-                self.answered_by = f"eager (compiled artifact failed here: {type(err).__name__})"
-                self._compiled = None
-        self.hydra.eval()
-        return self.hydra(*arrange_inputs(batch, input_names_of(batch))).float()
+        with torch.no_grad():
+            if self._compiled is not None:
+                try:
+                    return self._compiled(batch).float()
+                except Exception as err:  # a backend that loaded but cannot run here
+                    self.answered_by = (
+                        f"eager (compiled artifact failed here: {type(err).__name__})"
+                    )
+                    self._compiled = None
+            self.hydra.eval()
+            return self.hydra(*arrange_inputs(batch, input_names_of(batch))).float()
 
 
 #: The files ``load_hydra`` hashes itself against the manifest (``expected_*_sha256``).
@@ -280,6 +285,8 @@ def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]
 
 def _compiled_runner(directory: Path) -> tuple[Callable[[dict], torch.Tensor] | None, str]:
     """The compiled artifact when it runs on this machine, else ``(None, why not)``."""
+    import torch
+
     from hydra_ops.compile import available_backends, load_compiled
 
     meta = read_json(directory / "compiled.json", "compiled artifact")

@@ -5,13 +5,18 @@ the stage actually imports (no stage depends on the whole ``hydra_ops`` folder: 
 metrics code reruns evaluate and what follows, not the fine-tunes). The closure is read from the
 source with :mod:`ast`: every ``import``/``from ... import`` of a project module, at module level
 or inside a function (a lazy import still runs), plus the ``__init__.py`` of every package on the
-way. ``tests/pipeline/test_stage_deps.py`` fails when ``dvc.yaml`` misses a file of a closure;
-``python -m tasks.stage_deps`` prints each stage's closure; ``--write`` puts it in ``dvc.yaml``.
+way. Imports by name count too: ``from pkg import name`` where ``pkg/__init__.py`` exports ``name``
+lazily (its ``_EXPORTS = {name: module}`` table) imports that module, and a ``".module:Attr"``
+string (a :class:`~hydra_ops.adapters.LazyRegistry` path) imports ``module``, relative to the
+string's package. ``tests/pipeline/test_stage_deps.py`` fails when ``dvc.yaml`` misses a file of
+a closure; ``python -m tasks.stage_deps`` prints each stage's closure; ``--write`` puts it in
+``dvc.yaml``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from functools import cache
 from pathlib import Path
@@ -44,7 +49,34 @@ def _package_inits(name: str, root: Path) -> set[Path]:
     return inits
 
 
-def _imported_modules(path: Path, module: str) -> set[str]:
+def _lazy_exports(path: Path | None) -> dict[str, str]:
+    """The ``_EXPORTS = {name: module}`` table of a package's ``__init__.py`` (empty if none)."""
+    if path is None or path.name != "__init__.py":
+        return {}
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
+            return {
+                k.value: v.value
+                for k, v in zip(node.value.keys, node.value.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+            }
+    return {}
+
+
+def _resolve(package: str, level: int, module: str | None) -> str:
+    """The absolute name of ``from <level dots><module> import ...`` inside ``package``."""
+    if not level:
+        return module or ""
+    anchor = package.split(".")
+    anchor = anchor[: len(anchor) - (level - 1)]
+    return ".".join([*anchor, module] if module else anchor)
+
+
+def _imported_modules(path: Path, module: str, root: Path) -> set[str]:
     """Project module names ``path`` (module ``module``) imports anywhere in its body."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
@@ -52,16 +84,23 @@ def _imported_modules(path: Path, module: str) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, node.module] if node.module else anchor)
-            else:
-                base = node.module or ""
+            base = _resolve(package, node.level, node.module)
             names.add(base)
             # ``from pkg import sub`` imports the submodule ``pkg.sub`` when there is one
             names.update(f"{base}.{alias.name}" for alias in node.names)
+            exports = _lazy_exports(_module_file(base, root))
+            names.update(exports[a.name] for a in node.names if a.name in exports)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and (match := _REGISTRY_PATH.fullmatch(node.value))
+        ):
+            names.add(_resolve(package, len(match["dots"]), match["module"]))
     return {n for n in names if n.split(".")[0] in PACKAGES}
+
+
+#: ``".bert:BertAdapter"``: a class a registry imports by name, relative to its package.
+_REGISTRY_PATH = re.compile(r"(?P<dots>\.+)(?P<module>\w+(?:\.\w+)*):\w+")
 
 
 @cache
@@ -79,7 +118,7 @@ def import_closure(module: str, root: Path = ROOT) -> frozenset[Path]:
         if path is None:
             continue
         seen |= {path} | _package_inits(name, root)
-        todo.extend(_imported_modules(path, name) - names_done)
+        todo.extend(_imported_modules(path, name, root) - names_done)
         todo.extend(
             str(init.parent.relative_to(root)).replace("/", ".")
             for init in _package_inits(name, root)
@@ -132,7 +171,6 @@ def code_deps(module: str, root: Path = ROOT) -> list[str]:
 def write_deps(root: Path = ROOT) -> list[str]:
     """Rewrite each stage's ``deps:`` in ``dvc.yaml``: its code closure, then its data deps (kept
     as they are). Returns the stages whose deps changed."""
-    import re
     import textwrap
 
     path = root / "dvc.yaml"

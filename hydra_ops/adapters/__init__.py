@@ -9,6 +9,10 @@ Supported families (``SUPPORTED_FAMILIES``):
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Generic, TypeVar
+
 from torch import nn
 
 from .base import (
@@ -23,20 +27,47 @@ from .base import (
     ModelAdapter,
     UnsupportedModelError,
 )
-from .bert import BertAdapter, BertEmbeddingStage
-from .hf_vit import HFViTAdapter, HFViTEmbeddingStage
-from .timm_vit import TimmViTAdapter, TimmViTEmbeddingStage
 
-ADAPTERS: dict[str, type[ModelAdapter]] = {
-    "bert": BertAdapter,
-    "hf_vit": HFViTAdapter,
-    "timm_vit": TimmViTAdapter,
-}
-EMBEDDING_STAGES: dict[str, type[EmbeddingStage]] = {
-    "bert": BertEmbeddingStage,
-    "hf_vit": HFViTEmbeddingStage,
-    "timm_vit": TimmViTEmbeddingStage,
-}
+T = TypeVar("T")
+
+
+class LazyRegistry(Mapping[str, T], Generic[T]):
+    """``family -> class``, each class imported from its ``"module:Class"`` path (relative to this
+    package) on first access: a family's library (transformers, timm) is imported only when a
+    model of that family is used, so a text pipeline's stages never import timm."""
+
+    def __init__(self, paths: Mapping[str, str]) -> None:
+        self._paths = dict(paths)
+
+    def __getitem__(self, family: str) -> T:
+        module, _, name = self._paths[family].partition(":")
+        return getattr(importlib.import_module(module, __name__), name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+ADAPTERS: Mapping[str, type[ModelAdapter]] = LazyRegistry(
+    {
+        "bert": ".bert:BertAdapter",
+        "hf_vit": ".hf_vit:HFViTAdapter",
+        "timm_vit": ".timm_vit:TimmViTAdapter",
+    }
+)
+EMBEDDING_STAGES: Mapping[str, type[EmbeddingStage]] = LazyRegistry(
+    {
+        "bert": ".bert:BertEmbeddingStage",
+        "hf_vit": ".hf_vit:HFViTEmbeddingStage",
+        "timm_vit": ".timm_vit:TimmViTEmbeddingStage",
+    }
+)
+#: The top-level package each family's model classes come from: only the families whose library
+#: defines a class of a model's MRO are asked whether they match it (a model of a library that is
+#: not imported cannot exist, and asking would import it).
+LIBRARIES = {"bert": "transformers", "hf_vit": "transformers", "timm_vit": "timm"}
 SUPPORTED_FAMILIES = (
     "bert (transformers BertForSequenceClassification, e.g. MiniLM-L6)",
     "hf_vit (transformers ViTForImageClassification)",
@@ -48,8 +79,9 @@ def adapter_class(model: nn.Module) -> type[ModelAdapter]:
     """The adapter class of ``model``'s family, found without checking the model's variant (the
     one family dispatch: :func:`get_adapter` and :mod:`hydra_ops.checkpoints` use it).
     ``UnsupportedModelError`` (a ``ValueError``) names the supported families otherwise."""
-    for adapter_cls in ADAPTERS.values():
-        if adapter_cls.matches(model):
+    libraries = {cls.__module__.partition(".")[0] for cls in type(model).__mro__}
+    for family, library in LIBRARIES.items():
+        if library in libraries and (adapter_cls := ADAPTERS[family]).matches(model):
             return adapter_cls
     raise UnsupportedModelError(
         f"unsupported model type {type(model).__name__}; supported families: "
@@ -73,6 +105,8 @@ def embedding_stage_from_config(family: str, config: dict) -> EmbeddingStage:
 __all__ = [
     "ACTIVATIONS",
     "ADAPTERS",
+    "EMBEDDING_STAGES",
+    "LIBRARIES",
     "SUPPORTED_FAMILIES",
     "AttentionWeights",
     "BlockWeights",
@@ -80,6 +114,7 @@ __all__ = [
     "EmbeddingStage",
     "HuggingFaceAdapter",
     "LayerNormWeights",
+    "LazyRegistry",
     "MLPWeights",
     "ModelAdapter",
     "UnsupportedModelError",

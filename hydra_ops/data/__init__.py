@@ -3,65 +3,52 @@
 Built-in sources: ``bbc-news`` (default, text), ``mnist5k`` and ``digits`` (images); user sources:
 ``folder`` (class sub-folders of text or image files), ``csv`` and ``jsonl`` (text,label). See
 docs/data.md. A loaded split becomes contract batches with :func:`split_batches`.
+
+The names below are imported on first use, like :mod:`hydra_ops`'s: importing a submodule without
+torch (``hydra_ops.data.spec``, which the pipeline's params read) does not import torch.
 """
 
-from hydra_ops.data.batching import split_batches, split_labels, text_tokenizer
-from hydra_ops.data.build import ID_SPLITS, OOD_SPLITS, SPLIT_NAMES, build_splits
-from hydra_ops.data.sources import bbc_news_folder, kaomoji_texts
-from hydra_ops.data.spec import (
-    ALL_SOURCES,
-    BUILTIN_SOURCES,
-    USER_SOURCES,
-    DataSpec,
-    OODSource,
-)
-from hydra_ops.data.splits import stratified_cap, stratified_split
-from hydra_ops.data.store import (
-    DataIntegrityError,
-    Manifest,
-    Split,
-    SplitInfo,
-    load_manifest,
-    load_split,
-    materialise_splits,
-    sha256_file,
-)
-from hydra_ops.data.transforms import (
-    char_noise,
-    image_shift,
-    patch_shuffle,
-    pixel_shuffle,
-    word_shuffle,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ALL_SOURCES",
-    "BUILTIN_SOURCES",
-    "ID_SPLITS",
-    "OOD_SPLITS",
-    "SPLIT_NAMES",
-    "USER_SOURCES",
-    "DataIntegrityError",
-    "DataSpec",
-    "Manifest",
-    "OODSource",
-    "Split",
-    "SplitInfo",
-    "bbc_news_folder",
-    "build_splits",
-    "char_noise",
-    "image_shift",
-    "kaomoji_texts",
-    "load_manifest",
-    "load_split",
-    "materialise_splits",
-    "patch_shuffle",
-    "pixel_shuffle",
-    "sha256_file",
-    "split_batches",
-    "split_labels",
-    "stratified_cap",
-    "stratified_split",
-    "text_tokenizer",
-    "word_shuffle",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "split_batches": "hydra_ops.data.batching",
+    "split_labels": "hydra_ops.data.batching",
+    "text_tokenizer": "hydra_ops.data.batching",
+    "ID_SPLITS": "hydra_ops.data.build",
+    "OOD_SPLITS": "hydra_ops.data.build",
+    "SPLIT_NAMES": "hydra_ops.data.build",
+    "build_splits": "hydra_ops.data.build",
+    "bbc_news_folder": "hydra_ops.data.sources",
+    "kaomoji_texts": "hydra_ops.data.sources",
+    "ALL_SOURCES": "hydra_ops.data.spec",
+    "BUILTIN_SOURCES": "hydra_ops.data.spec",
+    "USER_SOURCES": "hydra_ops.data.spec",
+    "DataSpec": "hydra_ops.data.spec",
+    "OODSource": "hydra_ops.data.spec",
+    "stratified_cap": "hydra_ops.data.splits",
+    "stratified_split": "hydra_ops.data.splits",
+    "DataIntegrityError": "hydra_ops.data.store",
+    "Manifest": "hydra_ops.data.store",
+    "Split": "hydra_ops.data.store",
+    "SplitInfo": "hydra_ops.data.store",
+    "load_manifest": "hydra_ops.data.store",
+    "load_split": "hydra_ops.data.store",
+    "materialise_splits": "hydra_ops.data.store",
+    "sha256_file": "hydra_ops.data.store",
+    "char_noise": "hydra_ops.data.transforms",
+    "image_shift": "hydra_ops.data.transforms",
+    "patch_shuffle": "hydra_ops.data.transforms",
+    "pixel_shuffle": "hydra_ops.data.transforms",
+    "word_shuffle": "hydra_ops.data.transforms",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'hydra_ops.data' has no attribute {name!r}")

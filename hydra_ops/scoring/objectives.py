@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics.functional.classification import binary_auroc
 
 from hydra_ops.gating import head_gates
 
@@ -97,6 +96,9 @@ class Objective:
                         torch.ones(int(counts_ood.sum()), dtype=torch.long),
                     ]
                 )
+                # imported here: torchmetrics' import takes seconds; only this objective needs it
+                from torchmetrics.functional.classification import binary_auroc
+
                 auroc = float(binary_auroc(unc, target))
         return nll, auroc
 
