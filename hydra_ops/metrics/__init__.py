@@ -34,17 +34,16 @@ Conventions (also in ``docs/metrics.md``):
   ranging over the observed scores) that flag at least 95% of the OOD examples. Tied scores are
   never split: AUROC counts a tied ID/OOD pair as 1/2 (as sklearn's ``roc_auc_score``), average
   precision is the step-wise sum over distinct thresholds (as sklearn's
-  ``average_precision_score``). Scores are rank-transformed before torchmetrics sees them, so
-  its sigmoid of out-of-range inputs never runs and cannot create float32 ties. :func:`auroc`
-  computes the same AUROC by the rank-sum identity (equal up to float rounding, much cheaper:
-  the paired bootstrap calls it per resample); :func:`roc_points` thins the ROC curve for plots.
+  ``average_precision_score``, which compute them, in float64). :func:`auroc` computes the same
+  AUROC by the rank-sum identity (equal up to float rounding, much cheaper: the paired bootstrap
+  calls it per resample); :func:`roc_points` thins the ROC curve for plots.
 - OOD scores (:func:`ood_scores`): ``msp`` ``-max_c p``, ``entropy`` ``H[p]``,
   ``mutual_information`` from member probabilities, ``energy`` ``-logsumexp(logits)`` (for
   [N, M, C] logits the mean member energy).
 
-Only torchmetrics *functional* forms are used (never stateful metric objects). One family per
-module: :mod:`.classification`, :mod:`.calibration`, :mod:`.selective` (risk-coverage), :mod:`.ood`;
-all re-exported here.
+ECE follows torchmetrics' binning to the bit (tested against it); sklearn computes the OOD
+curves. One family per module: :mod:`.classification`, :mod:`.calibration`, :mod:`.selective`
+(risk-coverage), :mod:`.ood`; all re-exported here.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def prep(probs: Any, labels: Any) -> tuple[Tensor, Tensor]:
     """Validate a ([N, C] probs, [N] labels) pair; probs come back float64 and clamped to [0, 1]."""
     probs = validate_probs(probs, "probs", ndim=2)
     labels = validate_labels(labels, probs.shape[0], probs.shape[1])
-    # Clamping matters: torchmetrics applies softmax when any entry leaves [0, 1].
+    # rounding can leave [0, 1] by an ulp; NLL, Brier and the ECE bins assume it does not
     return probs.to(torch.float64).clamp(0.0, 1.0), labels.to(probs.device)
 
 

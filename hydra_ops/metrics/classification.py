@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torchmetrics.functional.classification import multiclass_accuracy
 
 from hydra_ops.metrics._checks import DEFAULT_N_BINS, check_idx, check_n_bins, prep
 from hydra_ops.metrics.calibration import adaptive_ece, ece
@@ -15,12 +14,10 @@ NLL_EPS: float = 1e-12
 
 
 def accuracy(probs: Tensor, labels: Tensor) -> float:
-    """Top-1 accuracy. probs [N, C], labels [N] -> float in [0, 1]."""
+    """Top-1 accuracy (the first of tied maxima is the prediction). probs [N, C], labels [N] ->
+    float in [0, 1]."""
     probs, labels = prep(probs, labels)
-    value = multiclass_accuracy(
-        probs, labels, num_classes=probs.shape[1], average="micro", validate_args=False
-    )
-    return float(value)
+    return float((probs.argmax(dim=1) == labels).to(torch.float64).mean())
 
 
 def nll(probs: Tensor, labels: Tensor) -> float:

@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torchmetrics.functional.classification import (
-    binary_auroc,
-    binary_average_precision,
-    binary_roc,
-)
 
 from hydra_ops.metrics._checks import validate_scores
 
@@ -25,30 +20,23 @@ def ood_metrics(id_scores: Tensor, ood_scores: Tensor) -> dict[str, float]:
         ood_scores: [K] scores of out-of-distribution examples.
 
     Returns:
-        ``{"auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr"}`` -> float in [0, 1].
+        ``{"auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr"}`` -> float in [0, 1]: sklearn's
+        ``roc_auc_score`` / ``average_precision_score`` / ``roc_curve`` on the float64 scores.
     """
+    from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
+
     id_scores = validate_scores(id_scores, "id_scores")
     ood_scores = validate_scores(ood_scores, "ood_scores").to(id_scores.device)
-    scores = torch.cat([id_scores, ood_scores])
-    # Dense ranks in [0, 1]: same order and ties as the scores, already in torchmetrics' [0, 1].
-    _, rank = torch.unique(scores, sorted=True, return_inverse=True)
-    preds = rank.to(torch.float64) / max(int(rank.max()), 1)
+    scores = torch.cat([id_scores, ood_scores]).to(torch.float64).cpu().numpy()
     target = torch.cat(
-        [
-            torch.zeros(id_scores.shape[0], dtype=torch.long, device=scores.device),
-            torch.ones(ood_scores.shape[0], dtype=torch.long, device=scores.device),
-        ]
-    )
-    auroc = binary_auroc(preds, target, validate_args=False)
-    aupr_out = binary_average_precision(preds, target, validate_args=False)
-    aupr_in = binary_average_precision(1.0 - preds, 1 - target, validate_args=False)
-    fpr, tpr, _ = binary_roc(preds, target, validate_args=False)
-    fpr_at_95 = fpr[tpr >= _TPR_LEVEL - 1e-12].min()
+        [torch.zeros(id_scores.shape[0], dtype=torch.long), torch.ones(ood_scores.shape[0])]
+    ).numpy()
+    fpr, tpr, _ = roc_curve(target, scores, drop_intermediate=False)
     return {
-        "auroc": float(auroc),
-        "aupr_in": float(aupr_in),
-        "aupr_out": float(aupr_out),
-        "fpr_at_95_tpr": float(fpr_at_95),
+        "auroc": float(roc_auc_score(target, scores)),
+        "aupr_in": float(average_precision_score(1 - target, -scores)),
+        "aupr_out": float(average_precision_score(target, scores)),
+        "fpr_at_95_tpr": float(fpr[tpr >= _TPR_LEVEL - 1e-12].min()),
     }
 
 

@@ -322,7 +322,7 @@ def test_rank_sum_auroc_equals_ood_metrics_auroc(seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     idd, ood = torch.randn(150, generator=g), torch.randn(90, generator=g) + 0.5
     idd[:15], ood[:15] = torch.round(idd[:15]), torch.round(ood[:15])  # ties count 1/2
-    # ood_metrics' torchmetrics AUROC comes back in float32: equal up to its rounding
+    # two computations of one AUROC: equal up to float rounding
     assert hm.auroc(idd, ood) == pytest.approx(hm.ood_metrics(idd, ood)["auroc"], abs=1e-6)
     assert hm.auroc(torch.tensor([1.0, 1.0]), torch.tensor([1.0])) == 0.5
     with pytest.raises(ValueError, match="ood_scores"):
