@@ -29,7 +29,10 @@ def ood_metrics(id_scores: Tensor, ood_scores: Tensor) -> dict[str, float]:
     ood_scores = validate_scores(ood_scores, "ood_scores").to(id_scores.device)
     scores = torch.cat([id_scores, ood_scores]).to(torch.float64).cpu().numpy()
     target = torch.cat(
-        [torch.zeros(id_scores.shape[0], dtype=torch.long), torch.ones(ood_scores.shape[0])]
+        [
+            torch.zeros(len(id_scores), dtype=torch.long),
+            torch.ones(len(ood_scores), dtype=torch.long),
+        ]
     ).numpy()
     fpr, tpr, _ = roc_curve(target, scores, drop_intermediate=False)
     return {
