@@ -254,6 +254,13 @@ class Served:
                 try:
                     return self._compiled(batch).float()
                 except Exception as err:  # a backend that loaded but cannot run here
+                    # the eager model is the gated one (its hashes were verified on load), so it
+                    # answers instead; every prediction says so, and the log says why
+                    log.warning(
+                        "compiled artifact failed here, eager answers: %s: %s",
+                        type(err).__name__,
+                        err,
+                    )
                     self.answered_by = (
                         f"eager (compiled artifact failed here: {type(err).__name__})"
                     )

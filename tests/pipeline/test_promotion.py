@@ -285,3 +285,20 @@ def test_served_bundle_says_which_artifact_answered(project):
     card = (project / "models" / "bundle" / "MODEL_CARD.md").read_text()
     for section in ("## Data", "## Metrics", "## Gates", "## Lineage", "hydra-ens predict"):
         assert section in card
+
+
+def test_a_compiled_artifact_that_fails_at_run_time_hands_over_to_eager_loudly(project, caplog):
+    _gate_and_bundle(project)
+    served = bundle.load_served(project / "models" / "bundle")
+    batch = {"input_ids": torch.randint(0, 50, (3, 7)), "attention_mask": torch.ones(3, 7).long()}
+    eager = served.member_logits(batch)
+
+    def broken(_batch):
+        raise RuntimeError("kernel not built for this CPU")
+
+    served._compiled = broken
+    with caplog.at_level("WARNING", logger="hydra_ens"):
+        answered = served.member_logits(batch)
+    torch.testing.assert_close(answered, eager, rtol=0, atol=0)  # the gated eager model answered
+    assert served.answered_by == "eager (compiled artifact failed here: RuntimeError)"
+    assert "kernel not built for this CPU" in caplog.text
