@@ -3,11 +3,13 @@
 #   bash benchmarks/gpu.sh [extra run.py flags]
 # Environment: GPU_OUT (output folder, default benchmarks/results), GPU_BENCH_SECONDS (wall limit
 # of step 3, default 240; 0 skips it), GPU_CHECK_SECONDS (wall limit of steps 1 and 2 each,
-# default 240), PYTHON (interpreter; default .venv/bin/python, else python3).
+# default 300), PYTHON (interpreter; default .venv/bin/python, else python3).
 # 1. benchmarks/gpu_check.py --shape minilm (hydra_ops + torch + transformers only: no Prefect,
-#    DVC or typer): fine-tunes one pruned MiniLM-shaped member in bf16 on CUDA, merges, checks
-#    merged == stacked members, then times single vs Hydra in bf16 and fp32 at batch 64 (eager,
-#    inductor, CUDA graphs, TensorRT when it imports) -> $GPU_OUT/gpu_check_minilm.json.
+#    DVC or typer): for the paper's merge and the served default's shared trunk (L/2 layers),
+#    fine-tunes one pruned MiniLM-shaped member in bf16 on CUDA, merges, checks merged ==
+#    stacked members, then times single vs Hydra in bf16 and fp32 at batch 64 (eager, inductor,
+#    CUDA graphs, TensorRT when it imports), and runs compile_model(auto, precision=auto) as
+#    the compile stage would -> $GPU_OUT/gpu_check_minilm.json.
 # 2. The same at the BERT-base shape (the paper's text scale; MiniLM at batch 64 is launch-bound
 #    on a large GPU) -> $GPU_OUT/gpu_check_bert_base.json. Paper: Hydra / single 1.07 in bf16.
 # 3. If typer imports: the full benchmark with the precision axis (bf16, fp32 side by side against
@@ -17,16 +19,17 @@ set -uo pipefail
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT_DIR=${GPU_OUT:-benchmarks/results}
 BENCH_SECONDS=${GPU_BENCH_SECONDS:-240}
-CHECK_SECONDS=${GPU_CHECK_SECONDS:-240}
+CHECK_SECONDS=${GPU_CHECK_SECONDS:-300}
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 mkdir -p "$OUT_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 status=0
 timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape minilm --steps 20 \
-  --batch 64 --out "$OUT_DIR/gpu_check_minilm.json" || status=1
+  --batch 64 --shared-layers 0,half --auto-compile --out "$OUT_DIR/gpu_check_minilm.json" \
+  || status=1
 timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape bert-base --steps 20 \
-  --batch 64 --out "$OUT_DIR/gpu_check_bert_base.json" || status=1
+  --batch 64 --shared-layers 0,half --out "$OUT_DIR/gpu_check_bert_base.json" || status=1
 if [ "$BENCH_SECONDS" = 0 ] || ! "$PY" -c "import typer, psutil" 2>/dev/null; then
   echo "[gpu.sh] full benchmark skipped (GPU_BENCH_SECONDS=0 or typer/psutil missing)"
   exit $status

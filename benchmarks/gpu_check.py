@@ -8,20 +8,28 @@ Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
 1. A BERT base of ``--shape``: ``minilm`` (default; the packaged MiniLM-L6 through
    :func:`hydra_ops.models.load_text_classifier` when importable, else random init of the same
    shape), ``bert-base`` (random init; the paper's text scale, more work per kernel), ``tiny``
-   (a 3-layer toy for smoke tests; also ``--tiny``); and M members, each keeping a disjoint 1/M
-   of the heads of every layer.
-2. Member 0 is fine-tuned for ``--steps`` steps on synthetic batches with
-   :func:`hydra_ops.training.fine_tune` on ``--device`` at ``--train-precision`` (bf16); the
-   other members get seeded noise (a stand-in for their own fine-tuning).
-3. :func:`hydra_ops.merge.merge_members` (stack mode); the merged model must equal the stacked
-   members: max |p_hydra - p_members| of member probabilities within the precision's tolerance
-   (fp32 1e-4, bf16/fp16 2e-2), else exit status 1 (also when an eager row fails).
-4. The table: single model vs Hydra at every ``--precisions`` (eager under
+   (a 3-layer toy for smoke tests; also ``--tiny``). For each ``--shared-layers`` value ``k``
+   (default ``0``, the paper's merge; ``half`` = L/2, the served default's shared trunk), one
+   Hydra variant: M members, each keeping a disjoint 1/M of the heads of every layer from ``k``
+   on (layers below ``k`` keep all heads and stay equal across members).
+2. Member 0 of each variant is fine-tuned for ``--steps`` steps on synthetic batches with
+   :func:`hydra_ops.training.fine_tune` on ``--device`` at ``--train-precision`` (bf16), its
+   embeddings and first ``k`` layers frozen when ``k > 0``; the other members get seeded noise
+   outside that trunk (a stand-in for their own fine-tuning).
+3. :func:`hydra_ops.merge.merge_members` (stack mode, ``shared_layers=k``); each merged model
+   must equal its stacked members: max |p_hydra - p_members| of member probabilities within the
+   precision's tolerance (fp32 1e-4, bf16/fp16 2e-2), else exit status 1 (also when an eager row
+   fails).
+4. The table: single model vs each Hydra variant at every ``--precisions`` (eager under
    :func:`hydra_ops.runtime.autocast`; compiled via :func:`hydra_ops.compile.compile_model` with
    ``precision=``), eager + inductor + cudagraphs (inductor with CUDA graphs: no launch cost) +
    TensorRT (when ``import torch_tensorrt`` works) on CUDA, timed round-robin, with Hydra /
-   single at equal precision and backend next to the FLOP ratio (the paper reports 1.07 at bf16).
-   Every latency is also given against the reference: the single model, fp32 eager.
+   single at equal precision and backend next to that variant's FLOP ratio (the paper reports
+   1.07 at bf16). Every latency is also given against the reference: the single model, fp32 eager.
+5. With ``--auto-compile``: what the pipeline's compile stage does with ``backend: auto,
+   precision: auto`` here (:func:`hydra_ops.compile.compile_model` on the last variant: every
+   backend x precision candidate built, checked against the fp32 eager model, timed; the
+   fastest that agrees kept), its choice, the one-line reason and every trial.
 
 Writes a JSON report to ``--out`` (atomically). CPU smoke test: ``--device cpu --steps 2 --tiny``.
 """
@@ -117,17 +125,51 @@ def build_base(shape_name: str) -> tuple[nn.Module, str, dict[str, int]]:
     return BertForSequenceClassification(config).eval(), "random init", shape
 
 
-def make_members(base: nn.Module, shape: dict[str, int], m: int) -> list[nn.Module]:
-    """M copies of ``base``, member ``i`` keeping heads ``i*H/M .. (i+1)*H/M - 1`` per layer."""
+def make_members(
+    base: nn.Module, shape: dict[str, int], m: int, shared_layers: int = 0
+) -> list[nn.Module]:
+    """M copies of ``base``, member ``i`` keeping heads ``i*H/M .. (i+1)*H/M - 1`` in every layer
+    from ``shared_layers`` on (the layers below keep all heads: the shared trunk)."""
     heads, layers = shape["heads"], shape["layers"]
     if heads % m:
         raise ValueError(f"members must divide the {heads} heads, got {m}")
-    per = heads // m
+    per, every = heads // m, tuple(range(heads))
     plans = [
-        HeadPlan(tuple(tuple(range(i * per, (i + 1) * per)) for _ in range(layers)))
+        HeadPlan(
+            tuple(
+                every if layer < shared_layers else tuple(range(i * per, (i + 1) * per))
+                for layer in range(layers)
+            )
+        )
         for i in range(m)
     ]
     return [prune_heads(copy.deepcopy(base), plan) for plan in plans]
+
+
+def variant_name(shared_layers: int) -> str:
+    """``hydra`` for the paper's merge (every layer pruned), ``hydra_shared<k>`` otherwise."""
+    return "hydra" if shared_layers == 0 else f"hydra_shared{shared_layers}"
+
+
+def parse_shared_layers(text: str, num_layers: int) -> list[int]:
+    """``"0,half,3"`` -> ``[0, L // 2, 3]`` (order kept, duplicates dropped), each in ``0..L-1``."""
+    values: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part == "half":
+            k = num_layers // 2
+        elif part.isdigit():
+            k = int(part)
+        else:
+            raise ValueError(f"shared-layers must be ints or 'half', got {part!r}")
+        if not 0 <= k < num_layers:
+            raise ValueError(f"shared-layers must be in 0..{num_layers - 1}, got {k}")
+        if k not in values:
+            values.append(k)
+    if not values:
+        raise ValueError("shared-layers: give at least one value")
+    return values
 
 
 def synthetic_batches(
@@ -285,19 +327,23 @@ def time_rows(rows: list[dict[str, Any]], device: torch.device, rounds: int) -> 
         del row["fn"]
 
 
-def ratios(rows: list[dict[str, Any]], flop_ratio: float) -> list[dict[str, Any]]:
-    """Hydra / single per (precision, backend), and both against single fp32 eager."""
+def ratios(rows: list[dict[str, Any]], flop_ratios: dict[str, float]) -> list[dict[str, Any]]:
+    """Each Hydra variant / single per (precision, backend), and both against single fp32 eager.
+
+    ``flop_ratios``: variant name -> its FLOP ratio to the single model."""
     key = {(r["model"], r["precision"], r["backend"]): r.get("latency_ms_median") for r in rows}
     ref = key.get(("single", "fp32", "eager"))
     out = []
     for r in rows:
-        if r["model"] != "hydra":
+        if r["model"] not in flop_ratios:
             continue
+        flop_ratio = flop_ratios[r["model"]]
         hydra = r.get("latency_ms_median")
         single = key.get(("single", r["precision"], r["backend"]))
         ratio = hydra / single if hydra and single else None
         out.append(
             {
+                "model": r["model"],
                 "precision": r["precision"],
                 "backend": r["backend"],
                 "single_ms": single,
@@ -317,21 +363,64 @@ def print_table(table: list[dict[str, Any]]) -> None:
         return "—" if value is None else f"{value:.{digits}f}"
 
     print(
-        "| precision | backend | single ms | hydra ms | hydra / single | ÷ FLOP ratio "
-        "| single ×ref | hydra ×ref |"
+        "| model | precision | backend | single ms | hydra ms | hydra / single | FLOP ratio "
+        "| ÷ FLOP ratio | single ×ref | hydra ×ref |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t in table:
         print(
-            f"| {t['precision']} | {t['backend']} | {f(t['single_ms'], 1)} | {f(t['hydra_ms'], 1)}"
-            f" | {f(t['hydra_over_single'])} | {f(t['over_flop_ratio'])}"
-            f" | {f(t['single_over_reference'])} | {f(t['hydra_over_reference'])} |"
+            f"| {t['model']} | {t['precision']} | {t['backend']} | {f(t['single_ms'], 1)}"
+            f" | {f(t['hydra_ms'], 1)} | {f(t['hydra_over_single'])} | {f(t['flop_ratio'])}"
+            f" | {f(t['over_flop_ratio'])} | {f(t['single_over_reference'])}"
+            f" | {f(t['hydra_over_reference'])} |"
         )
     print(
-        f"(×ref: against the single model, fp32 eager; FLOP ratio hydra / single "
-        f"{f(table[0]['flop_ratio']) if table else '—'}; the paper reports hydra / single "
+        f"(×ref: against the single model, fp32 eager; the paper reports hydra / single "
         f"{PAPER_BF16_RATIO} at bf16)"
     )
+
+
+def auto_compile(
+    model: nn.Module,
+    inputs: tuple[Tensor, Tensor],
+    heldout: list[tuple[Tensor, Tensor]],
+    work: Path,
+    batch: int,
+    min_agreement: float,
+) -> dict[str, Any]:
+    """What the compile stage ships here with ``backend: auto, precision: auto``: its choice, the
+    one-line reason, every trial and the wall time (or the error, as a row is)."""
+    from hydra_ops.compile import compile_model
+
+    t0 = time.perf_counter()
+    try:
+        artifact = compile_model(
+            model,
+            "auto",
+            inputs,
+            work / "auto",
+            max_batch=batch,
+            precision="auto",
+            heldout_inputs=heldout,
+            min_agreement=min_agreement,
+        )
+    except Exception as error:
+        return {
+            "error": f"{type(error).__name__}: {str(error)[:600]}",
+            "seconds": time.perf_counter() - t0,
+        }
+    selection = artifact.metadata.get("auto_selection", {})
+    return {
+        "error": None,
+        "seconds": time.perf_counter() - t0,
+        "backend": artifact.backend,
+        "precision": artifact.metadata.get("precision"),
+        "device": artifact.metadata.get("device"),
+        "precision_reason": artifact.metadata.get("precision_reason"),
+        "skipped_precisions": selection.get("skipped_precisions"),
+        "trials": selection.get("trials"),
+        "failed_backends": artifact.metadata.get("failed_backends"),
+    }
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -366,21 +455,76 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--tiny", action="store_const", dest="shape", const="tiny", help="same as --shape tiny"
     )
+    parser.add_argument(
+        "--shared-layers",
+        default="0",
+        help="comma list of Hydra variants to time, each a shared trunk depth: ints or 'half' "
+        "(L/2, the served default); 0 is the paper's merge (default: 0)",
+    )
+    parser.add_argument(
+        "--auto-compile",
+        action="store_true",
+        help="also run compile_model(backend='auto', precision='auto') on the last variant",
+    )
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=1.0,
+        help="--auto-compile's minimum argmax agreement with fp32 eager (the params' default 1.0)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_check.json"))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:  # every bad value is one line (argparse's usage + error, exit status 2), before any work
+        args.precision_list = [p.strip() for p in args.precisions.split(",") if p.strip()]
+        for p in args.precision_list:
+            if p not in DEFAULT_TOLERANCES:
+                raise ValueError(f"precisions must be among {list(DEFAULT_TOLERANCES)}, got {p!r}")
+        if args.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {args.steps}")
+        if not 0.0 <= args.min_agreement <= 1.0:
+            raise ValueError(f"min-agreement must be in [0, 1], got {args.min_agreement}")
+        args.shared = parse_shared_layers(args.shared_layers, SHAPES[args.shape]["layers"])
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
+def build_variant(
+    base: nn.Module,
+    shape: dict[str, int],
+    args: argparse.Namespace,
+    shared_layers: int,
+    device: torch.device,
+) -> tuple[list[nn.Module], dict[str, Any]]:
+    """The members of one Hydra variant (on ``device``, eval mode) and member 0's fine-tune
+    report: member 0 fine-tuned, the others perturbed, all equal below ``shared_layers``."""
+    from hydra_ops.training import fine_tune
+
+    members = make_members(base, shape, args.members, shared_layers)
+    for i, member in enumerate(members[1:], start=1):
+        perturb(member, 100 + i, frozen_layers=shared_layers)
+    batches = synthetic_batches(args.steps, args.train_batch, args.seq, shape["vocab"], seed=0)
+    report = fine_tune(
+        members[0],
+        lambda epoch: batches,
+        epochs=1,
+        lr=5e-5,
+        device=device,
+        precision=args.train_precision,
+        progress=False,
+        frozen_layers=shared_layers or None,
+        log_fn=lambda line: print(f"[gpu_check] {variant_name(shared_layers)} fine-tune: {line}"),
+    )
+    members = [m.to(device).eval() for m in members]
+    return members, {**report.to_dict(), "precision": args.train_precision}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = resolve_device(args.device)
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    for p in precisions:
-        if p not in DEFAULT_TOLERANCES:
-            raise ValueError(f"precisions must be among {list(DEFAULT_TOLERANCES)}, got {p!r}")
-        if p == "fp16" and device.type != "cuda":
-            raise ValueError("precisions: fp16 runs only on CUDA")
-    if args.steps < 1:
-        raise ValueError(f"steps must be >= 1, got {args.steps}")
+    precisions, shared = args.precision_list, args.shared
+    if "fp16" in precisions and device.type != "cuda":
+        sys.exit(f"gpu_check: precisions: fp16 runs only on CUDA (device {device})")
     if args.threads:
         torch.set_num_threads(args.threads)
     backends = (
@@ -392,48 +536,51 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[gpu_check] device {device}; bf16: {bf16_supported(device)[1]}; backends {backends}")
 
     base, source, shape = build_base(args.shape)
-    members = make_members(base, shape, args.members)
-    for i, member in enumerate(members[1:], start=1):
-        perturb(member, 100 + i)
-
-    from hydra_ops.training import fine_tune
-
-    batches = synthetic_batches(args.steps, args.train_batch, args.seq, shape["vocab"], seed=0)
-    report = fine_tune(
-        members[0],
-        lambda epoch: batches,
-        epochs=1,
-        lr=5e-5,
-        device=device,
-        precision=args.train_precision,
-        progress=False,
-        log_fn=lambda line: print(f"[gpu_check] fine-tune: {line}"),
-    )
-    members = [m.to(device).eval() for m in members]
-    base = base.to(device).eval()
-
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, shape["vocab"], (args.batch, args.seq), generator=g).to(device)
     mask = torch.ones_like(ids)
-    impl = pick_implementation(members, ids, mask, device, precisions[0])
-    hydra = merge_members(members, mode="stack", attention=impl).to(device).eval()
     n_check = min(8, args.batch)
-    equivalence = [
-        check_equivalence(hydra, members, ids[:n_check], mask[:n_check], device, p)
-        for p in sorted(set(precisions) | {"fp32"})
-    ]
-    for check in equivalence:
-        print(f"[gpu_check] merged == stacked members at {check['precision']}: {check}")
-
-    single = SingleAsEnsemble(base).eval()
+    single = SingleAsEnsemble(copy.deepcopy(base).to(device).eval()).eval()
     with torch.no_grad():
         single_flops = measure.count_flops(lambda: single(ids[:1], mask[:1]))
-        hydra_flops = measure.count_flops(lambda: hydra(ids[:1], mask[:1]))
-    flop_ratio = hydra_flops / single_flops
-    del members
+
+    impl: str | None = None
+    hydras: dict[str, nn.Module] = {}
+    variants: list[dict[str, Any]] = []
+    for k in shared:
+        members, fine_tuned = build_variant(base, shape, args, k, device)
+        impl = impl or pick_implementation(members, ids, mask, device, precisions[0])
+        name = variant_name(k)
+        hydra = merge_members(members, mode="stack", attention=impl, shared_layers=k)
+        hydra = hydra.to(device).eval()
+        equivalence = [
+            {
+                "model": name,
+                **check_equivalence(hydra, members, ids[:n_check], mask[:n_check], device, p),
+            }
+            for p in sorted(set(precisions) | {"fp32"})
+        ]
+        for check in equivalence:
+            print(f"[gpu_check] {name}: merged == stacked members at {check['precision']}: {check}")
+        with torch.no_grad():
+            hydra_flops = measure.count_flops(lambda h=hydra: h(ids[:1], mask[:1]))
+        del members
+        hydras[name] = hydra
+        flops = {"single": single_flops, "hydra": hydra_flops, "ratio": hydra_flops / single_flops}
+        variants.append(
+            {
+                "model": name,
+                "shared_layers": k,
+                "fine_tune": fine_tuned,
+                "equivalence": equivalence,
+                "flops": flops,
+            }
+        )
+    del base
+    heldout_ids = torch.randint(1, shape["vocab"], (args.batch, args.seq), generator=g).to(device)
     with tempfile.TemporaryDirectory(prefix="hydra-gpu-check-") as work:
         rows = build_rows(
-            {"single": single, "hydra": hydra},
+            {"single": single, **hydras},
             precisions,
             backends,
             (ids, mask),
@@ -442,7 +589,21 @@ def main(argv: list[str] | None = None) -> int:
             args.batch,
         )
         time_rows(rows, device, rounds)
-    table = ratios(rows, flop_ratio)
+        auto = None
+        if args.auto_compile:
+            last = variants[-1]["model"]
+            print(f"[gpu_check] compile_model(auto, precision=auto) on {last} ...")
+            auto = auto_compile(
+                hydras[last],
+                (ids, mask),
+                [(heldout_ids, torch.ones_like(heldout_ids))],
+                Path(work),
+                args.batch,
+                args.min_agreement,
+            )
+            auto["model"] = last
+            print(f"[gpu_check] auto compile: {json.dumps(auto, default=str)}")
+    table = ratios(rows, {v["model"]: v["flops"]["ratio"] for v in variants})
     print(f"[gpu_check] batch {args.batch}, seq {args.seq}, M = {args.members}, hydra[{impl}]")
     print_table(table)
     for row in rows:
@@ -450,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[gpu_check] {row['model']} {row['backend']} {row['precision']}: {row['error']}")
 
     result = {
-        "format": "hydra-ens-gpu-check/1",
+        "format": "hydra-ens-gpu-check/2",
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -461,18 +622,21 @@ def main(argv: list[str] | None = None) -> int:
         "batch": args.batch,
         "seq": args.seq,
         "default_implementation": impl,
-        "fine_tune": {**report.to_dict(), "precision": args.train_precision},
-        "equivalence": equivalence,
-        "flops": {"single": single_flops, "hydra": hydra_flops, "ratio": flop_ratio},
+        # the first variant's, as format 1 had them; every variant's are under "variants"
+        "fine_tune": variants[0]["fine_tune"],
+        "equivalence": [c for v in variants for c in v["equivalence"]],
+        "flops": variants[0]["flops"],
+        "variants": variants,
         "rows": rows,
         "table": table,
+        "auto_compile": auto,
         "paper_bf16_hydra_over_single": PAPER_BF16_RATIO,
     }
     _atomic_write(args.out, json.dumps(result, indent=2, default=str))
     print(f"[gpu_check] wrote {args.out}")
     # compiled backends are optional (their failures are rows with an error); eager must work
     eager_failed = [r for r in rows if r["backend"] == "eager" and r["error"]]
-    return 0 if all(c["ok"] for c in equivalence) and not eager_failed else 1
+    return 0 if all(c["ok"] for c in result["equivalence"]) and not eager_failed else 1
 
 
 if __name__ == "__main__":

@@ -174,22 +174,63 @@ def test_precision_axis_rejects_fp16_on_cpu(tmp_path):
 def test_gpu_check_script_runs_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
     args = ["benchmarks/gpu_check.py", "--device", "cpu", "--steps", "2", "--tiny"]
-    args += ["--backends", "eager"]  # the script, the member fine-tune and the merge check
+    args += ["--backends", "eager"]  # the script, the member fine-tunes and the merge checks
     args += ["--batch", "4", "--seq", "8", "--train-batch", "4"]  # shapes do not matter here
+    args += ["--shared-layers", "0,half"]  # the paper's merge and the served default's trunk
     done = _run([*args, "--out", str(out)], tmp_path)
     report = json.loads(out.read_text())
     assert report["fine_tune"]["steps"] == 2
-    assert all(check["ok"] for check in report["equivalence"]), report["equivalence"]
-    assert {r["precision"] for r in report["rows"]} == {"bf16", "fp32"}
+    variants = {v["model"]: v for v in report["variants"]}
+    assert {m: v["shared_layers"] for m, v in variants.items()} == {"hydra": 0, "hydra_shared1": 1}
+    # the trunk is frozen in the shared variant's fine-tune, and it is computed once: fewer FLOPs
+    shared, paper = variants["hydra_shared1"], variants["hydra"]
+    assert shared["fine_tune"]["trainable_parameters"] < paper["fine_tune"]["trainable_parameters"]
+    assert 1.0 < shared["flops"]["ratio"] < paper["flops"]["ratio"] <= 3.0
+    checks = report["equivalence"]
+    assert {(c["model"], c["precision"]) for c in checks} == {
+        (m, p) for m in variants for p in ("bf16", "fp32")
+    }
+    assert all(c["ok"] for c in checks), checks
     for row in report["rows"]:
         assert row["error"] is None and row["repeats"] == 2, row
     cells = {(r["model"], r["precision"], r["backend"]) for r in report["rows"]}
-    assert cells == {
-        (m, p, b) for m in ("single", "hydra") for p in ("bf16", "fp32") for b in ("eager",)
-    }
-    assert len(report["table"]) == 2 and all(t["hydra_over_single"] for t in report["table"])
-    assert 1.0 < report["flops"]["ratio"] <= 3.0
-    assert "hydra / single" in done.stdout
+    assert cells == {(m, p, "eager") for m in ("single", *variants) for p in ("bf16", "fp32")}
+    assert len(report["table"]) == 4 and all(t["hydra_over_single"] for t in report["table"])
+    for t in report["table"]:
+        assert t["flop_ratio"] == variants[t["model"]]["flops"]["ratio"]
+    assert "hydra_shared1 | fp32 | eager" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--shared-layers", "3"], "shared-layers must be in 0..2, got 3"),
+        (["--shared-layers", "two"], "shared-layers must be ints or 'half'"),
+        (["--precisions", "fp64"], "precisions must be among"),
+        (["--min-agreement", "2"], "min-agreement must be in [0, 1]"),
+        (["--precisions", "fp16"], "fp16 runs only on CUDA"),
+    ],
+)
+def test_gpu_check_refuses_bad_input_in_one_line(args, said, tmp_path):
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/gpu_check.py",
+            "--device",
+            "cpu",
+            "--tiny",
+            "--out",
+            out,
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
 
 
 @pytest.mark.parametrize(

@@ -410,6 +410,23 @@ def test_precision_arguments_and_backend_limits(hydra, tmp_path, monkeypatch):
     assert hc.default_tolerance("bf16") == 2e-2 and hc.default_tolerance(torch.float32) == 1e-4
 
 
+def test_onnxruntime_is_a_bf16_candidate_only_with_its_cuda_provider(monkeypatch):
+    import onnxruntime as ort
+
+    from hydra_ops.compile.backends import get_backend
+
+    reason = get_backend("onnxruntime").precision_reason
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    assert "no CUDA execution provider" in reason("bf16", cuda)
+    assert "no bf16 kernels" in reason("bf16", torch.device("cpu"))
+    assert reason("fp16", cuda) is None and reason("fp32", torch.device("cpu")) is None
+    gpu_build = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: gpu_build)
+    assert reason("bf16", cuda) is None
+    assert "no bf16 kernels" in reason("bf16", torch.device("cpu"))
+
+
 def test_fast_bf16_check_reads_the_cpu_flags(tmp_path, monkeypatch):
     from hydra_ops.compile import precision
 

@@ -24,11 +24,28 @@ def onnxruntime_unavailable_reason() -> str | None:
     return None
 
 
+def has_cuda_provider() -> bool:
+    """Whether this ONNX Runtime build has the CUDA execution provider (``onnxruntime-gpu``)."""
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
 def onnxruntime_precision_reason(precision: str, device: torch.device) -> str | None:
     """ONNX Runtime's CPU execution provider has no bf16 kernels (onnxruntime 1.32: "Could not
-    find an implementation for Add(14)"), so on CPU it is an fp32-only candidate."""
-    if precision == "bf16" and device.type != "cuda":
+    find an implementation for Add(14)"), so it is a bf16 candidate only where its CUDA provider
+    runs the session: on a CUDA device with an ``onnxruntime-gpu`` build. (A CPU-only build on a
+    CUDA machine runs the session on the CPU: measured on an H200 host, the bf16 build failed
+    there after its export.)"""
+    if precision != "bf16":
+        return None
+    if device.type != "cuda":
         return "onnxruntime's CPU execution provider has no bf16 kernels (fp32 only on CPU)"
+    if not has_cuda_provider():
+        return (
+            "this onnxruntime has no CUDA execution provider and its CPU provider has no bf16 "
+            "kernels"
+        )
     return None
 
 
@@ -80,7 +97,7 @@ def load_onnxruntime(path: Path, device: torch.device) -> Runner:
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     providers = ["CPUExecutionProvider"]
-    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+    if device.type == "cuda" and has_cuda_provider():
         providers.insert(0, "CUDAExecutionProvider")
     session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     input_names = [i.name for i in session.get_inputs()]
