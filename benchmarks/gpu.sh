@@ -9,7 +9,8 @@
 #    fine-tunes one pruned MiniLM-shaped member in bf16 on CUDA, merges, checks merged ==
 #    stacked members, then times single vs Hydra in bf16 and fp32 at batch 64 (eager, inductor,
 #    CUDA graphs, TensorRT when it imports), and runs compile_model(auto, precision=auto) as
-#    the compile stage would -> $GPU_OUT/gpu_check_minilm.json.
+#    the compile stage would -> $GPU_OUT/gpu_check_minilm.json. Both checks use padded_bmm,
+#    what merge.attention ships by default (picking by eager timing is noise on a large GPU).
 # 2. The same at the BERT-base shape (the paper's text scale; MiniLM at batch 64 is launch-bound
 #    on a large GPU) -> $GPU_OUT/gpu_check_bert_base.json. Paper: Hydra / single 1.07 in bf16.
 # 3. If typer imports: the full benchmark with the precision axis (bf16, fp32 side by side against
@@ -26,10 +27,11 @@ mkdir -p "$OUT_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 status=0
 timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape minilm --steps 20 \
-  --batch 64 --shared-layers 0,half --auto-compile --out "$OUT_DIR/gpu_check_minilm.json" \
-  || status=1
+  --batch 64 --shared-layers 0,half --implementation padded_bmm --auto-compile \
+  --out "$OUT_DIR/gpu_check_minilm.json" || status=1
 timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape bert-base --steps 20 \
-  --batch 64 --shared-layers 0,half --out "$OUT_DIR/gpu_check_bert_base.json" || status=1
+  --batch 64 --shared-layers 0,half --implementation padded_bmm \
+  --out "$OUT_DIR/gpu_check_bert_base.json" || status=1
 if [ "$BENCH_SECONDS" = 0 ] || ! "$PY" -c "import typer, psutil" 2>/dev/null; then
   echo "[gpu.sh] full benchmark skipped (GPU_BENCH_SECONDS=0 or typer/psutil missing)"
   exit $status

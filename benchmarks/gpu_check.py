@@ -462,6 +462,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(L/2, the served default); 0 is the paper's merge (default: 0)",
     )
     parser.add_argument(
+        "--implementation",
+        choices=("pick", *sorted(ATTENTION_IMPLEMENTATIONS)),
+        default="pick",
+        help="grouped attention of every Hydra variant; 'pick' (default) times each in eager at "
+        "the first precision and keeps the fastest (launch-bound on a large GPU, so noisy there: "
+        "name one, e.g. padded_bmm, the merge's default, to compare leases)",
+    )
+    parser.add_argument(
         "--auto-compile",
         action="store_true",
         help="also run compile_model(backend='auto', precision='auto') on the last variant",
@@ -544,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         single_flops = measure.count_flops(lambda: single(ids[:1], mask[:1]))
 
-    impl: str | None = None
+    impl: str | None = None if args.implementation == "pick" else args.implementation
     hydras: dict[str, nn.Module] = {}
     variants: list[dict[str, Any]] = []
     for k in shared:

@@ -177,8 +177,10 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     args += ["--backends", "eager"]  # the script, the member fine-tunes and the merge checks
     args += ["--batch", "4", "--seq", "8", "--train-batch", "4"]  # shapes do not matter here
     args += ["--shared-layers", "0,half"]  # the paper's merge and the served default's trunk
+    args += ["--implementation", "member_gemm"]  # not the merge's default, so it must be passed on
     done = _run([*args, "--out", str(out)], tmp_path)
     report = json.loads(out.read_text())
+    assert report["default_implementation"] == "member_gemm"
     assert report["fine_tune"]["steps"] == 2
     variants = {v["model"]: v for v in report["variants"]}
     assert {m: v["shared_layers"] for m, v in variants.items()} == {"hydra": 0, "hydra_shared1": 1}
@@ -209,6 +211,7 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
         (["--precisions", "fp64"], "precisions must be among"),
         (["--min-agreement", "2"], "min-agreement must be in [0, 1]"),
         (["--precisions", "fp16"], "fp16 runs only on CUDA"),
+        (["--implementation", "dense"], "invalid choice: 'dense'"),
     ],
 )
 def test_gpu_check_refuses_bad_input_in_one_line(args, said, tmp_path):
