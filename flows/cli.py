@@ -16,11 +16,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from tasks.params import PipelineConfig
 
 app = typer.Typer(
     add_completion=False,
@@ -79,7 +82,8 @@ def write_resolved_params(
     ``--profile``/``--params``: defaults, then the profile (given, else the file's ``profile``
     key, else ``default``), then the file. ``--set`` alone edits the current ``params.yaml``,
     keeping its hand edits (:func:`tasks.params.apply_sets`: a new ``data.name`` brings its
-    source defaults).
+    source defaults). Nothing is written when the result is invalid, or names a CUDA device this
+    machine lacks (:func:`check_device_here`: the stages of ``run`` run here).
     """
     from tasks.params import (
         ConfigError,
@@ -94,18 +98,36 @@ def write_resolved_params(
     current = root / "params.yaml"
     if profile is None and params is None:
         if not sets:
-            load_params(current)  # validate what is there
+            check_device_here(load_params(current))  # validate what is there
             return
-        write_params(apply_sets(read_yaml(current), _parse_sets(sets)), current)
-        return
-    overrides = read_yaml(params) if params is not None else None
-    if overrides is not None and not isinstance(overrides, dict):
-        raise ConfigError(f"{params}: <root>: must be a mapping")
-    if profile is None:
-        profile = (overrides or {}).get("profile", "default")
-    overrides = deep_merge(overrides or {}, {"profile": profile})
-    cfg = resolve_params(profile, overrides, _parse_sets(sets))
+        cfg = apply_sets(read_yaml(current), _parse_sets(sets))
+    else:
+        overrides = read_yaml(params) if params is not None else None
+        if overrides is not None and not isinstance(overrides, dict):
+            raise ConfigError(f"{params}: <root>: must be a mapping")
+        if profile is None:
+            profile = (overrides or {}).get("profile", "default")
+        overrides = deep_merge(overrides or {}, {"profile": profile})
+        cfg = resolve_params(profile, overrides, _parse_sets(sets))
+    check_device_here(cfg)
     write_params(cfg, current)
+
+
+def check_device_here(cfg: PipelineConfig) -> None:
+    """ConfigError naming ``runtime.device`` when it is a CUDA device this machine lacks, before
+    any stage starts (else the first model stage would find out after the data stage ran).
+    torch is imported only for a ``cuda``/``cuda:N`` spec; ``auto`` and ``cpu`` always resolve."""
+    from tasks.params import ConfigError
+
+    spec = cfg.runtime.device.strip()
+    if not spec.startswith("cuda"):
+        return
+    from hydra_ops.runtime import resolve_device
+
+    try:
+        resolve_device(spec)
+    except ValueError as err:
+        raise ConfigError(f"params: runtime.{err}") from None
 
 
 @app.command()

@@ -15,7 +15,7 @@ import yaml
 from tiny_models import make_members, tiny_inputs
 from typer.testing import CliRunner
 
-from flows.cli import app
+from flows.cli import app, check_device_here
 from hydra_ops import compile as hc
 from hydra_ops.compile import auto
 from hydra_ops.merge import merge_members
@@ -25,7 +25,7 @@ from tasks import compile as compile_stage
 from tasks.common import STAGES
 from tasks.evaluate import compile_fields
 from tasks.gate import evaluate_check
-from tasks.params import GateCheck, default_gates, resolve_params
+from tasks.params import GateCheck, default_gates, resolve_params, write_params
 from tasks.resumable import ensure_unit, finalise, unit_is_done
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,6 +139,31 @@ def test_cli_refuses_force_without_reason_and_bad_cron(tmp_path):
         env={"PREFECT_API_URL": "http://127.0.0.1:1/api"},
     )
     assert res.exit_code == 2 and "cron" in res.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
+def test_run_refuses_a_cuda_device_this_machine_lacks_before_anything(tmp_path):
+    """``runtime.device: cuda`` without CUDA: one line naming the key, exit 2, before params.yaml is
+    rewritten or any stage (or Prefect) starts; ``auto`` and ``cpu`` are never refused."""
+    params = tmp_path / "params.yaml"
+    write_params(resolve_params("quick", {}), params)
+    before = params.read_bytes()
+    runner = CliRunner()
+    for args in (
+        ["--set", "runtime.device=cuda"],
+        ["--profile", "quick", "--set", "runtime.device=cuda:1"],
+    ):
+        res = runner.invoke(app, ["run", "-C", str(tmp_path), *args])
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2, res.output
+        assert "error: params: runtime.device: 'cuda" in said and "no CUDA device here" in said
+        assert params.read_bytes() == before
+    write_params(resolve_params("quick", {"runtime": {"device": "cuda"}}), params)
+    res = runner.invoke(app, ["run", "-C", str(tmp_path)])  # a hand edit is checked too
+    assert res.exit_code == 2 and "runtime.device" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+    for device in ("auto", "cpu"):
+        check_device_here(resolve_params("quick", {"runtime": {"device": device}}))
 
 
 @pytest.mark.parametrize("method", ["taylor", "circuit"])
