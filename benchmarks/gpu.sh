@@ -2,8 +2,11 @@
 # The GPU check and table (issue 11): run from the repository root on a CUDA machine:
 #   bash benchmarks/gpu.sh [extra run.py flags]
 # Environment: GPU_OUT (output folder, default benchmarks/results), GPU_BENCH_SECONDS (wall limit
-# of step 3, default 240; 0 skips it), GPU_CHECK_SECONDS (wall limit of steps 1 and 2 each,
+# of step 3, default 240; 0 skips it), GPU_CHECK_SECONDS (wall limit of steps 0, 1 and 2 each,
 # default 300), PYTHON (interpreter; default .venv/bin/python, else python3).
+# 0. benchmarks/gpu_stages.py in bf16, fp16 and fp32: every model stage's hydra_ops calls on CUDA
+#    (fine-tune, Taylor + circuit scoring, member fine-tunes, merge == members, calibration,
+#    MC Dropout, OOD metrics, save + load onto the GPU) -> $GPU_OUT/gpu_stages_<p>.json.
 # 1. benchmarks/gpu_check.py --shape minilm (hydra_ops + torch + transformers only: no Prefect,
 #    DVC or typer): for the paper's merge and the served default's shared trunk (L/2 layers),
 #    fine-tunes one pruned MiniLM-shaped member in bf16 on CUDA, merges, checks merged ==
@@ -26,6 +29,10 @@ PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 status=0
+for p in bf16 fp16 fp32; do
+  timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_stages.py --device cuda --precision "$p" \
+    --train-precision "$p" --out "$OUT_DIR/gpu_stages_$p.json" || status=1
+done
 timeout "$CHECK_SECONDS" "$PY" benchmarks/gpu_check.py --device cuda --shape minilm --steps 20 \
   --batch 64 --shared-layers 0,half --implementation padded_bmm --auto-compile \
   --out "$OUT_DIR/gpu_check_minilm.json" || status=1

@@ -203,23 +203,53 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     assert "hydra_shared1 | fp32 | eager" in done.stdout
 
 
+def test_gpu_stages_script_runs_every_model_stage_on_cpu(tmp_path):
+    out = tmp_path / "gpu_stages.json"
+    args = ["benchmarks/gpu_stages.py", "--device", "cpu", "--tiny", "--precision", "bf16"]
+    args += ["--train-precision", "fp32", "--steps", "1", "--batch", "4", "--seq", "8"]
+    _run([*args, "--out", str(out)], tmp_path)
+    report = json.loads(out.read_text())
+    rows = {r["step"]: r for r in report["rows"]}
+    assert list(rows) == [
+        "finetune_base",
+        "score_heads",
+        "select_members+finetune_members",
+        "merge",
+        "calibrate",
+        "baseline_logits",
+        "evaluate",
+        "bundle+predict (save, load onto the device)",
+    ]
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    assert report["failed"] == [] and report["shared_layers"] == 1  # tiny: L/2 of 3 layers
+    assert rows["merge"]["max_prob_diff"] <= rows["merge"]["tolerance"] == 2e-2
+    plans = rows["select_members+finetune_members"]["plans"]
+    assert all(plan[0] == list(range(6)) and len(plan[1]) == 2 for plan in plans)  # trunk whole
+    assert rows["baseline_logits"]["max_sample_spread"] > 0
+    assert 0.0 <= rows["evaluate"]["auroc"] <= 1.0
+    assert rows["bundle+predict (save, load onto the device)"]["max_abs_logit_diff"] == 0.0
+
+
 @pytest.mark.parametrize(
-    ("args", "said"),
+    ("script", "args", "said"),
     [
-        (["--shared-layers", "3"], "shared-layers must be in 0..2, got 3"),
-        (["--shared-layers", "two"], "shared-layers must be ints or 'half'"),
-        (["--precisions", "fp64"], "precisions must be among"),
-        (["--min-agreement", "2"], "min-agreement must be in [0, 1]"),
-        (["--precisions", "fp16"], "fp16 runs only on CUDA"),
-        (["--implementation", "dense"], "invalid choice: 'dense'"),
+        ("gpu_check", ["--shared-layers", "3"], "shared-layers must be in 0..2, got 3"),
+        ("gpu_check", ["--shared-layers", "two"], "shared-layers must be ints or 'half'"),
+        ("gpu_check", ["--precisions", "fp64"], "precisions must be among"),
+        ("gpu_check", ["--min-agreement", "2"], "min-agreement must be in [0, 1]"),
+        ("gpu_check", ["--precisions", "fp16"], "fp16 runs only on CUDA"),
+        ("gpu_check", ["--implementation", "dense"], "invalid choice: 'dense'"),
+        ("gpu_stages", ["--shared-layers", "3"], "shared-layers must be in 0..2, got 3"),
+        ("gpu_stages", ["--steps", "0"], "steps must be >= 1"),
+        ("gpu_stages", ["--precision", "fp16"], "fp16 runs only on CUDA"),
     ],
 )
-def test_gpu_check_refuses_bad_input_in_one_line(args, said, tmp_path):
-    out = tmp_path / "gpu_check.json"
+def test_gpu_scripts_refuse_bad_input_in_one_line(script, args, said, tmp_path):
+    out = tmp_path / "report.json"
     done = subprocess.run(
         [
             sys.executable,
-            "benchmarks/gpu_check.py",
+            f"benchmarks/{script}.py",
             "--device",
             "cpu",
             "--tiny",
