@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import math
 import sys
@@ -55,32 +56,41 @@ from hydra_ops.runtime import autocast, resolve_device  # noqa: E402
 MEMBERS = 3
 
 
+class Skip(Exception):
+    """A step that cannot run here for a reason outside the code under test (a missing optional
+    library, a failed earlier step it needs): recorded as ``skipped``, not as a failure."""
+
+
 class Steps:
-    """Runs named steps in order, recording ok / error / skipped and wall seconds for each."""
+    """Runs named steps in order, recording ok / error / skipped and wall seconds for each.
+
+    ``state`` holds what steps hand to later ones; a step whose ``needs`` keys are missing (an
+    earlier step failed) is skipped with that reason instead of failing on a KeyError."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.rows: list[dict[str, Any]] = []
+        self.state: dict[str, Any] = {}
 
-    def run(self, name: str, fn: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+    def run(
+        self, name: str, fn: Callable[[], dict[str, Any] | None], needs: tuple[str, ...] = ()
+    ) -> None:
         t0 = time.perf_counter()
         row: dict[str, Any] = {"step": name}
         try:
-            detail = fn() or {}
-            row.update(status="ok", **detail)
-        except ImportError as error:  # an optional library the GPU image lacks
-            row.update(status="skipped", why=f"{type(error).__name__}: {error}")
-            detail = None
+            if missing := [key for key in needs if key not in self.state]:
+                raise Skip(f"needs {', '.join(missing)} from a step that failed")
+            row.update(status="ok", **(fn() or {}))
+        except Skip as why:
+            row.update(status="skipped", why=str(why))
         except Exception as error:
             row.update(status="error", why=f"{type(error).__name__}: {str(error)[:400]}")
             traceback.print_exc()
-            detail = None
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         row["seconds"] = round(time.perf_counter() - t0, 2)
         print(f"[gpu_stages] {name}: {row['status']} ({row['seconds']} s) {row.get('why', '')}")
         self.rows.append(row)
-        return detail
 
     @property
     def failed(self) -> list[str]:
@@ -116,7 +126,7 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
     val = synthetic_batches(2, args.batch, seq, vocab, seed=1)
     ood = synthetic_batches(2, args.batch, seq, vocab, seed=2)
     val_labels = torch.cat([b["labels"] for b in val])
-    state: dict[str, Any] = {}
+    state = steps.state
 
     def tune(model: torch.nn.Module, frozen: int | None = None) -> dict[str, Any]:
         report = fine_tune(
@@ -170,7 +180,7 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
         losses = [tune(m, shared or None)["loss"] for m in state["members"]]
         return {"plans": [[list(h) for h in p.kept] for p in plans], "losses": losses}
 
-    steps.run("select_members+finetune_members", members)
+    steps.run("select_members+finetune_members", members, needs=("scores",))
 
     def merge() -> dict[str, Any]:
         hydra = merge_members(state["members"], shared_layers=shared).to(device).eval()
@@ -184,7 +194,7 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
         state["hydra"] = hydra
         return {"max_prob_diff": diff, "tolerance": tolerance}
 
-    steps.run("merge", merge)
+    steps.run("merge", merge, needs=("members",))
 
     def calibrate() -> dict[str, Any]:
         member_logits = logits(state["hydra"], val, device=device, precision=precision)
@@ -201,7 +211,7 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
             "thresholds": {k: thresholds[k] for k in ("uncertain", "likely_ood")},
         }
 
-    steps.run("calibrate", calibrate)
+    steps.run("calibrate", calibrate, needs=("hydra",))
 
     def baselines() -> dict[str, Any]:
         samples = mc_dropout_logits(base, val, 4, seed=0, device=device, precision=precision)
@@ -214,13 +224,15 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
     steps.run("baseline_logits", baselines)
 
     def evaluate() -> dict[str, Any]:
+        if importlib.util.find_spec("sklearn") is None:  # the GPU image may lack it
+            raise Skip("scikit-learn is not installed (hydra_ops.metrics.ood needs it)")
         from hydra_ops.metrics.ood import ood_metrics
 
         t = float(state["hydra"].temperature)
         ood_logits = logits(state["hydra"], ood, device=device, precision=precision)
         return ood_metrics(state["id_scores"], calibrated_ood_score(ood_logits, t))
 
-    steps.run("evaluate", evaluate)
+    steps.run("evaluate", evaluate, needs=("hydra", "id_scores"))
 
     def round_trip() -> dict[str, Any]:
         before = logits(state["hydra"], val, device=device, precision=precision)
@@ -233,7 +245,7 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"loaded model differs from the saved one: max |dlogit| {diff:.2e}")
         return {"max_abs_logit_diff": diff}
 
-    steps.run("bundle+predict (save, load onto the device)", round_trip)
+    steps.run("bundle+predict (save, load onto the device)", round_trip, needs=("hydra",))
     return {
         "format": "hydra-ens-gpu-stages/1",
         "device": str(device),

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is a repo folder, not an installed package
@@ -228,6 +229,24 @@ def test_gpu_stages_script_runs_every_model_stage_on_cpu(tmp_path):
     assert rows["baseline_logits"]["max_sample_spread"] > 0
     assert 0.0 <= rows["evaluate"]["auroc"] <= 1.0
     assert rows["bundle+predict (save, load onto the device)"]["max_abs_logit_diff"] == 0.0
+
+
+def test_gpu_stages_skips_the_steps_a_failed_step_feeds():
+    from benchmarks.gpu_stages import Skip, Steps
+
+    def no_library():
+        raise Skip("scikit-learn is not installed")
+
+    steps = Steps(torch.device("cpu"))
+    steps.run("fails", lambda: 1 / 0)
+    steps.run("needs what failed", lambda: {}, needs=("hydra",))
+    steps.run("optional library", no_library)
+    steps.state["hydra"] = object()
+    steps.run("runs", lambda: {"value": 1}, needs=("hydra",))
+    assert [r["status"] for r in steps.rows] == ["error", "skipped", "skipped", "ok"]
+    assert steps.failed == ["fails"] and "ZeroDivisionError" in steps.rows[0]["why"]
+    assert steps.rows[1]["why"] == "needs hydra from a step that failed"
+    assert steps.rows[3]["value"] == 1
 
 
 @pytest.mark.parametrize(
