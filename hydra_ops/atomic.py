@@ -5,6 +5,11 @@ Everything that writes an artifact DVC may cache goes through the write helpers 
 :func:`replace_dir`). A process killed mid-write leaves at most hidden siblings of the target
 (:data:`LEFTOVER_GLOBS`), never a half-written target; :func:`remove_leftovers` deletes them, and
 ``.gitignore`` and ``.dvcignore`` ignore the same shapes.
+
+What they publish gets the permissions a plain ``open()`` / ``mkdir()`` would give under the
+process umask (``0o644`` / ``0o755`` under the usual ``022``), not ``tempfile``'s private
+``0o600`` / ``0o700``: a model bundle written by the pipeline must be readable by the service
+or teammate that serves it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,33 @@ from pathlib import Path
 #: a publish, ``tempfile.mkdtemp``), ``.<name>.old-*`` (:func:`replace_dir`'s old folder, renamed
 #: aside) and ``.<name>.*.tmp`` (the ``tempfile.mkstemp`` file of a text/JSON write).
 LEFTOVER_GLOBS = (".{name}.tmp-*", ".{name}.old-*", ".{name}.*.tmp")
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (``/proc/self/status`` on Linux; elsewhere
+    the ``os.umask`` set-and-restore, which other threads could observe for an instant)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_modes(root: str | os.PathLike[str]) -> None:
+    """Give ``root`` and everything under it the modes ``mkdir`` / ``open`` give under the umask:
+    folders and executable files ``0o777 & ~umask``, other files ``0o666 & ~umask`` (symlinks are
+    left alone)."""
+    umask = current_umask()
+    root = Path(root)
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        executable = path.is_dir() or path.stat().st_mode & 0o111
+        os.chmod(path, (0o777 if executable else 0o666) & ~umask)
 
 
 def atomic_write_file(
@@ -42,6 +74,7 @@ def atomic_write_file(
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~current_umask())  # after: a writer may have replaced the file
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -60,13 +93,18 @@ def atomic_write_bytes(
 @contextmanager
 def atomic_write_dir(target: str | os.PathLike[str], *, mode: int | None = None) -> Iterator[Path]:
     """Yield a fresh temp folder ``.<name>.tmp-*`` next to ``target`` (parents created); when the
-    block succeeds the folder (chmod ``mode`` first, if given) replaces ``target`` through
-    :func:`replace_dir`, when it raises the folder is deleted and ``target`` is left as it was."""
+    block succeeds the folder replaces ``target`` through :func:`replace_dir`, when it raises the
+    folder is deleted and ``target`` is left as it was.
+
+    Before it is published the folder's content gets the umask's modes (:func:`publish_modes`:
+    writers such as ``tempfile`` and safetensors' ``save_file`` create private ``0o600`` files)
+    and the folder itself ``mode``, default ``0o777 & ~umask``."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield tmp
+        publish_modes(tmp)
         if mode is not None:
             os.chmod(tmp, mode)
         replace_dir(tmp, target)

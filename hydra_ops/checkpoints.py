@@ -153,7 +153,7 @@ def save_model(
             "what the same inputs always give (put timings in the stage's metrics or the log)"
         )
     out = Path(directory)
-    with atomic_write_dir(out, mode=0o755) as tmp:
+    with atomic_write_dir(out) as tmp:
         save_file(_state_dict_for_save(model), str(tmp / WEIGHTS), metadata={"format": "pt"})
         meta = {
             "format_version": FORMAT_VERSION,

@@ -123,7 +123,7 @@ def materialise_splits(
     )
     built = build_splits(cfg)
     out = Path(out_dir)
-    with atomic_write_dir(out, mode=0o755) as tmp:
+    with atomic_write_dir(out) as tmp:
         infos: dict[str, SplitInfo] = {}
         for name, split in built.splits.items():
             file = _write_split(split, tmp, built.modality)

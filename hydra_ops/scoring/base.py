@@ -13,7 +13,6 @@ import dataclasses
 import inspect
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from hydra_ops.atomic import atomic_write_file
 from hydra_ops.plans import HeadPlan
 
 _FORMAT = "hydra-ens/head-scores/v1"
@@ -81,14 +81,11 @@ class HeadScores:
         except (TypeError, ValueError) as err:
             raise ValueError(f"HeadScores.meta must be JSON-serialisable: {err}") from err
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            save_file({"scores": self.scores}, tmp, metadata=metadata)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic_write_file(
+            path,
+            lambda tmp: save_file({"scores": self.scores}, str(tmp), metadata=metadata),
+            keep_suffix=False,
+        )
         return path
 
     @classmethod

@@ -9,10 +9,12 @@ same ``dvc.lock`` hashes) is ``test_pipeline_image.py::test_same_params_same_cac
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO
 from tiny_models import tiny_model
 
@@ -132,6 +134,43 @@ def test_publish_dir_and_replace_dir_leave_no_leftovers(tmp_path):
     fresh.mkdir()
     replace_dir(fresh, target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize(
+    ("umask", "file_mode", "dir_mode"), [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)]
+)
+def test_published_outputs_get_the_umask_modes_not_tempfiles_private_ones(
+    tmp_path, umask, file_mode, dir_mode
+):
+    """A bundle others serve must be readable by them: what the atomic helpers publish (a file, a
+    folder, a folder nested in it by another atomic write, safetensors files, a head-scores file)
+    has the modes a plain open()/mkdir() gives under the umask, where tempfile and safetensors'
+    save_file alone give 0o600 / 0o700; an executable file keeps its execute bits."""
+    from safetensors.torch import save_file
+
+    from hydra_ops.atomic import atomic_write_bytes, atomic_write_dir, current_umask
+    from hydra_ops.scoring import HeadScores
+
+    old = os.umask(umask)
+    try:
+        assert current_umask() == umask
+        atomic_write_bytes(tmp_path / "metrics.json", b"{}", keep_suffix=False)
+        with atomic_write_dir(tmp_path / "bundle") as tmp:
+            with atomic_write_dir(tmp / "model") as inner:
+                (inner / "weights.bin").write_bytes(b"0")
+                save_file({"w": torch.ones(2)}, str(inner / "model.safetensors"))  # 0o600
+            atomic_write_bytes(tmp / "card.md", b"# card")
+            (tmp / "run.sh").write_text("#!/bin/sh\n")
+            (tmp / "run.sh").chmod(0o700)
+        HeadScores(torch.ones(2, 3), "magnitude").save(tmp_path / "scores.safetensors")
+    finally:
+        os.umask(old)
+    mode = lambda p: p.stat().st_mode & 0o777  # noqa: E731
+    files = ["metrics.json", "bundle/card.md", "bundle/model/weights.bin", "scores.safetensors"]
+    for file in [*files, "bundle/model/model.safetensors"]:
+        assert mode(tmp_path / file) == file_mode, file
+    for path in ("bundle", "bundle/model", "bundle/run.sh"):
+        assert mode(tmp_path / path) == dir_mode, path
 
 
 def test_leftover_names_are_matched_literally(tmp_path):
