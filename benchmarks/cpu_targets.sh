@@ -45,6 +45,10 @@ start=$(date +%s)
     "$REPO/.venv/bin/hydra-ens" run --no-push ) > "$OUT/pipeline.log" 2>&1 || status=1
 echo "default pipeline, fresh clone: $(( $(date +%s) - start )) s wall" \
   | tee "$OUT/pipeline_wall.txt"
+# the records name no path of this machine: <repo> is this checkout, <clone> the run's clone
+for f in "$OUT/pipeline.log" "$OUT/pipeline_time.txt"; do
+  [ -f "$f" ] && sed -i -e "s#$clone#<clone>#g" -e "s#$REPO#<repo>#g" "$f"
+done
 timeout "${QUALITY_SECONDS:-900}" "$PY" -m benchmarks.precision_quality --project "$clone/project" \
   --precisions bf16 --out "$OUT/precision_quality.json" || status=1
 echo "[cpu_targets] results in $OUT; the run's project stays in $clone/project"

@@ -29,7 +29,8 @@ Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
 5. With ``--auto-compile``: what the pipeline's compile stage does with ``backend: auto,
    precision: auto`` here (:func:`hydra_ops.compile.compile_model` on the last variant: every
    backend x precision candidate built, checked against the fp32 eager model, timed; the
-   fastest that agrees kept), its choice, the one-line reason and every trial.
+   fastest that agrees kept), its choice, the one-line reason and every trial; exit status 1
+   when no candidate compiled and agreed (the compile stage would fail the same way).
 
 Writes a JSON report to ``--out`` (atomically). CPU smoke test: ``--device cpu --steps 2 --tiny``.
 """
@@ -59,11 +60,10 @@ import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from benchmarks import measure  # noqa: E402
-from benchmarks.workloads import perturb  # noqa: E402
+from benchmarks.workloads import perturb, slice_plans  # noqa: E402
 from hydra_ops.compile.precision import DEFAULT_TOLERANCES  # noqa: E402
 from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS  # noqa: E402
 from hydra_ops.merge import HydraEnsemble, merge_members  # noqa: E402
-from hydra_ops.plans import HeadPlan  # noqa: E402
 from hydra_ops.runtime import autocast, bf16_supported, resolve_device  # noqa: E402
 from hydra_ops.surgery import prune_heads  # noqa: E402
 
@@ -128,21 +128,9 @@ def build_base(shape_name: str) -> tuple[nn.Module, str, dict[str, int]]:
 def make_members(
     base: nn.Module, shape: dict[str, int], m: int, shared_layers: int = 0
 ) -> list[nn.Module]:
-    """M copies of ``base``, member ``i`` keeping heads ``i*H/M .. (i+1)*H/M - 1`` in every layer
-    from ``shared_layers`` on (the layers below keep all heads: the shared trunk)."""
-    heads, layers = shape["heads"], shape["layers"]
-    if heads % m:
-        raise ValueError(f"members must divide the {heads} heads, got {m}")
-    per, every = heads // m, tuple(range(heads))
-    plans = [
-        HeadPlan(
-            tuple(
-                every if layer < shared_layers else tuple(range(i * per, (i + 1) * per))
-                for layer in range(layers)
-            )
-        )
-        for i in range(m)
-    ]
+    """M pruned copies of ``base``: :func:`benchmarks.workloads.slice_plans` (disjoint 1/M head
+    slices from layer ``shared_layers`` on, the layers below whole)."""
+    plans = slice_plans(shape["layers"], shape["heads"], m, shared_layers)
     return [prune_heads(copy.deepcopy(base), plan) for plan in plans]
 
 
@@ -642,9 +630,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     _atomic_write(args.out, json.dumps(result, indent=2, default=str))
     print(f"[gpu_check] wrote {args.out}")
-    # compiled backends are optional (their failures are rows with an error); eager must work
+    # compiled backends are optional (their failures are rows with an error); eager must work,
+    # and so must --auto-compile: no agreeing candidate is what the compile stage would fail on
     eager_failed = [r for r in rows if r["backend"] == "eager" and r["error"]]
-    return 0 if all(c["ok"] for c in result["equivalence"]) and not eager_failed else 1
+    auto_failed = auto is not None and auto["error"] is not None
+    ok = all(c["ok"] for c in result["equivalence"]) and not eager_failed and not auto_failed
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

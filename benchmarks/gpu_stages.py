@@ -170,12 +170,11 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
     steps.run("score_heads", score)
 
     def members() -> dict[str, Any]:
-        plans = select_members(state["scores"], MEMBERS, shape["heads"] // MEMBERS)
-        full = tuple(range(shape["heads"]))
-        plans = [
-            type(p)(tuple(full if i < shared else kept for i, kept in enumerate(p.kept)))
-            for p in plans
-        ]
+        # as stage select_members: the trunk's layers keep every head, the others H / M
+        budget = [shape["heads"]] * shared + [shape["heads"] // MEMBERS] * (
+            shape["layers"] - shared
+        )
+        plans = select_members(state["scores"], MEMBERS, budget)
         state["members"] = [prune_heads(copy.deepcopy(base), p) for p in plans]
         losses = [tune(m, shared or None)["loss"] for m in state["members"]]
         return {"plans": [[list(h) for h in p.kept] for p in plans], "losses": losses}

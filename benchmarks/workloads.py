@@ -123,23 +123,33 @@ FULL_MODELS = ("minilm", "vit_s", "vit_b")
 SMOKE_MODELS = ("tiny_bert", "tiny_vit")
 
 
-def member_plans(spec: ModelSpec, num_members: int, shared_layers: int = 0) -> list[HeadPlan]:
-    """Disjoint ``1/M`` head slices per member; the first ``shared_layers`` layers keep all."""
-    if spec.num_heads % num_members:
-        raise ValueError(
-            f"num_members must divide the {spec.num_heads} heads of {spec.key}, got {num_members}"
-        )
-    per = spec.num_heads // num_members
-    full = tuple(range(spec.num_heads))
+def slice_plans(
+    num_layers: int, num_heads: int, num_members: int, shared_layers: int = 0
+) -> list[HeadPlan]:
+    """Disjoint ``1/M`` head slices per member (member ``m`` keeps heads ``m*H/M .. (m+1)*H/M-1``);
+    the first ``shared_layers`` layers keep all heads (the shared trunk)."""
+    if num_heads % num_members:
+        raise ValueError(f"num_members must divide the {num_heads} heads, got {num_members}")
+    per = num_heads // num_members
+    full = tuple(range(num_heads))
     return [
         HeadPlan(
             tuple(
                 full if layer < shared_layers else tuple(range(m * per, (m + 1) * per))
-                for layer in range(spec.num_layers)
+                for layer in range(num_layers)
             )
         )
         for m in range(num_members)
     ]
+
+
+def member_plans(spec: ModelSpec, num_members: int, shared_layers: int = 0) -> list[HeadPlan]:
+    """:func:`slice_plans` for ``spec``'s shape."""
+    if spec.num_heads % num_members:
+        raise ValueError(
+            f"num_members must divide the {spec.num_heads} heads of {spec.key}, got {num_members}"
+        )
+    return slice_plans(spec.num_layers, spec.num_heads, num_members, shared_layers)
 
 
 def perturb(model: nn.Module, seed: int, frozen_layers: int = 0, scale: float = 1e-3) -> nn.Module:
