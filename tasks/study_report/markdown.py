@@ -1,0 +1,312 @@
+"""The sections of ``study.md``, each a list of lines: :func:`header`, then sections 1-6
+(metrics per model, OOD per score, paired differences, Pareto, gates, recommendation), each
+rendering what the summary (``study.json``) holds; docs/study_report.md explains the tables."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tasks.params import GateCheck
+from tasks.study_report.cells import (
+    arrow,
+    diff_cell,
+    fmt_value,
+    md_table,
+    ordered_metrics,
+    stat_cell,
+)
+from tasks.study_report.collect import Collected
+from tasks.study_report.paired import HEADLINE
+from tasks.study_report.points import OOD_SPLITS, SPLITS
+
+#: Report order of the OOD scores of ``ood_by_score``; others follow, sorted.
+OOD_SCORE_ORDER = ("msp", "entropy", "energy", "mutual_information", "disagreement")
+
+
+def _flatten_overrides(d: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(d):
+        v = d[k]
+        if isinstance(v, Mapping) and v:
+            out += _flatten_overrides(v, f"{prefix}{k}.")
+        else:
+            out.append(f"`{prefix}{k}={json.dumps(v, sort_keys=True)}`")
+    return out
+
+
+def _wall(seconds: float) -> str:
+    s = round(seconds)
+    return f"{seconds:.0f} s ({s // 3600}h {s % 3600 // 60:02d}m {s % 60:02d}s)"
+
+
+def header(
+    col: Collected,
+    title: str,
+    command: str | None,
+    wall_seconds: float | None,
+    variants: Mapping[str, Mapping[str, Any]] | None,
+) -> list[str]:
+    lines = [f"# {title}", ""]
+    if command is not None:
+        lines.append(f"- Command: `{command}`")
+    if wall_seconds is not None:
+        lines.append(f"- Wall time: {_wall(wall_seconds)}")
+    lines.append(
+        f"- Seeds: {', '.join(str(s) for s in col.seeds)} (n = {len(col.seeds)}); "
+        f"points: {len(col.points)}"
+    )
+    lines += ["", "Variants:", ""]
+    rows = []
+    for v in sorted(set(col.variants) | set(variants or {})):
+        seeds = [str(p.seed) for p in col.points if p.variant == v]
+        if variants is None or v not in variants:
+            over = "(not given)"
+        else:
+            over = ", ".join(_flatten_overrides(variants[v])) or "(none: the defaults)"
+        rows.append([f"`{v}`", over, ", ".join(seeds) or "no results"])
+    lines.append(md_table(["variant", "overrides", "seeds with results"], rows))
+    lines += [
+        "",
+        "Every number is calibrated (temperature scaling fitted on validation) and given as the "
+        "mean across seeds with its 95% Student-t interval `[low, high]` "
+        "(mean +- t(0.975, n-1) s / sqrt(n)); with one seed: `n=1, no interval`.",
+    ]
+    return lines
+
+
+def section_metrics(col: Collected) -> list[str]:
+    lines = ["## 1. Metrics per model", ""]
+    shared = ", ".join(f"`{b}`" for b in col.shared) or "none"
+    lines.append(
+        f"`hydra[<variant>]` is the Hydra of each variant. Baselines pooled once per seed "
+        f"(the same model in every variant's run at a seed; latency averaged over those runs): "
+        f"{shared}. `naive_pruned` and `control` depend on the variant and are listed per variant."
+    )
+    for b, seeds in sorted(col.unshared.items()):
+        lines.append(
+            f"\nNote: `{b}` differs between variants at seed(s) "
+            f"{', '.join(str(s) for s in seeds)} (a variant overrides something it depends on), "
+            "so it is listed per variant."
+        )
+    labels = col.labels()
+    all_keys = {k for label in labels for m in col.series[label].values() for k in m}
+    for split in SPLITS:
+        metrics = ordered_metrics(all_keys, split)
+        if not metrics:
+            continue
+        lines += ["", f"### {split}", ""]
+        rows = []
+        for label in labels:
+            cells = [stat_cell(col.stats(label, f"{split}.{m}")) for m in metrics]
+            n = max(
+                (st["n"] for m in metrics if (st := col.stats(label, f"{split}.{m}"))), default=0
+            )
+            rows.append([f"`{label}`", str(n), *cells])
+        lines.append(md_table(["model", "n", *[m + arrow(m) for m in metrics]], rows))
+    lines += ["", "### model", ""]
+    rows = []
+    for label in labels:
+        lat = col.stats(label, "model.latency_ms")
+        par = col.stats(label, "model.parameters")
+        n = max(lat["n"] if lat else 0, par["n"] if par else 0)
+        rows.append(
+            [f"`{label}`", str(n), stat_cell(lat, "latency_ms"), stat_cell(par, "parameters")]
+        )
+    lines.append(md_table(["model", "n", "latency_ms (lower better)", "parameters"], rows))
+    return lines
+
+
+def section_ood(col: Collected, ood: Mapping[str, Any]) -> list[str]:
+    lines = ["## 2. OOD detection per score", ""]
+    if not ood["available"]:
+        lines.append(
+            "The per-score OOD table is unavailable: these evaluate.json files have no "
+            "`ood_by_score` (written by an older pipeline). Section 1's near_ood/far_ood columns "
+            "use the run's `evaluate.ood_score`."
+        )
+        return lines
+    lines.append(
+        "AUROC and FPR@95%TPR of each OOD score (OOD = positive class). `n/a (single model)`: the "
+        "score needs members (mutual information, disagreement). `unavailable`: that model's "
+        "evaluate.json has no `ood_by_score`."
+    )
+    scores_found = {
+        score
+        for e in ood["models"].values()
+        if isinstance(e, Mapping)
+        for by_score in e.values()
+        for score in by_score
+    }
+    scores = [s for s in OOD_SCORE_ORDER if s in scores_found]
+    scores += sorted(scores_found - set(scores))
+    for split in OOD_SPLITS:
+        for metric in ("auroc", "fpr_at_95_tpr"):
+            lines += ["", f"### {split} {metric}{arrow(metric)}", ""]
+            rows = []
+            for label, e in ood["models"].items():
+                if not isinstance(e, Mapping):
+                    rows.append([f"`{label}`", *["unavailable"] * len(scores)])
+                    continue
+                cells = []
+                for score in scores:
+                    by_score = e.get(split, {})
+                    if score not in by_score:
+                        cells.append("-")
+                    elif by_score[score] is None:
+                        cells.append("n/a (single model)")
+                    else:
+                        cells.append(stat_cell(by_score[score].get(metric)))
+                rows.append([f"`{label}`", *cells])
+            lines.append(md_table(["model", *scores], rows))
+    return lines
+
+
+def section_paired(col: Collected, paired: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "## 3. Paired differences: Hydra minus baselines",
+        "",
+        "Per seed, Hydra minus the baseline evaluated in the same run; the last row is the mean "
+        "across seeds with its 95% interval. The per-seed marker is that run's paired bootstrap "
+        "interval over the test examples (evaluate.json `bootstrap.<baseline>.calibrated`): "
+        "`(b: better)` / `(b: worse)` when it excludes 0, `(b: n.s.)` when it contains 0, no "
+        "marker when evaluate.json has none for the metric. The bootstrap measures test-set "
+        "noise of one run; the across-seed interval measures training-seed noise.",
+    ]
+    if not paired:
+        lines += ["", "No Hydra/baseline pair to compare (no single, deep_ensemble, mc_dropout)."]
+    for v, by_base in paired.items():
+        for b, per_metric in by_base.items():
+            keys = [k for k in HEADLINE if k in per_metric]
+            lines += ["", f"### `hydra[{v}]` - `{b}`", ""]
+            rows = []
+            for s in col.seeds:
+                cells = []
+                for k in keys:
+                    val = next(
+                        (r["value"] for r in per_metric[k]["per_seed"] if r["seed"] == s), None
+                    )
+                    boot = next((r for r in per_metric[k]["bootstrap"] if r["seed"] == s), None)
+                    cell = "-" if val is None else f"{val:+.4f}"
+                    if val is not None and boot is not None:
+                        cell += f" (b: {boot['direction']})"
+                    cells.append(cell)
+                rows.append([f"seed {s}", *cells])
+            rows.append(["**mean [95%]**", *[diff_cell(per_metric[k]) for k in keys]])
+            header = ["seed", *[k + arrow(k.split(".", 1)[1]) for k in keys]]
+            lines.append(md_table(header, rows))
+    return lines
+
+
+def section_pareto(pareto: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "## 4. Cost vs uncertainty quality (Pareto)",
+        "",
+        "One point per model at its mean across seeds, error bars the 95% intervals; filled red "
+        "points (joined by the dashed line) are the Pareto front: no other model is both at "
+        "least as fast and at least as good.",
+    ]
+    for key, p in pareto.items():
+        lines += [
+            "",
+            f"![latency vs {key}]({p['figure']})",
+            "",
+            f"Pareto front (latency vs {key}): "
+            + (", ".join(f"`{f}`" for f in p["front"]) or "none"),
+        ]
+        if p["missing"]:
+            lines.append(
+                "Not plotted (no latency or metric): " + ", ".join(f"`{m}`" for m in p["missing"])
+            )
+    return lines
+
+
+def section_gates(
+    point_gates: Sequence[Mapping[str, Any]],
+    base: Mapping[str, Any],
+    gates: Sequence[GateCheck] | None = None,
+) -> list[str]:
+    lines = ["## 5. Gates", ""]
+    if gates is None:
+        lines += ["### Hydra, per point (reports/gate.json)", ""]
+    else:
+        lines += [
+            "Judged with the gates given to the report (`hydra-ens study --gates-from`), not the "
+            "points' own: " + ", ".join(f"`{g.name}`" for g in gates) + ".",
+            "",
+            "### Hydra, per point",
+            "",
+        ]
+    rows = [
+        [f"`{g['variant']}`", str(g["seed"]), g["verdict"].upper(), ", ".join(g["failed"]) or "-"]
+        for g in point_gates
+    ]
+    lines.append(md_table(["variant", "seed", "verdict", "failed checks"], rows))
+    lines += [
+        "",
+        "### Baselines as candidates",
+        "",
+        "The same checks (each point's `params.gates`, or the gates given to the report) with the "
+        "baseline in Hydra's place: would "
+        "the gates have let that model ship? `n/a`: `prod` comparisons (a study point has no "
+        "prod model), a baseline compared with itself, and model-level checks (compile, latency "
+        "and parameter thresholds of the Hydra artifact; always n/a, not listed). A "
+        "`use_bootstrap_bound` check compares the point difference (the bootstrap "
+        "in evaluate.json is Hydra minus each baseline).",
+        "",
+    ]
+    rows = []
+    for label, b in base.items():
+        for r in b["rows"]:
+            where = f" (run of `{r['in_run_of']}`)" if r["in_run_of"] else ""
+            rows.append(
+                [
+                    f"`{label}`",
+                    f"{r['seed']}{where}",
+                    "PASSED" if r["passed"] else "FAILED",
+                    ", ".join(r["failed"]) or "-",
+                    ", ".join(r["not_applicable"]) or "-",
+                ]
+            )
+    header = ["candidate", "seed", "verdict", "failed checks", "n/a (besides model-level)"]
+    lines.append(md_table(header, rows))
+    lines.append("")
+    for label, b in base.items():
+        n_rows = len({r["seed"] for r in b["rows"]})
+        caught = "; ".join(
+            f"{name} (seed {', '.join(str(s) for s in seeds)})"
+            for name, seeds in b["caught_by"].items()
+        )
+        lines.append(
+            f"- `{label}` passes on {len(b['seeds_passed'])} of {n_rows} seeds"
+            + (f"; caught by: {caught}" if caught else "; no check catches it")
+        )
+    return lines
+
+
+def section_recommendation(rec: Mapping[str, Any], beats: Mapping[str, Any]) -> list[str]:
+    lines = ["## 6. Recommendation", "", rec["sentence"], ""]
+    rows = [
+        [
+            f"`{r['variant']}`",
+            "yes" if r["passes_every_seed"] else "no",
+            "; ".join(f"seed {s}: {', '.join(f)}" for s, f in r["failing"].items()) or "-",
+            fmt_value(r["latency_ms"], "latency_ms"),
+            fmt_value(r["parameters"], "parameters"),
+        ]
+        for r in rec["variants"]
+    ]
+    lines.append(
+        md_table(
+            ["variant", "passes every seed", "failing", "latency_ms (mean)", "parameters"], rows
+        )
+    )
+    lines += ["", "### Does any variant beat the single model?", ""]
+    lines.append(
+        "A variant beats the single model on a metric when the 95% interval of the mean "
+        "(Hydra - single) difference across seeds excludes 0 in the good direction."
+    )
+    lines.append("")
+    lines += [f"- {b['sentence']}" for b in beats.values()]
+    return lines

@@ -1,0 +1,113 @@
+"""The entry point: :func:`write_study_report` writes ``study.md``, ``study.json`` and the
+figures of a study's points, atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra_ops.atomic import atomic_write_bytes, atomic_write_dir
+from tasks.params import GateCheck
+from tasks.study_report import markdown
+from tasks.study_report.collect import Collected, is_number, ood_summary
+from tasks.study_report.figures import pareto_panels
+from tasks.study_report.gates import baseline_gates, point_gate
+from tasks.study_report.paired import beats_single, paired_differences
+from tasks.study_report.points import PointResult, validate_points
+from tasks.study_report.recommend import recommend
+from tasks.study_report.stats import CONFIDENCE
+
+
+def write_study_report(
+    points: Sequence[PointResult],
+    out_dir: str | os.PathLike[str],
+    title: str,
+    command: str | None = None,
+    wall_seconds: float | None = None,
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
+    gates: Sequence[GateCheck] | None = None,
+) -> dict[str, Any]:
+    """Write ``out_dir/study.md``, ``out_dir/study.json`` and ``out_dir/figures/*.png``
+    atomically; returns the summary (the content of ``study.json``).
+
+    ``points``: one :class:`PointResult` per (variant, seed), no duplicates, each evaluation with
+    ``models.hydra``. ``variants``: optional variant name -> its params overrides (for the header).
+    ``command`` / ``wall_seconds``: how the study was run, for the header. ``gates``: judge every
+    point and baseline with these checks instead of each point's own (``reports/gate.json`` and
+    ``params.gates``): what other gates would say on the same evidence.
+    """
+    validate_points(points, title)
+    if wall_seconds is not None and (not is_number(wall_seconds) or wall_seconds < 0):
+        raise ValueError(f"wall_seconds must be a non-negative number, got {wall_seconds!r}")
+    if variants is not None and not isinstance(variants, Mapping):
+        raise ValueError(
+            f"variants must map variant name -> overrides, got {type(variants).__name__}"
+        )
+    col = Collected(points)
+    point_gates = [point_gate(p, gates) for p in col.points]
+    paired = paired_differences(col)
+    beats = beats_single(col, paired)
+    rec = recommend(col, point_gates)
+    base_gates = baseline_gates(col, gates)
+    ood = ood_summary(col)
+    pareto, figures = pareto_panels(col)
+
+    summary: dict[str, Any] = {
+        "title": title,
+        "command": command,
+        "wall_seconds": wall_seconds,
+        "seeds": col.seeds,
+        "variants": {
+            v: (dict(variants[v]) if variants and v in variants else None)
+            for v in sorted(set(col.variants) | set(variants or {}))
+        },
+        "points": [{"variant": p.variant, "seed": p.seed} for p in col.points],
+        "confidence": CONFIDENCE,
+        "shared_baselines": col.shared,
+        "unshared_baselines": {b: s for b, s in sorted(col.unshared.items())},
+        "models": {
+            label: {
+                **col.meta[label],
+                "metrics": {
+                    k: col.stats(label, k)
+                    for k in sorted({k for m in col.series[label].values() for k in m})
+                    if not k.startswith("ood_by_score.")
+                },
+            }
+            for label in col.labels()
+        },
+        "ood_by_score": ood,
+        "paired": paired,
+        "beats_single": beats,
+        "pareto": pareto,
+        "gates": {
+            "points": point_gates,
+            "baselines_as_candidates": base_gates,
+            "checks": None if gates is None else [g.model_dump() for g in gates],
+        },
+        "recommendation": rec,
+        "files": {"markdown": "study.md", "json": "study.json", "figures": sorted(figures)},
+    }
+    sections = [
+        markdown.header(col, title, command, wall_seconds, variants),
+        markdown.section_metrics(col),
+        markdown.section_ood(col, ood),
+        markdown.section_paired(col, paired),
+        markdown.section_pareto(pareto),
+        markdown.section_gates(point_gates, base_gates, gates),
+        markdown.section_recommendation(rec, beats),
+    ]
+    study_md = "\n\n".join("\n".join(s) for s in sections) + "\n"
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_write_dir(out / "figures") as tmp:
+        for rel, data in figures.items():
+            (tmp / Path(rel).name).write_bytes(data)
+    study_json = json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    atomic_write_bytes(out / "study.json", study_json.encode(), keep_suffix=False)
+    atomic_write_bytes(out / "study.md", study_md.encode(), keep_suffix=False)
+    return json.loads(study_json)
