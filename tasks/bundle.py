@@ -12,20 +12,16 @@
     bundle.json   the sha256 of every file above, the verdict's hashes, the lineage
 
 The stage refuses a verdict that does not match the workspace (it was written for another model,
-evaluation or params). :func:`load_served` verifies every file against ``bundle.json`` (an edited
-``hydra.json`` is refused like edited weights), then serves the compiled artifact when its backend
-runs on this machine (checked at load: backend importable, device present, artifact loads) and the
-eager model otherwise; ``Served.answered_by`` says which one answered.
+evaluation or params). The card is :func:`tasks.model_card.render_card`; loading a bundle back to
+serve it (every file verified first) is :func:`tasks.served.load_served`.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -45,10 +41,8 @@ from tasks.common import (
     write_text,
 )
 from tasks.lineage import judged_hashes, stale_roles
+from tasks.model_card import render_card
 from tasks.params import PipelineConfig
-
-if TYPE_CHECKING:
-    import torch
 
 log = logging.getLogger("hydra_ens")
 
@@ -131,148 +125,6 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     return facts
 
 
-# ---- the model card ----
-def _f(v: Any, fmt: str = ".4f") -> str:
-    return "-" if v is None else format(v, fmt)
-
-
-def render_card(
-    cfg: PipelineConfig,
-    facts: dict[str, Any],
-    ev: dict[str, Any],
-    gate: dict[str, Any],
-    hydra_cfg: dict[str, Any],
-    compiled: dict[str, Any],
-) -> str:
-    arch = hydra_cfg["architecture"]
-    cols = [
-        ("id_test", "accuracy"),
-        ("id_test", "nll"),
-        ("id_test", "ece"),
-        ("shift", "accuracy"),
-        ("near_ood", "auroc"),
-        ("far_ood", "auroc"),
-    ]
-    rows = [
-        "| model | " + " | ".join(f"{s}.{m}" for s, m in cols) + " | T | parameters |",
-        "|---" * (len(cols) + 3) + "|",
-    ]
-    for name, entry in ev["models"].items():
-        values = " | ".join(_f(entry["calibrated"][s][m]) for s, m in cols)
-        rows.append(f"| {name} | {values} | {entry['temperature']:.3f} | {entry['parameters']:,} |")
-    diffs = ["| baseline | metric | Hydra - baseline | 95% interval |", "|---|---|---|---|"]
-    for base, by_variant in ev.get("bootstrap", {}).items():
-        for split, by_metric in by_variant["calibrated"].items():
-            for metric, r in by_metric.items():
-                diffs.append(
-                    f"| {base} | {split}.{metric} | {r['difference']:+.4f} | "
-                    f"[{r['low']:+.4f}, {r['high']:+.4f}] |"
-                )
-    checks = ["| check | status | value | rule or note |", "|---|---|---|---|"]
-    for c in gate["checks"]:
-        checks.append(
-            f"| {c['name']} | {c['status']} | {_f(c.get('value'))} | "
-            f"{c.get('rule', c.get('note', ''))} |"
-        )
-    thresholds = facts["ood_thresholds"] or {}
-    lineage = [f"- `{path}`: `{md5}`" for path, md5 in facts["lineage"].items()]
-    judged = [f"- {role}: `{r['path']}` `{r['md5']}`" for role, r in facts["judged"].items()]
-    name = facts["model_name"]
-    return "\n".join(
-        [
-            f"# Model card: {name} (Hydra Ensemble)",
-            "",
-            f"A Hydra Ensemble of M = {arch['num_members']} members cut from one fine-tuned "
-            f"`{arch.get('family', cfg.family)}` model by pruning different attention heads "
-            f"({cfg.scoring.method} head scoring, {cfg.members.num_members} members, "
-            f"{cfg.shared_layers} shared unpruned layers), merged into one network: one forward "
-            "pass gives every member's prediction. Probabilities are the mean of the members' "
-            f"softmax, temperature-scaled (T = {facts['temperature']:.4f}, fitted on validation).",
-            "",
-            f"Gate verdict: **{gate['verdict'].upper()}**. Shipped artifact: "
-            f"{compiled['backend']} ({compiled.get('precision', '-')} on "
-            f"{compiled.get('device', '-')}); `predict` falls back to the eager model where that "
-            "backend does not run.",
-            "",
-            "## Data",
-            f"Source `{cfg.data.name}`; classes {', '.join(arch.get('class_names') or [])}; "
-            "examples per split "
-            + ", ".join(f"{k} {v}" for k, v in ev.get("counts", {}).items())
-            + f". Manifest sha256 `{facts['data_manifest_sha256']}`.",
-            "",
-            "## Metrics (test splits, calibrated)",
-            "\n".join(rows),
-            "",
-            "Paired bootstrap, Hydra minus each baseline:",
-            "",
-            "\n".join(diffs),
-            "",
-            "## Gates",
-            "\n".join(checks),
-            "",
-            "## Verdicts served by predict",
-            f"OOD score `{thresholds.get('score', '-')}` (higher = more likely OOD): `uncertain` "
-            f"above {_f(thresholds.get('uncertain'))}, `likely OOD` above "
-            f"{_f(thresholds.get('likely_ood'))} (quantiles of the ID validation scores).",
-            "",
-            "## Lineage",
-            "The verdict judged (DVC md5):",
-            *judged,
-            "",
-            "Built from (dvc.lock):",
-            *lineage,
-            "",
-            "## Use",
-            "```",
-            f"hydra-ens predict 'a text to classify'   # the {name} model in prod",
-            "hydra-ens predict --json 'a text'        # one JSON object per input",
-            "hydra-ens registry                       # versions, stages, verdicts",
-            "```",
-            "",
-        ]
-    )
-
-
-# ---- serving ----
-@dataclass
-class Served:
-    """A verified bundle ready to answer: ``member_logits(batch) -> [B, M, C]``."""
-
-    directory: Path
-    hydra: Any
-    metadata: dict[str, Any]
-    answered_by: str
-    _compiled: Callable[[dict], torch.Tensor] | None = field(default=None, repr=False)
-
-    def member_logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        import torch
-
-        from hydra_ops.compile import arrange_inputs, input_names_of
-
-        with torch.no_grad():
-            if self._compiled is not None:
-                try:
-                    return self._compiled(batch).float()
-                except Exception as err:  # a backend that loaded but cannot run here
-                    # the eager model is the gated one (its hashes were verified on load), so it
-                    # answers instead; every prediction says so, and the log says why
-                    log.warning(
-                        "compiled artifact failed here, eager answers: %s: %s",
-                        type(err).__name__,
-                        err,
-                    )
-                    self.answered_by = (
-                        f"eager (compiled artifact failed here: {type(err).__name__})"
-                    )
-                    self._compiled = None
-            self.hydra.eval()
-            return self.hydra(*arrange_inputs(batch, input_names_of(batch))).float()
-
-
-#: The files ``load_hydra`` hashes itself against the manifest (``expected_*_sha256``).
-MODEL_FILES = ("model/hydra.json", "model/model.safetensors")
-
-
 def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """``bundle.json`` after checking every file it lists but ``skip`` (ValueError naming the
     first change)."""
@@ -288,46 +140,6 @@ def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]
         if sha256_file(path) != digest:
             raise ValueError(f"bundle {directory}: {rel} was modified (sha256 does not match)")
     return manifest
-
-
-def _compiled_runner(directory: Path) -> tuple[Callable[[dict], torch.Tensor] | None, str]:
-    """The compiled artifact when it runs on this machine, else ``(None, why not)``."""
-    import torch
-
-    from hydra_ops.compile import available_backends, load_compiled
-
-    meta = read_json(directory / "compiled.json", "compiled artifact")
-    backend = meta["backend"]
-    if backend == "eager":
-        return None, "eager (no compiled artifact)"
-    why = available_backends().get(backend, f"unknown backend {backend!r}")
-    if why is None and str(meta.get("device", "cpu")).startswith("cuda"):
-        why = None if torch.cuda.is_available() else "no CUDA device here"
-    if why is not None:
-        return None, f"eager (compiled {backend} does not run here: {why})"
-    try:
-        artifact = load_compiled(directory)
-    except Exception as err:
-        return None, f"eager (compiled {backend} did not load: {type(err).__name__}: {err})"
-    return artifact, f"compiled {backend} ({meta.get('precision', '?')} on {artifact.device})"
-
-
-def load_served(directory: Path, prefer_compiled: bool = True) -> Served:
-    """Verify and load a bundle (see the module docstring)."""
-    from hydra_ops.serialization import load_hydra, read_hydra_config
-
-    directory = Path(directory)
-    manifest = verify_bundle(directory, skip=MODEL_FILES)  # load_hydra checks those two
-    hydra = load_hydra(
-        directory / "model",
-        expected_config_sha256=manifest["files"]["model/hydra.json"],
-        expected_weights_sha256=manifest["files"]["model/model.safetensors"],
-    )
-    metadata = dict(read_hydra_config(directory / "model").get("metadata", {}))
-    runner, answered_by = (None, "eager (requested)")
-    if prefer_compiled:
-        runner, answered_by = _compiled_runner(directory / "compiled")
-    return Served(directory, hydra, metadata, answered_by, runner)
 
 
 def main() -> None:

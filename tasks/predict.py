@@ -206,8 +206,8 @@ def predict(
     (None: ``cfg.runtime.device``; precision: ``cfg.runtime.precision``, ``auto`` = fp32); a
     compiled artifact runs on the device it was compiled for."""
     from hydra_ops.runtime import Runtime
-    from tasks.bundle import load_served
     from tasks.registry import resolve_prod_dir
+    from tasks.served import load_served
 
     inputs = validate_inputs(inputs)
     runtime = Runtime.from_spec(device or cfg.runtime.device, cfg.runtime.precision)

@@ -394,9 +394,9 @@ def served_stub(monkeypatch):
     """`predict` wired to a stub bundle: two inputs, T = 0.5, msp thresholds in the metadata."""
     from types import SimpleNamespace
 
-    import tasks.bundle
     import tasks.predict
     import tasks.registry
+    import tasks.served
 
     logits = torch.cat(
         [member_logits_of((0.8, 0.2), (0.8, 0.2)), member_logits_of((0.8, 0.2), (0.2, 0.8))]
@@ -409,7 +409,7 @@ def served_stub(monkeypatch):
     )
     prod = {"version": "v0.0.7", "tag": "hydra@v0.0.7"}
     monkeypatch.setattr(tasks.registry, "resolve_prod_dir", lambda root, n, s: (root, prod))
-    monkeypatch.setattr(tasks.bundle, "load_served", lambda d: served)
+    monkeypatch.setattr(tasks.served, "load_served", lambda d: served)
     monkeypatch.setattr(tasks.predict, "_batch", lambda cfg, inputs: {})
     return served
 

@@ -26,6 +26,7 @@ from tasks.registry import (
     resolve_prod_dir,
     versions,
 )
+from tasks.served import load_served
 
 GATES = [
     {"metric": "accuracy", "split": "id_test", "threshold": 0.5},
@@ -153,7 +154,7 @@ def test_an_edited_bundle_is_refused(project):
     with pytest.raises(ValueError, match=r"model/hydra\.json was modified"):
         promote(_cfg(project), project)
     with pytest.raises(ValueError, match="modified"):
-        bundle.load_served(project / "models" / "bundle")
+        load_served(project / "models" / "bundle")
 
 
 def test_force_overrides_a_failed_verdict_only_and_records_the_reason(project):
@@ -278,7 +279,7 @@ def test_a_model_level_metric_against_a_baseline_is_refused_at_validation():
 
 def test_served_bundle_says_which_artifact_answered(project):
     _gate_and_bundle(project)
-    served = bundle.load_served(project / "models" / "bundle")
+    served = load_served(project / "models" / "bundle")
     assert served.answered_by.startswith("eager")
     batch = {"input_ids": torch.randint(0, 50, (3, 7)), "attention_mask": torch.ones(3, 7).long()}
     assert served.member_logits(batch).shape[:2] == (3, 2)
@@ -289,7 +290,7 @@ def test_served_bundle_says_which_artifact_answered(project):
 
 def test_a_compiled_artifact_that_fails_at_run_time_hands_over_to_eager_loudly(project, caplog):
     _gate_and_bundle(project)
-    served = bundle.load_served(project / "models" / "bundle")
+    served = load_served(project / "models" / "bundle")
     batch = {"input_ids": torch.randint(0, 50, (3, 7)), "attention_mask": torch.ones(3, 7).long()}
     eager = served.member_logits(batch)
 
