@@ -294,10 +294,14 @@ def test_params_refuse_bad_runtime(runtime, key, words):
 
 
 # ---- stages ----
-def test_model_stages_run_in_bf16(tmp_path, caplog):
-    """A tiny digits project in bf16 on the CPU, stage by stage up to evaluate: finetune_base and
-    finetune_baselines, baseline_logits, score_heads (taylor), calibrate and evaluate run and log
-    their runtime."""
+@pytest.mark.parametrize(
+    ("precision", "member_finetune"), [("bf16", False), ("fp16", True)], ids=["bf16", "fp16"]
+)
+def test_model_stages_run_in_reduced_precision(tmp_path, caplog, precision, member_finetune):
+    """A tiny digits project in bf16 / fp16 on the CPU, stage by stage up to evaluate:
+    finetune_base and finetune_baselines, baseline_logits, score_heads (taylor), member and
+    control fine-tunes (fp16: with its grad scaler), calibrate and evaluate run and log their
+    runtime."""
     from tasks import (
         baseline_logits,
         calibrate,
@@ -318,10 +322,10 @@ def test_model_stages_run_in_bf16(tmp_path, caplog):
         "data.max_per_split": 48,
         "data.far_ood_size": 32,
         "scoring.method": "taylor",
-        "members.finetune.enabled": False,
+        "members.finetune.enabled": member_finetune,
         "members.num_members": 2,
         "runtime.device": "cpu",
-        "runtime.precision": "bf16",
+        "runtime.precision": precision,
     }
     cfg = resolve_params("quick", sets=sets)
     caplog.set_level(logging.INFO, logger="hydra_ens")
@@ -341,13 +345,15 @@ def test_model_stages_run_in_bf16(tmp_path, caplog):
     assert (tmp_path / HYDRA / "hydra.json").is_file()
     compile_stage.run(cfg, tmp_path)  # quick: the eager backend
     ev = evaluate.run(cfg, tmp_path)
-    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout"}
+    expected = {"hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout"}
+    assert set(ev["models"]) == expected | ({"control"} if member_finetune else set())
     for entry in ev["models"].values():
         assert 0.0 <= entry["calibrated"]["id_test"]["accuracy"] <= 1.0
         assert math.isfinite(entry["calibrated"]["id_test"]["nll"])
         assert entry["latency_ms"] > 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("runtime: ")]
-    # finetune_base, finetune_baselines, baseline_logits, score_heads, calibrate, evaluate
-    assert len(lines) == 6
+    # finetune_base, finetune_baselines, baseline_logits, score_heads, (finetune_members,)
+    # calibrate, evaluate
+    assert len(lines) == 6 + member_finetune
     assert all(line.startswith("runtime: device cpu (") for line in lines)
-    assert all(", precision bf16 (as configured" in line for line in lines)
+    assert all(f", precision {precision} (as configured" in line for line in lines)
