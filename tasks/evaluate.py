@@ -20,7 +20,8 @@ many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`
 thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
 
 Outputs: ``metrics/evaluate.json`` (DVC metrics), ``plots/reliability.json`` and ``plots/roc.json``
-(DVC plots), ``reports/evaluate.md`` (the Markdown table).
+(DVC plots), ``reports/evaluate.md`` (the Markdown table). What is computed from each model's
+member logits (metrics, OOD per score, bootstrap, verdicts, plot rows) is :mod:`tasks.scorecard`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from tasks.baseline_models import EVAL_SPLITS, eval_batches
 from tasks.candidates import build_candidates
 from tasks.common import (
     COMPILED,
-    HYDRA,
     LATENCY_FILE,
     METRICS,
     PLOTS,
@@ -52,130 +52,15 @@ from tasks.common import (
 )
 from tasks.params import PipelineConfig
 from tasks.report import render_report
+from tasks.scorecard import (
+    hydra_verdicts,
+    ood_by_score,
+    paired_intervals,
+    plot_rows,
+    split_metrics,
+)
 
 log = logging.getLogger("hydra_ens")
-
-BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
-BOOTSTRAP_OOD = ("auroc",)
-VARIANTS = ("calibrated", "raw")
-OOD_SPLITS = ("near_ood", "far_ood")
-
-
-def _probs(member_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    from hydra_ops.calibration import apply_temperature, ensemble_log_probs
-
-    return apply_temperature(ensemble_log_probs(member_logits), temperature)
-
-
-def _ood_score(cfg: PipelineConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
-    from hydra_ops.uncertainty import calibrated_ood_score
-
-    # the one definition shared with calibrate's thresholds and `hydra-ens predict`
-    return calibrated_ood_score(member_logits, t, cfg.evaluate.ood_score)
-
-
-VERDICT_SPLITS = (("test", "id_test"), ("near_ood", "near_ood"), ("far_ood", "far_ood"))
-
-
-def hydra_verdicts(
-    root: Path, hydra_out: dict[str, torch.Tensor], t: float
-) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]], dict[str, Any]]:
-    """Verdict counts and fractions per split (ID test, near-OOD, far-OOD) of the Hydra model,
-    with the thresholds stored by calibrate in ``models/hydra``'s metadata (and their score kind,
-    so the verdicts are those ``hydra-ens predict`` gives). Returns (counts, fractions,
-    thresholds as stored)."""
-    from hydra_ops.ood_thresholds import OodThresholds, verdict_counts
-    from hydra_ops.serialization import read_hydra_config
-    from hydra_ops.uncertainty import calibrated_ood_score
-
-    stored = read_hydra_config(root / HYDRA).get("metadata", {}).get("ood_thresholds")
-    if stored is None:
-        raise ValueError(
-            f"{HYDRA}/hydra.json has no metadata.ood_thresholds; re-run the calibrate stage"
-        )
-    thresholds = OodThresholds.from_metadata(stored)
-    counts: dict[str, dict[str, int]] = {}
-    fractions: dict[str, dict[str, float]] = {}
-    for split, key in VERDICT_SPLITS:
-        scores = calibrated_ood_score(hydra_out[split], t, thresholds.score)
-        counts[key] = verdict_counts(scores, thresholds)
-        fractions[key] = {v: c / len(scores) for v, c in counts[key].items()}
-    return counts, fractions, thresholds.to_metadata()
-
-
-def _metrics(cfg: PipelineConfig, out: dict[str, torch.Tensor], labels: dict, t: float) -> dict:
-    from hydra_ops.metrics import classification_metrics, ood_metrics
-
-    result: dict[str, dict[str, float]] = {}
-    for split in ("test", "shift"):
-        key = "id_test" if split == "test" else split
-        result[key] = classification_metrics(_probs(out[split], t), labels[split])
-    id_scores = _ood_score(cfg, out["test"], t)
-    for split in ("near_ood", "far_ood"):
-        result[split] = ood_metrics(id_scores, _ood_score(cfg, out[split], t))
-    return result
-
-
-def _ood_by_score(
-    out: dict[str, torch.Tensor], t: float, members: int
-) -> dict[str, dict[str, dict[str, float] | None]]:
-    """``{split: {score kind: ood_metrics | None}}`` for near/far-OOD at temperature ``t``, every
-    kind of ``OOD_SCORE_KINDS``; ``None`` for an ensemble-only kind when ``members == 1`` (the
-    score is 0 for every input: there is nothing to detect with, and 0.5 would look like data)."""
-    from hydra_ops.metrics import ood_metrics
-    from hydra_ops.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
-    from hydra_ops.uncertainty import calibrated_ood_score
-
-    result: dict[str, dict[str, dict[str, float] | None]] = {s: {} for s in OOD_SPLITS}
-    for kind in OOD_SCORE_KINDS:
-        if members == 1 and kind in ENSEMBLE_ONLY_KINDS:
-            for split in OOD_SPLITS:
-                result[split][kind] = None
-            continue
-        id_scores = calibrated_ood_score(out["test"], t, kind)
-        for split in OOD_SPLITS:
-            result[split][kind] = ood_metrics(id_scores, calibrated_ood_score(out[split], t, kind))
-    return result
-
-
-def _bootstrap(
-    cfg: PipelineConfig,
-    hydra_out: dict[str, torch.Tensor],
-    base_out: dict[str, torch.Tensor],
-    labels: dict,
-    t_a: float,
-    t_b: float,
-) -> dict[str, dict[str, dict[str, float]]]:
-    from hydra_ops import metrics as hm
-    from hydra_ops.bootstrap import paired_bootstrap, paired_bootstrap_ood
-
-    n, seed = cfg.evaluate.bootstrap_samples, cfg.evaluate.bootstrap_seed
-    result: dict[str, dict[str, dict[str, float]]] = {}
-    for split in ("test", "shift"):
-        key = "id_test" if split == "test" else split
-        pa, pb = _probs(hydra_out[split], t_a), _probs(base_out[split], t_b)
-        result[key] = {}
-        for metric in BOOTSTRAP_CLASSIFICATION:
-            fn = getattr(hm, metric)
-            r = paired_bootstrap(fn, pa, pb, labels[split], n_resamples=n, seed=seed)
-            result[key][metric] = _interval(r)
-    a_id, b_id = _ood_score(cfg, hydra_out["test"], t_a), _ood_score(cfg, base_out["test"], t_b)
-    for split in ("near_ood", "far_ood"):
-        a_ood, b_ood = _ood_score(cfg, hydra_out[split], t_a), _ood_score(cfg, base_out[split], t_b)
-        result[split] = {}
-        r = paired_bootstrap_ood(hm.auroc, a_id, a_ood, b_id, b_ood, n_resamples=n, seed=seed)
-        result[split]["auroc"] = _interval(r)
-    return result
-
-
-def _interval(r) -> dict[str, float]:
-    return {
-        "difference": r.point_difference,
-        "low": r.low,
-        "high": r.high,
-        "mean": r.mean_difference,
-        "n_resamples": r.n_resamples,
-    }
 
 
 def compile_fields(compiled: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +80,6 @@ def compile_fields(compiled: dict[str, Any]) -> dict[str, Any]:
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature
-    from hydra_ops.metrics import reliability_bins, roc_points
 
     rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
     log.info(rt.describe())
@@ -237,9 +121,9 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "temperature": temps[cand.name],
             "parameters": cand.parameters,
             "latency_ms": cand.latency_ms(latency_batch, cfg.evaluate.latency_repeats, rt.device),
-            "calibrated": _metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
-            "raw": _metrics(cfg, outputs[cand.name], labels, 1.0),
-            "ood_by_score": _ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
+            "calibrated": split_metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
+            "raw": split_metrics(cfg, outputs[cand.name], labels, 1.0),
+            "ood_by_score": ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
         }
         if cand.name == "hydra":
             entry.update(compile_fields(compiled))
@@ -263,12 +147,12 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         if name == "hydra":
             continue
         bootstrap[name] = {
-            "calibrated": _bootstrap(
+            "calibrated": paired_intervals(
                 cfg, outputs["hydra"], outputs[name], labels, temps["hydra"], temps[name]
             ),
         }
         if cfg.evaluate.bootstrap_raw:
-            bootstrap[name]["raw"] = _bootstrap(
+            bootstrap[name]["raw"] = paired_intervals(
                 cfg, outputs["hydra"], outputs[name], labels, 1.0, 1.0
             )
     log.info(
@@ -296,14 +180,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     write_json(root / METRICS / LATENCY_FILE, {n: e["latency_ms"] for n, e in models.items()})
     report_extra = {"verdict_thresholds": verdict_thresholds}
 
-    reliability, roc = [], []
-    for name in models:
-        probs = _probs(outputs[name]["test"], temps[name])
-        reliability += [{"model": name, **row} for row in reliability_bins(probs, labels["test"])]
-        id_s = _ood_score(cfg, outputs[name]["test"], temps[name])
-        for split in ("near_ood", "far_ood"):
-            points = roc_points(id_s, _ood_score(cfg, outputs[name][split], temps[name]))
-            roc += [{"model": name, "split": split, "fpr": f, "tpr": t} for f, t in points]
+    reliability, roc = plot_rows(cfg, outputs, temps, labels)
     write_json(root / PLOTS / "reliability.json", reliability)
     write_json(root / PLOTS / "roc.json", roc)
     write_text(root / REPORTS / "evaluate.md", render_report({**result, **report_extra}))

@@ -344,7 +344,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
 
     from hydra_ops.merge import merge_members
     from hydra_ops.serialization import read_hydra_config, save_hydra
-    from tasks import calibrate, evaluate, report
+    from tasks import calibrate, report, scorecard
     from tasks.common import HYDRA, MERGED
 
     save_hydra(
@@ -373,7 +373,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     )
     assert stored == {**expected.to_metadata(), "fitted_on": "val", "n": 40}
     # evaluate's verdicts on the validation logits themselves reproduce the quantiles
-    counts, fractions, used = evaluate.hydra_verdicts(
+    counts, fractions, used = scorecard.hydra_verdicts(
         tmp_path, {s: val_logits for s in ("test", "near_ood", "far_ood")}, t
     )
     assert used == stored
