@@ -108,7 +108,7 @@ def test_auto_without_cuda_measures_and_keeps_the_fastest_that_agrees(hydra, tmp
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert hc.tensorrt_unavailable_reason() == "no CUDA device"
     # two quick backends (inductor's compile is slow on 2 cores) and one that cannot build
-    monkeypatch.setattr(hc, "CPU_BACKENDS", ("no_such_backend", "export", "onnxruntime"))
+    monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("no_such_backend", "export", "onnxruntime"))
     monkeypatch.setitem(hc.ARTIFACT_FILES, "no_such_backend", "x.bin")
     artifact = hc.compile_model(
         hydra, "auto", tiny_inputs("bert", 4), tmp_path, max_batch=8, auto_repeats=3
@@ -131,7 +131,7 @@ def test_auto_without_cuda_measures_and_keeps_the_fastest_that_agrees(hydra, tmp
 
 def test_auto_never_keeps_a_backend_that_disagrees_with_eager(hydra, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
+    monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export",))
     build_runner = hc_build.load_runner
 
     def wrong(backend, directory, device):
@@ -145,7 +145,7 @@ def test_auto_never_keeps_a_backend_that_disagrees_with_eager(hydra, tmp_path, m
 
 def test_tensorrt_request_falls_back_with_one_line(hydra, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
+    monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export",))
     with caplog.at_level(logging.WARNING, logger="hydra_ops.compile"):
         artifact = hc.compile_model(hydra, "tensorrt", tiny_inputs("bert", 2), tmp_path)
     lines = [r.getMessage() for r in caplog.records if r.name == "hydra_ops.compile"]
@@ -282,8 +282,8 @@ def test_auto_precision_never_keeps_a_precision_beyond_tolerance(
     hydra, tmp_path, monkeypatch, caplog
 ):
     _no_cuda(monkeypatch)
-    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export",))
-    monkeypatch.setattr(hc, "fast_bf16_unavailable_reason", lambda device: None)
+    monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export",))
+    monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
     # bf16 "measures" faster, so only its check can keep it out
     monkeypatch.setattr(hc_auto, "median_latency_ms", _ordered_ms(2.0, 1.0))
     tight = {"fp32": 1e-4, "bf16": 1e-9}  # no bf16 output is that close to fp32
@@ -330,9 +330,9 @@ def test_auto_precision_without_fast_bf16_keeps_fp32_and_says_why(
     hydra, tmp_path, monkeypatch, caplog
 ):
     _no_cuda(monkeypatch)
-    monkeypatch.setattr(hc, "CPU_BACKENDS", ("export", "onnxruntime"))
+    monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export", "onnxruntime"))
     reason = "CPU has no fast bf16 (test)"
-    monkeypatch.setattr(hc, "fast_bf16_unavailable_reason", lambda device: reason)
+    monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: reason)
     with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
         artifact = hc.compile_model(
             hydra, "auto", tiny_inputs("bert", 2), tmp_path, auto_repeats=1, precision="auto"

@@ -325,7 +325,7 @@ def _run_compile_stage(tmp_path, monkeypatch, caplog, sets: dict, times: list[fl
     hydra = merge_members(make_members("bert", plans, fine_tuned=True, num_hidden_layers=1))
     save_hydra(hydra, tmp_path / "models" / "hydra")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(hc, "fast_bf16_unavailable_reason", lambda device: None)
+    monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
     check_batches = [tiny_inputs("bert", 4, seed=11), tiny_inputs("bert", 5, seed=12)]
     monkeypatch.setattr(compile_stage, "split", lambda root, name: None)
     monkeypatch.setattr(compile_stage, "batches", lambda *a, **k: check_batches)
