@@ -78,7 +78,12 @@ def ensure_project(root: Path) -> list[str]:
 
 
 def stale_stages(root: Path) -> set[str]:
-    """Stages whose lock entry is missing or whose deps/outs/params changed."""
+    """Stages of the project's own ``dvc.yaml`` whose lock entry is missing or whose
+    deps/outs/params changed (a ``foreach`` stage by its name, ``name@key`` -> ``name``).
+
+    ``dvc status`` also reports the stages of any other ``dvc.yaml`` under the root, as
+    ``sub/dir/dvc.yaml:name``; those are not this pipeline's stages, even where the names are
+    the same, and are left out."""
     r = dvc(root, "status", "--json", check=False)
     if r.returncode != 0:
         raise StageError(f"dvc status failed: {r.stderr.strip() or r.stdout.strip()}")
@@ -87,7 +92,12 @@ def stale_stages(root: Path) -> set[str]:
         status = json.loads(text)
     except json.JSONDecodeError:
         raise StageError(f"dvc status printed no JSON: {text[:200]}") from None
-    return {name.split(":")[-1].split("@")[0] for name in status}
+    own = set()
+    for key in status:
+        file, sep, name = key.rpartition(":")
+        if not sep or file == "dvc.yaml":
+            own.add(name.split("@")[0])
+    return own
 
 
 @dataclass

@@ -113,3 +113,17 @@ def test_real_dvc_lock_is_transient_and_a_real_failure_is_not(dvc_project: Path)
     finally:
         lock.close()
     assert dvcops.repro_stage(dvc_project, "ok", log=lambda _: None).ran
+
+
+def test_stale_stages_are_the_root_pipelines_only(dvc_project: Path) -> None:
+    """A second ``dvc.yaml`` below the root (a test stub, a vendored example) whose stages share
+    the pipeline's names is reported by ``dvc status`` as ``dir/dvc.yaml:name``: not ours."""
+    nested = dvc_project / "examples" / "stub"
+    nested.mkdir(parents=True)
+    (nested / "dvc.yaml").write_text(
+        "stages:\n  ok:\n    cmd: echo nested > n.txt\n    outs: [n.txt]\n"
+    )
+    assert dvcops.stale_stages(dvc_project) == {"ok", "bad"}
+    assert dvcops.repro_stage(dvc_project, "ok", log=lambda _: None).ran
+    # the nested `ok` never ran and is stale; the root's `ok` is up to date
+    assert dvcops.stale_stages(dvc_project) == {"bad"}
