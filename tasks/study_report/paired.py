@@ -12,8 +12,6 @@ from tasks.study_report.collect import Collected
 from tasks.study_report.stats import seed_stats
 
 #: The headline metrics of the paired differences (split.metric).
-
-
 HEADLINE = (
     "id_test.accuracy",
     "id_test.nll",
