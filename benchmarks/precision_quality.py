@@ -49,7 +49,7 @@ def compare(
 
     from hydra_ops import metrics as hm
     from hydra_ops.bootstrap import paired_bootstrap, paired_bootstrap_ood
-    from hydra_ops.calibration import apply_temperature, ensemble_log_probs
+    from hydra_ops.calibration import ensemble_probs
     from hydra_ops.compile import compare_logits, default_tolerance
     from hydra_ops.data import split_labels
     from hydra_ops.runtime import Runtime
@@ -72,7 +72,7 @@ def compare(
         """(member logits, calibrated probabilities) per split at ``precision``."""
         run = shipped_logits(copy.deepcopy(hydra), precision, Runtime())
         logits = {s: torch.cat([run(b) for b in bs]) for s, bs in batches.items()}
-        probs = {s: apply_temperature(ensemble_log_probs(lg), t) for s, lg in logits.items()}
+        probs = {s: ensemble_probs(lg, t) for s, lg in logits.items()}
         return logits, probs
 
     def score(member_logits: torch.Tensor) -> torch.Tensor:

@@ -145,10 +145,6 @@ def slice_plans(
 
 def member_plans(spec: ModelSpec, num_members: int, shared_layers: int = 0) -> list[HeadPlan]:
     """:func:`slice_plans` for ``spec``'s shape."""
-    if spec.num_heads % num_members:
-        raise ValueError(
-            f"num_members must divide the {spec.num_heads} heads of {spec.key}, got {num_members}"
-        )
     return slice_plans(spec.num_layers, spec.num_heads, num_members, shared_layers)
 
 

@@ -21,7 +21,13 @@ from torch import Tensor
 
 from hydra_ops.checks import validate_labels
 
-__all__ = ["DEFAULT_BOUNDS", "apply_temperature", "ensemble_log_probs", "fit_temperature"]
+__all__ = [
+    "DEFAULT_BOUNDS",
+    "apply_temperature",
+    "ensemble_log_probs",
+    "ensemble_probs",
+    "fit_temperature",
+]
 
 DEFAULT_BOUNDS: tuple[float, float] = (0.05, 20.0)
 _INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
@@ -159,3 +165,13 @@ def ensemble_log_probs(member_logits: Tensor) -> Tensor:
         raise ValueError("member_logits contains NaN or infinite values")
     log_probs = torch.log_softmax(member_logits, dim=2)
     return torch.logsumexp(log_probs, dim=1) - math.log(member_logits.shape[1])
+
+
+def ensemble_probs(member_logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """The calibrated ensemble prediction: ``softmax(log(mean_m softmax(member_logits)) / T)``.
+
+    Shape:
+        member_logits ``[N, M, C]`` -> ``[N, C]`` probabilities (``T = 1``: the mean of the
+        members' softmax).
+    """
+    return apply_temperature(ensemble_log_probs(member_logits), temperature)

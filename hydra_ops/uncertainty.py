@@ -173,10 +173,10 @@ def calibrated_ood_score(member_logits: Tensor, temperature: float, kind: str = 
         [N] scores.
     """
     # deferred: hydra_ops.metrics and hydra_ops.calibration import this module
-    from hydra_ops.calibration import apply_temperature, ensemble_log_probs
+    from hydra_ops.calibration import ensemble_probs
     from hydra_ops.ood_criteria import ood_scores
 
-    probs = apply_temperature(ensemble_log_probs(member_logits), temperature)
+    probs = ensemble_probs(member_logits, temperature)
     return ood_scores(
         probs,
         member_probs=member_logits.softmax(-1),

@@ -2,8 +2,8 @@
 
 Every function takes ``out``: ``{split: member logits [N, M, C]}`` for the evaluation splits
 (``val``, ``test``, ``shift``, ``near_ood``, ``far_ood``) and a temperature ``t`` (1.0 = raw).
-Probabilities are the mean of the members' tempered softmax
-(:func:`hydra_ops.calibration.ensemble_log_probs`); OOD scores are
+Probabilities are :func:`hydra_ops.calibration.ensemble_probs` (the mean member softmax,
+temperature-scaled); OOD scores are
 :func:`hydra_ops.uncertainty.calibrated_ood_score`, the one definition shared with calibrate's
 thresholds and ``hydra-ens predict`` (higher = more likely OOD; OOD is the positive class).
 Metric keys use ``id_test`` for the ``test`` split.
@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from hydra_ops.calibration import ensemble_probs
 from tasks.common import HYDRA
 from tasks.params import PipelineConfig
 
@@ -27,13 +28,6 @@ CLASSIFICATION_SPLITS = (("test", "id_test"), ("shift", "shift"))
 OOD_SPLITS = ("near_ood", "far_ood")
 #: The splits ``verdicts`` counts: (evaluation split, metric key).
 VERDICT_SPLITS = (("test", "id_test"), ("near_ood", "near_ood"), ("far_ood", "far_ood"))
-
-
-def ensemble_probs(member_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``[N, M, C]`` member logits -> ``[N, C]`` ensemble probabilities at ``temperature``."""
-    from hydra_ops.calibration import apply_temperature, ensemble_log_probs
-
-    return apply_temperature(ensemble_log_probs(member_logits), temperature)
 
 
 def ood_scores(cfg: PipelineConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from hydra_ops.calibration import apply_temperature, ensemble_log_probs, fit_temperature
+from hydra_ops.calibration import (
+    apply_temperature,
+    ensemble_log_probs,
+    ensemble_probs,
+    fit_temperature,
+)
 from hydra_ops.metrics import nll
 
 
@@ -53,6 +58,16 @@ def test_ensemble_log_probs_is_log_mean_softmax() -> None:
     torch.testing.assert_close(
         ensemble_log_probs(big), torch.full((1, 2), math.log(0.5)), atol=1e-5, rtol=0
     )
+
+
+def test_ensemble_probs_is_the_tempered_mean_softmax() -> None:
+    g = torch.Generator().manual_seed(1)
+    member_logits = torch.randn(5, 3, 4, generator=g, dtype=torch.float64) * 3
+    mean = torch.softmax(member_logits, dim=2).mean(dim=1)
+    torch.testing.assert_close(ensemble_probs(member_logits), mean)
+    # T = 2: softmax(log(mean) / 2) = sqrt(mean) renormalised
+    root = mean.sqrt()
+    torch.testing.assert_close(ensemble_probs(member_logits, 2.0), root / root.sum(1, keepdim=True))
 
 
 def test_temperature_on_ensemble_log_probs_recovers_temperature() -> None:
