@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -56,7 +56,7 @@ def _root(project: Path | None) -> Path:
     return root
 
 
-def _fail(msg: str, code: int = 1) -> None:
+def _fail(msg: str, code: int = 1) -> NoReturn:
     # soft_wrap: one error stays one line (greppable in logs), whatever the terminal width
     err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -130,6 +130,17 @@ def check_device_here(cfg: PipelineConfig) -> None:
         raise ConfigError(f"params: runtime.{err}") from None
 
 
+def check_allocator() -> None:
+    """Exit 2 with one line when ``HYDRA_ENS_MALLOC`` (the stage processes' allocator,
+    :mod:`hydra_ops.allocators`) is unknown or not installed, before anything is written."""
+    from hydra_ops.allocators import allocator_env
+
+    try:
+        allocator_env()
+    except ValueError as err:
+        _fail(str(err), 2)
+
+
 @app.command()
 def run(
     project: Project = None,
@@ -148,6 +159,7 @@ def run(
     from tasks.params import ConfigError
 
     root = _root(project)
+    check_allocator()
     try:
         write_resolved_params(root, profile, params, set_)
     except ConfigError as err:
@@ -526,6 +538,7 @@ def study(
     root = _root(project)
     if not (root / "dvc.yaml").is_file():
         _fail(f"{root}: no dvc.yaml here; run hydra-ens from the project folder", 2)
+    check_allocator()
     try:  # every point validated before anything starts
         study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
     except ConfigError as err:

@@ -37,7 +37,13 @@ def bin_path(name: str) -> str:
 
 
 def subprocess_env() -> dict[str, str]:
+    """The environment of dvc and the stage processes: offline, unbuffered, and the memory
+    allocator of ``HYDRA_ENS_MALLOC`` (:func:`hydra_ops.allocators.allocator_env`; ValueError for
+    an unknown one)."""
+    from hydra_ops.allocators import allocator_env
+
     env = dict(os.environ)
+    env.update(allocator_env(environ=env)[0])
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("DVC_NO_ANALYTICS", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")

@@ -28,6 +28,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import dvcops
+from hydra_ops.allocators import allocator_env
 from tasks.common import METRICS, REGISTRY, REPORTS, STAGES, write_json
 from tasks.params import load_params
 
@@ -160,6 +161,7 @@ def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
     cfg = load_params(root / "params.yaml")
     for action in dvcops.ensure_project(root):
         logger.info("project: %s", action)
+    logger.info("%s (the stage processes')", allocator_env()[1])
     stale = dvcops.stale_stages(root)
     order = list(STAGES)
     first = min((order.index(s) for s in stale if s in order), default=None)

@@ -15,6 +15,7 @@ import yaml
 from tiny_models import make_members, tiny_inputs
 from typer.testing import CliRunner
 
+from flows import dvcops
 from flows.cli import app, check_device_here
 from hydra_ops import compile as hc
 from hydra_ops.compile import auto
@@ -164,6 +165,32 @@ def test_run_refuses_a_cuda_device_this_machine_lacks_before_anything(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
     for device in ("auto", "cpu"):
         check_device_here(resolve_params("quick", {"runtime": {"device": device}}))
+
+
+def test_run_refuses_an_unknown_or_missing_allocator_before_anything(tmp_path, monkeypatch):
+    """``HYDRA_ENS_MALLOC`` is checked before params.yaml is rewritten; the stage processes'
+    environment carries the allocator asked for."""
+    from hydra_ops import allocators
+
+    params = tmp_path / "params.yaml"
+    write_params(resolve_params("quick", {}), params)
+    before = params.read_bytes()
+    monkeypatch.setattr(allocators, "find_library", lambda name, dirs=(): None)
+    runner = CliRunner()
+    for value, said in (("bogus", "unknown allocator 'bogus'"), ("jemalloc", "libjemalloc2")):
+        args = ["run", "-C", str(tmp_path), "--profile", "default"]
+        res = runner.invoke(app, args, env={"HYDRA_ENS_MALLOC": value})
+        assert res.exit_code == 2, res.output
+        assert said in " ".join(res.output.split())
+        assert params.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+    monkeypatch.setenv("HYDRA_ENS_MALLOC", "system")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert "LD_PRELOAD" not in dvcops.subprocess_env()
+    if allocators._has_glibc():
+        monkeypatch.setenv("HYDRA_ENS_MALLOC", "auto")
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+        assert dvcops.subprocess_env()["GLIBC_TUNABLES"] == allocators.GLIBC_TUNED
 
 
 @pytest.mark.parametrize("method", ["taylor", "circuit"])
