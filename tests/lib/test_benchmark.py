@@ -298,3 +298,23 @@ def test_precision_quality_refuses_bad_input_before_any_work(args, said):
         timeout=120,
     )
     assert done.returncode == 2 and said in done.stderr
+
+
+def test_allocator_benchmark_writes_ratios_against_system(tmp_path):
+    """One child process (tiny model, one workload): the JSON has the reference row and the
+    columns docs/benchmarks.md reads; an unknown allocator is refused before any child starts."""
+    out = tmp_path / "allocators.json"
+    cmd = [sys.executable, "-m", "benchmarks.allocators", "--model", "tiny_bert"]
+    cmd += ["--workloads", "single", "--rounds", "1", "--reps", "1"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    run = [*cmd, "--allocators", "system", "--out", str(out)]
+    subprocess.run(run, cwd=ROOT, env=env, check=True, timeout=300)
+    record = json.loads(out.read_text())
+    assert record["model"] == "tiny_bert" and record["allocators"] == {"system": {}}
+    row = record["results"]["single"]["system"]
+    assert row["wall_ratio_to_system"] == 1.0 and row["cpu_ratio_to_system"] == 1.0
+    assert row["wall_ms"] > 0 and row["cpu_ms"] > 0 and row["peak_rss_mib"] > 0
+    bad = subprocess.run(
+        [*cmd, "--allocators", "ptmalloc9"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "unknown allocator(s) ['ptmalloc9']" in bad.stderr
