@@ -394,6 +394,7 @@ class PipelineConfig(_Strict):
     """Root of ``params.yaml``."""
 
     profile: str = "default"
+    """A name in :data:`PROFILES` (the profile the file was resolved from)."""
     seed: int = Field(default=0, ge=0)
     """The replicate seed: it shifts every training and scoring seed (base fine-tune, Deep
     Ensemble members, head scoring, member selection, member fine-tunes) by
@@ -414,6 +415,13 @@ class PipelineConfig(_Strict):
     )
     promote: PromoteConfig = PromoteConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value not in PROFILES:
+            raise ValueError(f"unknown profile {value!r}; allowed: {', '.join(PROFILES)}")
+        return value
 
     # ---- derived values every stage agrees on ----
     @property
@@ -560,15 +568,68 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return out
 
 
+#: Lists a dotted key may index into before the raw mapping holds them (their defaults).
+LIST_DEFAULTS: dict[str, Any] = {"gates": default_gates}
+
+#: Fields of a gate derived from the others when not given (``GateCheck._check``).
+_DERIVED_GATE_FIELDS = ("name", "greater_is_better")
+
+
+def _list_index(items: list[Any], key: str, dotted: str, where: str) -> int:
+    """``key`` as an index into ``items``; ConfigError naming ``dotted`` when it is not one."""
+    allowed = f"0..{len(items) - 1}" if items else "none, it is empty"
+    if not key.isdigit():
+        raise ConfigError(
+            f"params: {dotted}: {where} is a list, {key!r} is not an index (allowed: {allowed})"
+        )
+    index = int(key)
+    if index >= len(items):
+        raise ConfigError(
+            f"params: {dotted}: index {index} is past the end of {where} "
+            f"({len(items)} entries, allowed: {allowed})"
+        )
+    return index
+
+
+def _drop_derived_gate_fields(gate: dict[str, Any]) -> None:
+    """Forget the name/direction a gate holds at their derived values, so that editing the gate's
+    metric or baseline derives them anew instead of keeping the old metric's."""
+    try:
+        auto = GateCheck(**{k: v for k, v in gate.items() if k not in _DERIVED_GATE_FIELDS})
+    except (ValidationError, TypeError):
+        return
+    for key in _DERIVED_GATE_FIELDS:
+        if key in gate and gate[key] == getattr(auto, key):
+            del gate[key]
+
+
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    """``set_dotted(d, "a.b", 1)`` sets ``d["a"]["b"] = 1``, creating dicts on the way."""
+    """``set_dotted(d, "a.b", 1)`` sets ``d["a"]["b"] = 1``, creating dicts on the way.
+
+    An integer key indexes an existing list: ``gates.0.metric`` edits the first gate (the
+    default gates when ``raw`` has none); an index past the end is a ConfigError. Editing a
+    gate's field re-derives its ``name`` and ``greater_is_better`` unless they were set by hand.
+    """
     keys = dotted.split(".")
-    node = raw
+    node: Any = raw
+    where: list[str] = []
     for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"params: {dotted}: {key!r} is not a section")
-    node[keys[-1]] = value
+        if isinstance(node, list):
+            node = node[_list_index(node, key, dotted, ".".join(where))]
+        else:
+            if key not in node and not where and key in LIST_DEFAULTS:
+                node[key] = copy.deepcopy(LIST_DEFAULTS[key]())
+            node = node.setdefault(key, {})
+        where.append(key)
+        if not isinstance(node, dict | list):
+            raise ConfigError(f"params: {dotted}: {'.'.join(where)!r} is not a section")
+    last = keys[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, dotted, ".".join(where))] = value
+        return
+    if where and where[0] == "gates" and len(where) == 2 and last not in _DERIVED_GATE_FIELDS:
+        _drop_derived_gate_fields(node)
+    node[last] = value
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
@@ -660,11 +721,21 @@ def _changed(values: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[st
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
+    """The YAML document in ``path``; ConfigError (one line naming the file) when it is missing,
+    not UTF-8 or not valid YAML."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: file not found")
+    data = path.read_bytes()
     try:
-        return yaml.safe_load(path.read_text())
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
+            "save it as UTF-8"
+        ) from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
 
