@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from hydra_ops.atomic import atomic_write_bytes
-from hydra_ops.data.spec import DataSpec, OODSource
+from hydra_ops.data.spec import DataSpec, OODSource, near_ood_problem
 from hydra_ops.shapes import VIT_DEFAULTS
 
 IMAGE_SOURCES = ("mnist5k", "digits")
@@ -507,6 +507,10 @@ class PipelineConfig(_Strict):
             problems.append(("model.family", "'timm_vit' needs an image data.source"))
         if self.data.path and not Path(self.data.path).exists():
             problems.append(("data.path", f"{self.data.path!r} does not exist"))
+        else:  # evaluate, the gates and the baselines all score a near-OOD split
+            near = near_ood_problem(self.data)
+            if near is not None:
+                problems.append(near)
         for key in ("near_ood", "far_ood", "ood_val"):
             value = getattr(self.data, key)
             if isinstance(value, OODSource) and not Path(value.path).exists():

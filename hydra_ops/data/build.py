@@ -9,6 +9,7 @@ import numpy as np
 
 from hydra_ops.data import sources, transforms
 from hydra_ops.data.spec import (
+    DEFAULT_ID_CLASSES,
     IMAGE_OOD_VAL,
     TEXT_OOD_VAL,
     DataSpec,
@@ -19,12 +20,6 @@ from hydra_ops.data.splits import random_cap, stratified_cap, stratified_split
 ID_SPLITS = ("train", "val", "test", "shift")
 OOD_SPLITS = ("near_ood", "far_ood", "ood_val")
 SPLIT_NAMES = ID_SPLITS + OOD_SPLITS
-
-DEFAULT_ID_CLASSES = {
-    "bbc-news": ["business", "entertainment", "politics", "sports"],
-    "mnist5k": [str(i) for i in range(8)],
-    "digits": [str(i) for i in range(8)],
-}
 
 #: Fewest examples an ID class needs: one per train/val/test split (see ``stratified_split``).
 MIN_PER_CLASS = 3

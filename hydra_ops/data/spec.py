@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 BUILTIN_SOURCES = ("bbc-news", "mnist5k", "digits")
@@ -21,9 +22,24 @@ TEXT_OOD_VAL = ("word_shuffle",)
 IMAGE_OOD_VAL = ("patch_shuffle", "pixel_shuffle")
 FAR_OOD_BUILTINS = ("kaomoji", "sample_images", "noise")
 SHIFT_KINDS = ("noise", "rotation", "noise+rotation")
+_DIGITS = tuple(str(i) for i in range(10))
+#: The class names of the built-in sources.
+BUILTIN_CLASSES = {
+    "bbc-news": ("business", "entertainment", "politics", "sports", "tech"),
+    "mnist5k": _DIGITS,
+    "digits": _DIGITS,
+}
+#: The built-in sources' in-distribution classes when ``id_classes`` is not given (the others
+#: are their near-OOD set); a user source's default is every class, which leaves no near-OOD set.
+DEFAULT_ID_CLASSES = {
+    "bbc-news": ["business", "entertainment", "politics", "sports"],
+    "mnist5k": [str(i) for i in range(8)],
+    "digits": [str(i) for i in range(8)],
+}
 
 # a schema validator reading these dataclasses (pydantic in the pipeline) refuses unknown keys
-_FORBID_EXTRA = {"extra": "forbid"}
+# and reads numeric class names as strings (``near_ood_classes: [8]``, as ``__post_init__`` does)
+_FORBID_EXTRA = {"extra": "forbid", "coerce_numbers_to_str": True}
 _CLASS_LISTS = ("classes", "id_classes", "near_ood_classes")
 
 
@@ -162,6 +178,60 @@ class DataSpec:
 
     def replace(self, **changes: Any) -> DataSpec:
         return dataclasses.replace(self, **changes)
+
+
+def known_classes(spec: DataSpec) -> list[str] | None:
+    """The source's class names when they are known without reading its examples, else ``None``.
+
+    Built-in sources: fixed; user sources: ``classes`` when given, else a folder's class
+    sub-folders (hidden ones skipped); a CSV/JSONL's labels need the file read (``None``).
+    """
+    if spec.name in BUILTIN_CLASSES:
+        return list(BUILTIN_CLASSES[spec.name])
+    if spec.classes is not None:
+        return list(spec.classes)
+    if spec.name == "folder" and spec.path and Path(spec.path).is_dir():
+        return sorted(
+            p.name for p in Path(spec.path).iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+    return None
+
+
+def near_ood_problem(spec: DataSpec) -> tuple[str, str] | None:
+    """``(key, message)`` when ``spec`` is known to build no ``near_ood`` split, else ``None``.
+
+    A near-OOD split comes from ``near_ood`` (a user set) or from held-out classes: those in
+    ``near_ood_classes``, or by default every class outside the ID classes (a built-in source
+    holds some out; a user source's default ID classes are all of its classes, so it holds none
+    out). A CSV/JSONL with ``id_classes`` but without ``classes`` passes: its labels are unknown
+    until the file is read. The library builds splits without near-OOD; the pipeline needs one.
+    """
+    if spec.near_ood is not None:
+        return None
+    fix = (
+        "hold out classes (data.near_ood_classes: [...]) or give data.near_ood "
+        "({kind: folder|csv|jsonl, path})"
+    )
+    if spec.near_ood_classes is not None:
+        if spec.near_ood_classes:
+            return None
+        return "data.near_ood_classes", f"is empty and data.near_ood is not set: {fix}"
+    if spec.id_classes is None:
+        if spec.name in DEFAULT_ID_CLASSES:
+            return None
+        return (
+            "data.near_ood_classes",
+            f"source {spec.name!r} needs a near-OOD set (every class is in-distribution by "
+            f"default): {fix}",
+        )
+    classes = known_classes(spec)
+    if classes is None or set(classes) - set(spec.id_classes):
+        return None
+    return (
+        "data.id_classes",
+        f"{spec.id_classes} cover every class of source {spec.name!r}, which leaves no "
+        f"near-OOD set: {fix}",
+    )
 
 
 def _plain(value: Any) -> Any:

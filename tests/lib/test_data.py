@@ -507,8 +507,10 @@ def test_prepare_data_stage_prints_one_error_line(tmp_path, monkeypatch, capsys)
     from tasks import prepare_data
     from tasks.params import resolve_params, write_params
 
-    path = _csv(tmp_path / "one.csv", [(t, "spam") for t in _texts(12, "spam")])
-    cfg = resolve_params("quick", sets={"data.name": "csv", "data.path": str(path)})
+    rows = [(t, "spam") for t in _texts(12, "spam")] + [(t, "ham") for t in _texts(3, "ham")]
+    path = _csv(tmp_path / "one.csv", rows)  # one ID class once 'ham' is held out as near-OOD
+    sets = {"data.name": "csv", "data.path": str(path), "data.near_ood_classes": ["ham"]}
+    cfg = resolve_params("quick", sets=sets)
     write_params(cfg, tmp_path / "params.yaml")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HYDRA_ENS_THREADS", "1")

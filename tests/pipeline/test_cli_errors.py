@@ -43,9 +43,11 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_bad_data_ends_the_run_with_one_error_line_and_a_full_log(prefect_server, tmp_path):
     data = tmp_path / "one_class.csv"
-    data.write_text("text,label\n" + "".join(f"message number {i},spam\n" for i in range(12)))
+    rows = [f"message number {i},{'ham' if i >= 12 else 'spam'}\n" for i in range(15)]
+    data.write_text("text,label\n" + "".join(rows))  # one ID class once 'ham' is near-OOD
     root = make_project(tmp_path / "proj")
-    r = cli("run", "-C", str(root), "--set", "data.name=csv", "--set", f"data.path={data}")
+    sets = ["--set", "data.name=csv", "--set", f"data.path={data}"]
+    r = cli("run", "-C", str(root), *sets, "--set", "data.near_ood_classes=[ham]")
     output = r.stdout + r.stderr
     assert r.returncode == 1, output[-4000:]
     assert "Traceback" not in output

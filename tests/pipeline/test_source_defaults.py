@@ -89,8 +89,9 @@ def test_set_alone_swaps_source_defaults_and_keeps_hand_edits():
 
 def test_set_on_a_csv_project_keeps_its_data_section(tmp_path):
     csv = tmp_path / "d.csv"
-    csv.write_text("text,label\n" + "".join(f"t{i},{'ab'[i % 2]}\n" for i in range(40)))
-    raw = to_raw(resolve_params("quick", sets={"data.name": "csv", "data.path": str(csv)}))
+    csv.write_text("text,label\n" + "".join(f"t{i},{'abc'[i % 3]}\n" for i in range(40)))
+    sets = {"data.name": "csv", "data.path": str(csv), "data.near_ood_classes": ["c"]}
+    raw = to_raw(resolve_params("quick", sets=sets))
     edited = apply_sets(raw, {"finetune.epochs": 2})
     assert edited.finetune.epochs == 2 and edited.data.path == str(csv)
     assert leaves(to_raw(edited)) == leaves(raw) | {"finetune.epochs": 2}
