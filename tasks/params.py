@@ -12,6 +12,7 @@ Every validation problem becomes one line ``params.yaml: <dotted.key>: <what is 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -69,6 +70,40 @@ REPLICATE_STRIDE = 1000
 
 #: Heads per layer / layers of the built-in text model (MiniLM-L6).
 MINILM_LAYERS, MINILM_HEADS = 6, 12
+
+#: The ``model_type`` a ``model.path`` folder's ``config.json`` must have.
+TEXT_MODEL_TYPES = ("bert",)
+
+
+def _text_model_shape(path: str | None) -> tuple[int, int]:
+    """``(layers, heads per layer)`` of the text model: MiniLM-L6's without ``path``, else read
+    from ``path``'s ``config.json``; ValueError (one line, no key) when that file is missing,
+    unreadable, not a BERT's or without a positive layer/head count."""
+    if path is None:
+        return MINILM_LAYERS, MINILM_HEADS
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        raise ValueError(f"{path!r} has no config.json (a Hugging Face BERT folder needs one)")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{str(file)!r} is not readable JSON ({reason})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{str(file)!r} must hold a JSON object")
+    model_type = config.get("model_type")
+    if model_type not in TEXT_MODEL_TYPES:
+        raise ValueError(
+            f"{str(file)!r} has model_type {model_type!r}, supported: "
+            f"{', '.join(map(repr, TEXT_MODEL_TYPES))} (a BERT encoder such as MiniLM)"
+        )
+    shape = []
+    for key in ("num_hidden_layers", "num_attention_heads"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{str(file)!r}: {key} must be a positive integer, got {value!r}")
+        shape.append(value)
+    return shape[0], shape[1]
 
 
 def data_modality(data: DataSpec) -> str:
@@ -452,12 +487,24 @@ class PipelineConfig(_Strict):
         return "timm_vit" if self.modality == "image" else "bert"
 
     @property
+    def model_shape(self) -> tuple[int, int]:
+        """``(layers, heads per layer)`` of the base model: ``model.vit``'s for the timm ViT,
+        MiniLM-L6's (6, 12) for the default text model, else ``model.path``'s ``config.json``'s
+        (ConfigError naming ``model.path`` when it cannot be read)."""
+        if self.family == "timm_vit":
+            return self.model.vit.depth, self.model.vit.num_heads
+        try:
+            return _text_model_shape(self.model.path)
+        except ValueError as err:
+            raise ConfigError(f"model.path: {err}") from None
+
+    @property
     def model_heads(self) -> int:
-        return self.model.vit.num_heads if self.family == "timm_vit" else MINILM_HEADS
+        return self.model_shape[1]
 
     @property
     def model_layers(self) -> int:
-        return self.model.vit.depth if self.family == "timm_vit" else MINILM_LAYERS
+        return self.model_shape[0]
 
     @property
     def shared_layers(self) -> int:
@@ -515,8 +562,16 @@ class PipelineConfig(_Strict):
             value = getattr(self.data, key)
             if isinstance(value, OODSource) and not Path(value.path).exists():
                 problems.append((f"data.{key}.path", f"{value.path!r} does not exist"))
+        shape_known = True
         if self.model.path and not Path(self.model.path).exists():
             problems.append(("model.path", f"{self.model.path!r} does not exist"))
+            shape_known = self.family == "timm_vit"
+        elif self.family != "timm_vit":
+            try:
+                _text_model_shape(self.model.path)
+            except ValueError as err:
+                problems.append(("model.path", str(err)))
+                shape_known = False
         vit = self.model.vit
         if self.family == "timm_vit":
             if vit.image_size % vit.patch_size:
@@ -529,14 +584,14 @@ class PipelineConfig(_Strict):
                 )
         elif self.finetune.random_shift:
             problems.append(("finetune.random_shift", "must be 0 for text data (it shifts images)"))
-        if self.heads_per_member > self.model_heads:
+        if shape_known and self.heads_per_member > self.model_heads:
             problems.append(
                 (
                     "members.heads_per_layer",
                     f"{self.heads_per_member} > the model's {self.model_heads} heads per layer",
                 )
             )
-        if self.shared_layers >= self.model_layers:
+        if shape_known and self.shared_layers >= self.model_layers:
             problems.append(
                 ("merge.shared_layers", f"must be < the model's {self.model_layers} layers")
             )

@@ -1,8 +1,10 @@
 """tasks.params refusals of data and model sections found by an audit: each is one line naming
-its key, before any stage runs (no near-OOD set)."""
+its key, before any stage runs (no near-OOD set; a model.path that is not a BERT, or whose shape
+differs from MiniLM's)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,14 @@ def write_csv(path: Path, labels: str = "abc") -> Path:
     path.write_text(
         "text,label\n" + "".join(f"text {i},{labels[i % len(labels)]}\n" for i in range(30))
     )
+    return path
+
+
+def bert_folder(path: Path, **config: object) -> Path:
+    """A folder holding only a BERT ``config.json`` (all the params checks read)."""
+    path.mkdir(parents=True, exist_ok=True)
+    base = {"model_type": "bert", "num_hidden_layers": 2, "num_attention_heads": 4}
+    (path / "config.json").write_text(json.dumps(base | config))
     return path
 
 
@@ -90,3 +100,53 @@ def test_a_missing_data_path_is_the_only_data_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         validate_params({"data": {"name": "csv", "path": str(tmp_path / "nope.csv")}})
     assert one_line(info).startswith("params.yaml: data.path: ")
+
+
+# ---- B2/B3: model.path is read for its type and shape ----
+
+
+def test_model_shape_follows_model_path(tmp_path):
+    folder = bert_folder(tmp_path / "bert", num_hidden_layers=2, num_attention_heads=4)
+    cfg = validate_params({"model": {"path": str(folder)}})
+    assert (cfg.model_layers, cfg.model_heads) == (2, 4)
+    assert cfg.shared_layers == 1 and cfg.heads_per_member == 1  # L // 2, heads // M
+    with pytest.raises(ConfigError) as info:
+        validate_params({"model": {"path": str(folder)}, "members": {"heads_per_layer": 5}})
+    assert one_line(info) == (
+        "params.yaml: members.heads_per_layer: 5 > the model's 4 heads per layer"
+    )
+    with pytest.raises(ConfigError) as info:
+        validate_params({"model": {"path": str(folder)}, "merge": {"shared_layers": 2}})
+    assert one_line(info) == "params.yaml: merge.shared_layers: must be < the model's 2 layers"
+    # the packaged MiniLM and the image family keep their shapes
+    assert (validate_params({}).model_layers, validate_params({}).model_heads) == (6, 12)
+    image = validate_params({"data": {"name": "digits"}, "model": {"path": str(folder)}})
+    assert (image.model_layers, image.model_heads) == (image.model.vit.depth, 6)
+
+
+def test_a_real_tiny_bert_folder_gives_its_shape(tmp_path):
+    from transformers import BertConfig
+
+    BertConfig(
+        vocab_size=10, hidden_size=16, num_hidden_layers=2, num_attention_heads=4
+    ).save_pretrained(tmp_path)
+    cfg = resolve_params("quick", sets={"model.path": str(tmp_path)})
+    assert (cfg.model_layers, cfg.model_heads, cfg.shared_layers) == (2, 4, 1)
+
+
+@pytest.mark.parametrize(
+    ("write", "words"),
+    [
+        (None, "has no config.json"),
+        ("{not json", "is not readable JSON"),
+        ('{"model_type": "gpt2", "n_layer": 2}', "has model_type 'gpt2', supported: 'bert'"),
+        ('{"model_type": "bert", "num_hidden_layers": 0}', "num_hidden_layers must be a positive"),
+    ],
+)
+def test_a_bad_model_folder_is_one_line_naming_model_path(tmp_path, write, words):
+    if write is not None:
+        (tmp_path / "config.json").write_text(write)
+    with pytest.raises(ConfigError) as info:
+        validate_params({"model": {"path": str(tmp_path)}})
+    msg = one_line(info)
+    assert msg.startswith("params.yaml: model.path: ") and words in msg, msg
