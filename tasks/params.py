@@ -12,7 +12,6 @@ Every validation problem becomes one line ``params.yaml: <dotted.key>: <what is 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -32,7 +31,7 @@ from pydantic import (
 
 from hydra_ops.atomic import atomic_write_bytes
 from hydra_ops.data.spec import DataSpec, OODSource, near_ood_problem
-from hydra_ops.shapes import VIT_DEFAULTS
+from hydra_ops.shapes import VIT_DEFAULTS, text_model_shape
 
 IMAGE_SOURCES = ("mnist5k", "digits")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -71,39 +70,11 @@ REPLICATE_STRIDE = 1000
 #: Heads per layer / layers of the built-in text model (MiniLM-L6).
 MINILM_LAYERS, MINILM_HEADS = 6, 12
 
-#: The ``model_type`` a ``model.path`` folder's ``config.json`` must have.
-TEXT_MODEL_TYPES = ("bert",)
-
 
 def _text_model_shape(path: str | None) -> tuple[int, int]:
-    """``(layers, heads per layer)`` of the text model: MiniLM-L6's without ``path``, else read
-    from ``path``'s ``config.json``; ValueError (one line, no key) when that file is missing,
-    unreadable, not a BERT's or without a positive layer/head count."""
-    if path is None:
-        return MINILM_LAYERS, MINILM_HEADS
-    file = Path(path) / "config.json"
-    if not file.is_file():
-        raise ValueError(f"{path!r} has no config.json (a Hugging Face BERT folder needs one)")
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{str(file)!r} is not readable JSON ({reason})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{str(file)!r} must hold a JSON object")
-    model_type = config.get("model_type")
-    if model_type not in TEXT_MODEL_TYPES:
-        raise ValueError(
-            f"{str(file)!r} has model_type {model_type!r}, supported: "
-            f"{', '.join(map(repr, TEXT_MODEL_TYPES))} (a BERT encoder such as MiniLM)"
-        )
-    shape = []
-    for key in ("num_hidden_layers", "num_attention_heads"):
-        value = config.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{str(file)!r}: {key} must be a positive integer, got {value!r}")
-        shape.append(value)
-    return shape[0], shape[1]
+    """``(layers, heads per layer)`` of the text model: MiniLM-L6's without ``path``, else
+    :func:`hydra_ops.shapes.text_model_shape` of its folder (ValueError, one line, no key)."""
+    return (MINILM_LAYERS, MINILM_HEADS) if path is None else text_model_shape(path)
 
 
 def data_modality(data: DataSpec) -> str:

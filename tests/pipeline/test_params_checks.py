@@ -137,7 +137,7 @@ def test_a_real_tiny_bert_folder_gives_its_shape(tmp_path):
 @pytest.mark.parametrize(
     ("write", "words"),
     [
-        (None, "has no config.json"),
+        (None, "is not a local model folder (no config.json)"),
         ("{not json", "is not readable JSON"),
         ('{"model_type": "gpt2", "n_layer": 2}', "has model_type 'gpt2', supported: 'bert'"),
         ('{"model_type": "bert", "num_hidden_layers": 0}', "num_hidden_layers must be a positive"),
