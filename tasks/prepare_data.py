@@ -21,7 +21,8 @@ log = logging.getLogger("hydra_ens")
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    manifest = materialise_splits(cfg.data, root / DATA)
+    # every later stage scores near-OOD: refuse data without it here, not after the fine-tunes
+    manifest = materialise_splits(cfg.data, root / DATA, require=("near_ood",))
     counts = {name: info.count for name, info in manifest.splits.items()}
     log.info(
         "prepare_data: %s (%s), classes %s, counts %s",

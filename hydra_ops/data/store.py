@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,17 +111,27 @@ def _write_split(split: SplitData, directory: Path, modality: str) -> str:
 
 
 def materialise_splits(
-    source_config: DataSpec | Mapping[str, Any], out_dir: str | os.PathLike[str]
+    source_config: DataSpec | Mapping[str, Any],
+    out_dir: str | os.PathLike[str],
+    require: Sequence[str] = (),
 ) -> Manifest:
     """Build every split of ``source_config`` and write them with ``manifest.json`` to ``out_dir``.
 
     Written atomically: everything goes to a temporary folder next to ``out_dir`` which then
-    replaces it. Returns the :class:`Manifest` (also on disk).
+    replaces it. Returns the :class:`Manifest` (also on disk). ValueError, before anything is
+    written, when a split named in ``require`` is not built (e.g. ``near_ood`` when the ID
+    classes cover every class of the data and no near-OOD set is given).
     """
     cfg = (
         source_config if isinstance(source_config, DataSpec) else DataSpec.from_dict(source_config)
     )
     built = build_splits(cfg)
+    if missing := [name for name in require if name not in built.splits]:
+        raise ValueError(
+            f"data source {cfg.name!r} builds no {', '.join(missing)} split: its classes "
+            f"{built.classes} are all in-distribution; hold out classes "
+            "(data.near_ood_classes: [...]) or give data.near_ood"
+        )
     out = Path(out_dir)
     with atomic_write_dir(out) as tmp:
         infos: dict[str, SplitInfo] = {}
