@@ -127,6 +127,13 @@ _DVC_STAGE_KILLED = re.compile(r"^ERROR: .*failed to run: .*, exited with (?:-\d
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: Exit statuses of a killed process: 128 + SIGKILL (the OOM killer) / SIGTERM.
 _KILLED_STATUSES = (137, 143)
+#: A tqdm progress line: its ``[elapsed<remaining, rate`` field, e.g. ``[00:01<00:02, 2.25it/s``,
+#: ``[01:02:03, 1.21s/it``, ``[00:00<?, ?it/s``, ``[00:00<00:00, 155kB/s`` (tqdm's ``r_bar``). A
+#: line merely containing "it/s" (a path like ``/tmp/audit/s2/``) is not progress.
+_TQDM_RATE = re.compile(
+    r"\[(?:\d+:)?\d{2}:\d{2}(?:<(?:(?:\d+:)?\d{2}:\d{2}|\?))?, *"
+    r"(?:\?|\d[\d.]*\s?[kMGTPEZY]?)(?:\w+/s|s/\w+)"
+)
 #: DVC's after-stage advice (git add / autostage / dvc push): the flow pushes itself at the end,
 #: and committing dvc.lock is the user's call (docs/pipeline.md), so these lines are not relayed.
 _DVC_HINTS = (
@@ -148,6 +155,16 @@ def dvc_error_line(lines: Sequence[str]) -> str | None:
         if clean.startswith("ERROR: "):
             return clean
     return None
+
+
+def is_progress_line(line: str) -> bool:
+    """Whether ``line`` (one ``\\r``-separated segment) is a tqdm progress bar, not relayed.
+
+    Only tqdm's rate field counts (:data:`_TQDM_RATE`), never a line starting with ``error``."""
+    clean = _ANSI.sub("", line).strip()
+    if clean.lower().startswith("error"):
+        return False
+    return _TQDM_RATE.search(clean) is not None
 
 
 def is_transient_failure(returncode: int, lines: Sequence[str]) -> bool:
@@ -182,7 +199,7 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
     assert proc.stdout is not None
     for raw in proc.stdout:
         line = raw.rstrip().split("\r")[-1]
-        if not line.strip() or "it/s" in line or "s/it" in line:
+        if not line.strip() or is_progress_line(line):
             continue
         lines.append(line)
         if not line.strip().startswith(_DVC_HINTS):

@@ -86,7 +86,7 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
     )
     for line in (proc.stdout + proc.stderr).splitlines():
         line = line.split("\r")[-1]
-        if line.strip() and "it/s" not in line and "s/it" not in line:
+        if line.strip() and not dvcops.is_progress_line(line):
             logger.info("[member %d] %s", member, line)
     if proc.returncode != 0:
         err = dvcops.TransientStageError if proc.returncode < 0 else dvcops.StageError

@@ -1,7 +1,9 @@
-"""flows.dvcops: which failed ``dvc repro`` runs are retried (DVC lock errors and kills only)."""
+"""flows.dvcops: which failed ``dvc repro`` runs are retried (DVC lock errors and kills only),
+which output lines are progress bars."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +129,53 @@ def test_stale_stages_are_the_root_pipelines_only(dvc_project: Path) -> None:
     assert dvcops.repro_stage(dvc_project, "ok", log=lambda _: None).ran
     # the nested `ok` never ran and is stale; the root's `ok` is up to date
     assert dvcops.stale_stages(dvc_project) == {"bad"}
+
+
+#: What tqdm prints on a pipe (one ``\r`` segment each): known total, unknown total, slow rate
+#: with a postfix, scaled units.
+TQDM_LINES = (
+    " 45%|####5     | 45/100 [00:01<00:02, 22.50it/s]",
+    "1it [00:00, 199728.76it/s]",
+    " 33%|###3      | 1/3 [00:01<00:02,  1.21s/it, loss=0.3]",
+    "  0%|          | 0/3 [00:00<?, ?it/s]",
+    "  0%|          | 1.00/2.00k [00:00<00:00, 155kB/s]",
+    "train epoch 1: 100%|##########| 10/10 [1:02:03<00:00, 2.25batch/s]",
+)
+
+
+@pytest.mark.parametrize("line", TQDM_LINES)
+def test_progress_lines_are_tqdm_bars(line) -> None:
+    assert dvcops.is_progress_line(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a project under /tmp/audit/s2/ contains "it/s": the stage's own lines must stay
+        "error: stage prepare_data: data source 'csv': /tmp/audit/s2/data.csv has 1 class",
+        "2026-01-01 12:00:00 hydra_ens: reading /tmp/audit/s2/proj/data/prepared",
+        "ERROR: failed to reproduce 'prepare_data': failed to run: python -m tasks.prepare_data, "
+        "exited with 1",
+        "error: 12/100 [00:01<00:02, 2.5it/s] looks like a bar but is an error line",
+        "throughput 1200 it/s (s/it 0.001)",
+    ],
+)
+def test_other_lines_are_not_progress(line) -> None:
+    assert not dvcops.is_progress_line(line)
+
+
+def test_repro_stage_relays_error_lines_that_contain_it_s(tmp_path, monkeypatch) -> None:
+    """The stage's own ``error:`` line ends up in the StageError (the CLI's one line) even when
+    its path contains "it/s"; a tqdm bar does not."""
+    out = (
+        "Running stage 'prepare_data':\n"
+        " 45%|####5     | 45/100 [00:01<00:02, 22.50it/s]\n"
+        "error: stage prepare_data: /tmp/audit/s2/data.csv: only 1 class\n"
+        "ERROR: failed to reproduce 'prepare_data': failed to run: python x.py, exited with 1"
+    )
+    _fake_dvc(tmp_path, monkeypatch, out, 255)
+    seen: list[str] = []
+    with pytest.raises(dvcops.StageError, match=re.escape("/tmp/audit/s2/data.csv: only 1 class")):
+        dvcops.repro_stage(tmp_path, "prepare_data", log=seen.append)
+    assert not any("22.50it/s" in line for line in seen)
+    assert "[prepare_data] error: stage prepare_data: /tmp/audit/s2/data.csv: only 1 class" in seen
