@@ -63,14 +63,21 @@ def _fail(msg: str, code: int = 1) -> NoReturn:
 
 
 def _parse_sets(sets: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as ``{dotted key: YAML value}``; bad input is one line, exit 2."""
     import yaml
+    from rich.markup import escape
 
     out = {}
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            _fail(f"--set {item!r}: expected KEY=VALUE (e.g. members.num_members=3)", 2)
-        out[key.strip()] = yaml.safe_load(value)
+            _fail(escape(f"--set {item!r}: expected KEY=VALUE (e.g. members.num_members=3)"), 2)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            context, problem = getattr(err, "context", None), getattr(err, "problem", None)
+            why = ": ".join(filter(None, (context, problem))) or str(err).splitlines()[0]
+            _fail(escape(f"--set {item!r}: value is not valid YAML ({why})"), 2)
     return out
 
 

@@ -167,6 +167,32 @@ def test_run_refuses_a_cuda_device_this_machine_lacks_before_anything(tmp_path):
         check_device_here(resolve_params("quick", {"runtime": {"device": device}}))
 
 
+def _said(res) -> str:
+    """The CLI's output, each run of whitespace one space (a wrapped line reads whole)."""
+    return " ".join(res.output.split())
+
+
+def test_run_refuses_a_set_value_that_is_not_yaml_in_one_line(tmp_path):
+    """``--set 'data.classes=[a'``: one line naming the item and YAML's complaint, exit 2, no
+    traceback, params.yaml untouched (the bracket is shown, not taken for console markup)."""
+    params = tmp_path / "params.yaml"
+    write_params(resolve_params("quick", {}), params)
+    before = params.read_bytes()
+    runner = CliRunner()
+    for args in (["--set", "data.classes=[a"], ["--profile", "quick", "--set", "seed={x"]):
+        res = runner.invoke(app, ["run", "-C", str(tmp_path), *args])
+        assert res.exit_code == 2, res.output
+        assert len(res.output.strip().splitlines()) == 1, res.output
+        assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
+        assert params.read_bytes() == before
+    assert _said(res).startswith("error: --set 'seed={x': value is not valid YAML (while parsing")
+    res = runner.invoke(app, ["run", "-C", str(tmp_path), "--set", "data.classes=[a"])
+    assert _said(res) == (
+        "error: --set 'data.classes=[a': value is not valid YAML (while parsing a flow sequence: "
+        "expected ',' or ']', but got '<stream end>')"
+    )
+
+
 def test_run_refuses_an_unknown_or_missing_allocator_before_anything(tmp_path, monkeypatch):
     """``HYDRA_ENS_MALLOC`` is checked before params.yaml is rewritten; the stage processes'
     environment carries the allocator asked for."""
