@@ -81,16 +81,17 @@ def _parse_sets(sets: list[str]) -> dict[str, Any]:
     return out
 
 
-def write_resolved_params(
+def resolve_run_params(
     root: Path, profile: str | None, params: Path | None, sets: list[str]
-) -> None:
-    """Validate and (when any option is given) rewrite ``params.yaml``; ConfigError on bad input.
+) -> PipelineConfig | None:
+    """The ``params.yaml`` that ``run`` is to write, validated; None when no option is given (the
+    current file is validated as it is). ConfigError on bad input; nothing is written here.
 
     ``--profile``/``--params``: defaults, then the profile (given, else the file's ``profile``
     key, else ``default``), then the file. ``--set`` alone edits the current ``params.yaml``,
     keeping its hand edits (:func:`tasks.params.apply_sets`: a new ``data.name`` brings its
-    source defaults). Nothing is written when the result is invalid, or names a CUDA device this
-    machine lacks (:func:`check_device_here`: the stages of ``run`` run here).
+    source defaults). The result must not name a CUDA device this machine lacks
+    (:func:`check_device_here`: the stages of ``run`` run here).
     """
     from tasks.params import (
         ConfigError,
@@ -99,14 +100,13 @@ def write_resolved_params(
         load_params,
         read_yaml,
         resolve_params,
-        write_params,
     )
 
     current = root / "params.yaml"
     if profile is None and params is None:
         if not sets:
             check_device_here(load_params(current))  # validate what is there
-            return
+            return None
         cfg = apply_sets(read_yaml(current), _parse_sets(sets))
     else:
         overrides = read_yaml(params) if params is not None else None
@@ -117,7 +117,7 @@ def write_resolved_params(
         overrides = deep_merge(overrides or {}, {"profile": profile})
         cfg = resolve_params(profile, overrides, _parse_sets(sets))
     check_device_here(cfg)
-    write_params(cfg, current)
+    return cfg
 
 
 def check_device_here(cfg: PipelineConfig) -> None:
@@ -163,16 +163,18 @@ def run(
     push: Annotated[bool, typer.Option(help="dvc push to the local remote after the run")] = True,
 ) -> None:
     """Run the whole pipeline (Prefect flow over the DVC stages); ends with the gate report."""
-    from tasks.params import ConfigError
+    from flows import dvcops
+    from tasks.params import ConfigError, write_params
 
     root = _root(project)
     check_allocator()
-    try:
-        write_resolved_params(root, profile, params, set_)
-    except ConfigError as err:
+    try:  # everything checked before anything is written
+        cfg = resolve_run_params(root, profile, params, set_)
+        dvcops.check_project_file(root)
+    except (ConfigError, dvcops.StageError) as err:
         _fail(str(err), 2)
-    from flows import dvcops
-
+    if cfg is not None:
+        write_params(cfg, root / "params.yaml")
     try:
         for action in dvcops.ensure_project(root):
             console.print(f"[dim]project:[/] {action}")
@@ -539,12 +541,15 @@ def study(
 ) -> None:
     """Run a study: every (variant, seed) point a full pipeline run and a DVC experiment, as
     Prefect tasks on a Dask cluster; then the study report (Markdown + PNG)."""
+    from flows import dvcops
     from tasks.params import ConfigError
     from tasks.study_spec import load_study, study_points
 
     root = _root(project)
-    if not (root / "dvc.yaml").is_file():
-        _fail(f"{root}: no dvc.yaml here; run hydra-ens from the project folder", 2)
+    try:
+        dvcops.check_project_file(root)
+    except dvcops.StageError as err:
+        _fail(str(err), 2)
     check_allocator()
     try:  # every point validated before anything starts
         study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")

@@ -64,11 +64,16 @@ def dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return _run([bin_path("dvc"), *args], root, check)
 
 
+def check_project_file(root: Path) -> None:
+    """StageError unless ``root`` has a ``dvc.yaml`` (checked before anything is written)."""
+    if not (root / "dvc.yaml").is_file():
+        raise StageError(f"{root}: no dvc.yaml here; run hydra-ens from the project folder")
+
+
 def ensure_project(root: Path) -> list[str]:
     """Make ``root`` ready for DVC; returns what it did (for the log)."""
     done: list[str] = []
-    if not (root / "dvc.yaml").is_file():
-        raise StageError(f"{root}: no dvc.yaml here; run hydra-ens from the project folder")
+    check_project_file(root)
     if _run(["git", "rev-parse", "--git-dir"], root, check=False).returncode != 0:
         raise StageError(f"{root} is not a git repository; run `git init` first")
     if not (root / ".dvc").is_dir():

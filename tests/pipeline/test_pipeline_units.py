@@ -193,6 +193,16 @@ def test_run_refuses_a_set_value_that_is_not_yaml_in_one_line(tmp_path):
     )
 
 
+def test_run_outside_a_project_writes_nothing(tmp_path):
+    """No dvc.yaml here: exit 2 with one line, and no params.yaml left behind."""
+    res = CliRunner().invoke(app, ["run", "-C", str(tmp_path), "--profile", "quick"])
+    assert res.exit_code == 2, res.output
+    assert (
+        _said(res) == f"error: {tmp_path}: no dvc.yaml here; run hydra-ens from the project folder"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_refuses_an_unknown_or_missing_allocator_before_anything(tmp_path, monkeypatch):
     """``HYDRA_ENS_MALLOC`` is checked before params.yaml is rewritten; the stage processes'
     environment carries the allocator asked for."""
