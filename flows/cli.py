@@ -90,8 +90,8 @@ def resolve_run_params(
     ``--profile``/``--params``: defaults, then the profile (given, else the file's ``profile``
     key, else ``default``), then the file. ``--set`` alone edits the current ``params.yaml``,
     keeping its hand edits (:func:`tasks.params.apply_sets`: a new ``data.name`` brings its
-    source defaults). The result must not name a CUDA device this machine lacks
-    (:func:`check_device_here`: the stages of ``run`` run here).
+    source defaults). The result must also run here (:func:`check_runs_here`: the stages of
+    ``run`` run on this machine).
     """
     from tasks.params import (
         ConfigError,
@@ -105,7 +105,7 @@ def resolve_run_params(
     current = root / "params.yaml"
     if profile is None and params is None:
         if not sets:
-            check_device_here(load_params(current))  # validate what is there
+            check_runs_here(load_params(current))  # validate what is there
             return None
         cfg = apply_sets(read_yaml(current), _parse_sets(sets))
     else:
@@ -116,8 +116,16 @@ def resolve_run_params(
             profile = (overrides or {}).get("profile", "default")
         overrides = deep_merge(overrides or {}, {"profile": profile})
         cfg = resolve_params(profile, overrides, _parse_sets(sets))
-    check_device_here(cfg)
+    check_runs_here(cfg)
     return cfg
+
+
+def check_runs_here(cfg: PipelineConfig) -> None:
+    """ConfigError when ``cfg`` names what this machine cannot run: a CUDA device it lacks
+    (:func:`check_device_here`) or a compile precision the compile stage would refuse here
+    (:func:`check_compile_here`)."""
+    check_device_here(cfg)
+    check_compile_here(cfg)
 
 
 def check_device_here(cfg: PipelineConfig) -> None:
@@ -135,6 +143,52 @@ def check_device_here(cfg: PipelineConfig) -> None:
         resolve_device(spec)
     except ValueError as err:
         raise ConfigError(f"params: runtime.{err}") from None
+
+
+def check_compile_here(cfg: PipelineConfig) -> None:
+    """ConfigError naming ``compile.precision`` when the compile stage would refuse it here with
+    ``compile.backend`` (else a CompileError at the end of a run, after every model is trained).
+
+    The rule is :func:`hydra_ops.compile.compile_model`'s for :mod:`tasks.compile`, which loads
+    ``models/hydra`` on the CPU, through the library's own checks: its precisions for the device
+    the backend compiles on (``auto``/``tensorrt``: CUDA when Torch-TensorRT is usable, else the
+    CPU; ``inductor``/``export``/``onnxruntime``: the CPU, whatever ``runtime.device`` says), then
+    the backend's own precision rule (onnxruntime has no bf16 on the CPU). fp16 thus needs
+    Torch-TensorRT on CUDA. ``eager`` compiles nothing and precision ``auto`` picks what runs:
+    neither is refused. torch is imported only for an explicit precision.
+    """
+    backend, precision = cfg.compile.backend, cfg.compile.precision
+    if backend == "eager" or precision == "auto":
+        return
+    import torch
+
+    from hydra_ops.compile.backends import CompileError, get_backend
+    from hydra_ops.compile.backends.tensorrt import tensorrt_unavailable_reason
+
+    # compile_model's own precision check (a private helper: the rule lives there, once)
+    from hydra_ops.compile.compiler import _precisions
+    from tasks.params import ConfigError
+
+    cpu = torch.device("cpu")  # tasks.compile: load_hydra(...) maps the weights to the CPU
+    why = None
+    if backend in ("auto", "tensorrt"):
+        trt = tensorrt_unavailable_reason()
+        try:
+            _precisions(precision, torch.device("cuda") if trt is None else cpu)
+        except CompileError as err:
+            why = f"{err} (compile.backend {backend!r}: tensorrt unavailable, {trt})"
+    else:
+        chosen = get_backend(backend)
+        try:
+            _precisions(precision, cpu)
+        except CompileError as err:
+            why = f"{err} (compile.backend {backend!r} compiles on the CPU)"
+        else:
+            device = torch.device(chosen.device) if chosen.device is not None else cpu
+            if (reason := chosen.precision_reason(precision, device)) is not None:
+                why = f"compile.backend {backend!r} cannot run {precision!r} here: {reason}"
+    if why is not None:
+        raise ConfigError(f"params: compile.precision: {why}; use auto or fp32")
 
 
 def check_allocator() -> None:

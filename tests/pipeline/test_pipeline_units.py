@@ -16,7 +16,7 @@ from tiny_models import make_members, tiny_inputs
 from typer.testing import CliRunner
 
 from flows import dvcops
-from flows.cli import app, check_device_here
+from flows.cli import app, check_compile_here, check_device_here
 from hydra_ops import compile as hc
 from hydra_ops.compile import auto
 from hydra_ops.merge import merge_members
@@ -26,7 +26,7 @@ from tasks import compile as compile_stage
 from tasks.common import STAGES
 from tasks.evaluate import compile_fields
 from tasks.gate import evaluate_check
-from tasks.params import GateCheck, default_gates, resolve_params, write_params
+from tasks.params import ConfigError, GateCheck, default_gates, resolve_params, write_params
 from tasks.resumable import ensure_unit, finalise, unit_is_done
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,6 +191,52 @@ def test_run_refuses_a_set_value_that_is_not_yaml_in_one_line(tmp_path):
         "error: --set 'data.classes=[a': value is not valid YAML (while parsing a flow sequence: "
         "expected ',' or ']', but got '<stream end>')"
     )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
+def test_run_refuses_a_compile_precision_the_compile_stage_would_refuse_here(tmp_path):
+    """``compile.precision: fp16`` (needs CUDA) with a compiling backend on a CPU-only machine:
+    one line naming ``compile.precision``, exit 2, before params.yaml is rewritten (not a
+    CompileError after every model is trained). ``eager`` and ``auto`` precision are never
+    refused; onnxruntime has no bf16 on the CPU, the other backends do."""
+    params = tmp_path / "params.yaml"
+    write_params(resolve_params("quick", {}), params)
+    before = params.read_bytes()
+    runner = CliRunner()
+    for backend in ("auto", "inductor"):
+        args = ["--set", f"compile.backend={backend}", "--set", "compile.precision=fp16"]
+        res = runner.invoke(app, ["run", "-C", str(tmp_path), *args])
+        assert res.exit_code == 2, res.output
+        assert len(res.output.strip().splitlines()) == 1, res.output
+        assert _said(res).startswith("error: params: compile.precision: precision 'fp16' cannot")
+        assert f"compile.backend {backend!r}" in _said(res)
+        assert params.read_bytes() == before
+    hand_edit = {"compile": {"backend": "auto", "precision": "fp16"}}
+    write_params(resolve_params("quick", hand_edit), params)
+    res = runner.invoke(app, ["run", "-C", str(tmp_path)])  # a hand edit is checked too
+    assert res.exit_code == 2 and "compile.precision" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+    def refused(backend: str, precision: str) -> bool:
+        cfg = resolve_params("quick", {"compile": {"backend": backend, "precision": precision}})
+        try:
+            check_compile_here(cfg)
+        except ConfigError as err:
+            assert "compile.precision" in str(err)
+            return True
+        return False
+
+    assert refused("onnxruntime", "bf16") and refused("export", "fp16")
+    assert refused("tensorrt", "fp16")
+    for backend, precision in (
+        ("eager", "fp16"),
+        ("auto", "auto"),
+        ("auto", "fp32"),
+        ("auto", "bf16"),
+        ("inductor", "bf16"),
+        ("onnxruntime", "fp32"),
+    ):
+        assert not refused(backend, precision), (backend, precision)
 
 
 def test_run_outside_a_project_writes_nothing(tmp_path):
