@@ -12,14 +12,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REMOTE_NAME, REMOTE_DIR = "local", ".dvc-remote"
+#: Set when the user interrupted the run (the CLI's SIGINT/SIGTERM handler): no new stage or
+#: member process starts and no failure is retried.
+INTERRUPTED = threading.Event()
 
 
 class StageError(RuntimeError):
@@ -128,10 +133,13 @@ _DVC_LOCK_ERROR = re.compile(
     r"|'[^']*' is busy, it is being blocked by:)"
 )
 #: DVC's report of a stage command killed by a signal (``StageCmdFailedError``).
-_DVC_STAGE_KILLED = re.compile(r"^ERROR: .*failed to run: .*, exited with (?:-\d+|137|143)\s*$")
+_DVC_STAGE_KILLED = re.compile(r"^ERROR: .*failed to run: .*, exited with (-\d+|137|143|130)\s*$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: Exit statuses of a killed process: 128 + SIGKILL (the OOM killer) / SIGTERM.
 _KILLED_STATUSES = (137, 143)
+#: Exit statuses of a process stopped by Ctrl-C (SIGINT, or 128 + SIGINT through a shell): the
+#: user asked to stop, so no retry.
+_INTERRUPT_STATUSES = (-signal.SIGINT, 128 + signal.SIGINT)
 #: A tqdm progress line: its ``[elapsed<remaining, rate`` field, e.g. ``[00:01<00:02, 2.25it/s``,
 #: ``[01:02:03, 1.21s/it``, ``[00:00<?, ?it/s``, ``[00:00<00:00, 155kB/s`` (tqdm's ``r_bar``). A
 #: line merely containing "it/s" (a path like ``/tmp/audit/s2/``) is not progress.
@@ -172,21 +180,39 @@ def is_progress_line(line: str) -> bool:
     return _TQDM_RATE.search(clean) is not None
 
 
+def is_transient_exit(returncode: int) -> bool:
+    """Whether a process that ended with ``returncode`` was killed in a way worth a retry.
+
+    Killed by a signal (negative return code) or 137/143 (128 + SIGKILL, e.g. the OOM killer, /
+    SIGTERM), except Ctrl-C (SIGINT: -2 or 130) and anything once the user interrupted the run
+    (:data:`INTERRUPTED`): the user asked to stop, and a retry would start the work again."""
+    if INTERRUPTED.is_set() or returncode in _INTERRUPT_STATUSES:
+        return False
+    return returncode < 0 or returncode in _KILLED_STATUSES
+
+
 def is_transient_failure(returncode: int, lines: Sequence[str]) -> bool:
     """Whether a failed ``dvc repro`` (``returncode != 0``, output ``lines``) is worth a retry.
 
-    True only when (a) the dvc process was killed (negative return code, 137 or 143), (b) DVC's own
+    Never once the user interrupted the run (:data:`INTERRUPTED`). Else True only when (a) the dvc
+    process was killed (:func:`is_transient_exit`: a signal, 137 or 143, not SIGINT), (b) DVC's own
     final error line is one of its lock errors (the repo lock or a stage's deps/outs lock held by
     another DVC process), or (c) that line reports the stage command killed by a signal
-    (``exited with -9`` / 137 / 143). Anything a stage itself prints (say a log line containing
-    "is busy" or "lock") does not count: the stage failed for a reason a retry will not fix.
+    (``exited with -9`` / 137 / 143; not ``-2`` / 130, Ctrl-C). Anything a stage itself prints
+    (say a log line containing "is busy" or "lock") does not count: the stage failed for a reason
+    a retry will not fix.
     """
-    if returncode < 0 or returncode in _KILLED_STATUSES:
+    if INTERRUPTED.is_set():
+        return False
+    if is_transient_exit(returncode):
         return True
     error = dvc_error_line(lines)
     if error is None:
         return False
-    return bool(_DVC_LOCK_ERROR.match(error) or _DVC_STAGE_KILLED.match(error))
+    if _DVC_LOCK_ERROR.match(error):
+        return True
+    killed = _DVC_STAGE_KILLED.match(error)
+    return killed is not None and is_transient_exit(int(killed.group(1)))
 
 
 def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> StageRun:

@@ -8,7 +8,7 @@ Design (see docs/pipeline.md):
   stage; the stages before it are reported up to date without starting dvc at all (a no-op run
   costs one ``dvc status``).
 * Tasks pass paths and hashes, never tensors. Transient failures (DVC lock busy, a killed stage
-  process) are retried; a bad parameter or a bug is not.
+  process) are retried; a bad parameter, a bug or the user's Ctrl-C / SIGTERM is not.
 * ``finetune_members`` (Taylor variant): the members are mapped Prefect tasks, each running
   ``python -m tasks.finetune_members --member m``; each member is a resumable, hash-verified
   unit, so the stage's own ``dvc repro`` that follows only verifies them and records the lock.
@@ -89,7 +89,9 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
         if line.strip() and not dvcops.is_progress_line(line):
             logger.info("[member %d] %s", member, line)
     if proc.returncode != 0:
-        err = dvcops.TransientStageError if proc.returncode < 0 else dvcops.StageError
+        # killed (say by the OOM killer): retried; Ctrl-C or a user's SIGTERM, or an error: not
+        transient = dvcops.is_transient_exit(proc.returncode)
+        err = dvcops.TransientStageError if transient else dvcops.StageError
         raise err(f"member {member} failed (exit {proc.returncode})")
     return {"member": member, "seconds": round(time.perf_counter() - t0, 2)}
 

@@ -1,5 +1,5 @@
-"""flows.dvcops: which failed ``dvc repro`` runs are retried (DVC lock errors and kills only),
-which output lines are progress bars."""
+"""flows.dvcops: which failed ``dvc repro`` runs are retried (DVC lock errors and kills only, not
+Ctrl-C), which output lines are progress bars."""
 
 from __future__ import annotations
 
@@ -179,3 +179,17 @@ def test_repro_stage_relays_error_lines_that_contain_it_s(tmp_path, monkeypatch)
         dvcops.repro_stage(tmp_path, "prepare_data", log=seen.append)
     assert not any("22.50it/s" in line for line in seen)
     assert "[prepare_data] error: stage prepare_data: /tmp/audit/s2/data.csv: only 1 class" in seen
+
+
+@pytest.mark.parametrize(
+    ("returncode", "lines"),
+    [
+        (-2, ["Running stage 'merge':"]),  # dvc itself stopped by Ctrl-C
+        (130, []),  # through a shell
+        (255, ["ERROR: failed to reproduce 'merge': failed to run: python x.py, exited with -2"]),
+        (255, ["ERROR: failed to reproduce 'merge': failed to run: python x.py, exited with 130"]),
+    ],
+)
+def test_ctrl_c_is_not_transient(returncode, lines) -> None:
+    assert not dvcops.is_transient_failure(returncode, lines)
+    assert not dvcops.is_transient_exit(-2) and not dvcops.is_transient_exit(130)
