@@ -5,10 +5,14 @@
 * :func:`stale_stages`: stages ``dvc status`` reports as changed.
 * :func:`repro_stage`: ``dvc repro --single-item <stage>``, streaming its output line by line; DVC's
   lock file decides whether the stage runs (nothing changed -> "didn't change, skipping").
+* :func:`run_member`: one ``python -m tasks.finetune_members --member m`` process.
+* :data:`INTERRUPTED` / :func:`stop_descendants`: a run the user interrupted (Ctrl-C, SIGTERM)
+  starts no new process, retries nothing and stops what it started (``flows.cli``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -215,8 +219,14 @@ def is_transient_failure(returncode: int, lines: Sequence[str]) -> bool:
     return killed is not None and is_transient_exit(int(killed.group(1)))
 
 
+def _refuse_if_interrupted(what: str) -> None:
+    if INTERRUPTED.is_set():
+        raise StageError(f"{what} not started: the run was interrupted")
+
+
 def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> StageRun:
     """``dvc repro --single-item stage``; raise StageError / TransientStageError on failure."""
+    _refuse_if_interrupted(f"stage {stage}")
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [bin_path("dvc"), "repro", "--single-item", stage],
@@ -246,6 +256,76 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
         raise StageError(msg)
     ran = f"Running stage '{stage}'" in text
     return StageRun(stage, ran, seconds, lines)
+
+
+def run_member(
+    root: Path, member: int, log: Callable[[str], None] = print
+) -> subprocess.CompletedProcess:
+    """``python -m tasks.finetune_members --member member`` in ``root``; its output lines (no
+    progress bars) go to ``log`` once it ends. Raises StageError when the run was interrupted."""
+    _refuse_if_interrupted(f"member {member}")
+    proc = subprocess.run(
+        [bin_path("python"), "-m", "tasks.finetune_members", "--member", str(member)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
+    for line in (proc.stdout + proc.stderr).splitlines():
+        line = line.split("\r")[-1]
+        if line.strip() and not is_progress_line(line):
+            log(line)
+    return proc
+
+
+def stop_descendants(
+    forward: bool, grace: float = 3.0, timeout: float = 2.0, pid: int | None = None
+) -> list[int]:
+    """Stop every descendant of process ``pid`` (default: this one): dvc, stage and member
+    processes, the temporary Prefect server, Dask workers. Returns the pids found.
+
+    ``forward=False`` (Ctrl-C: the terminal signalled the whole process group) waits up to
+    ``grace`` s for them to end on their own first; then SIGTERM to those left, and SIGKILL to
+    any still there after ``timeout`` s. The tree is read once, before any of them ends (a
+    grandchild whose parent ends is still found). A process that ended counts as gone even
+    before its parent reaps it; none is reaped here (a ``subprocess.Popen`` still waits on it).
+    """
+    import psutil
+
+    try:
+        procs = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = [p.pid for p in procs]
+    alive = _wait_ended(procs, 0.0 if forward else grace)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    alive = _wait_ended(alive, timeout)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    _wait_ended(alive, 1.0)
+    return found
+
+
+def _wait_ended(procs: list, timeout: float) -> list:
+    """The ``psutil.Process`` es of ``procs`` still running (not ended, not a zombie) after
+    waiting up to ``timeout`` s for them to end."""
+    import psutil
+
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = [p for p in procs if running(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(0.05)
 
 
 def push(root: Path) -> str:

@@ -18,7 +18,6 @@ Design (see docs/pipeline.md):
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -77,17 +76,9 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
     """Build (or verify) member ``member`` and its control (resumable units, tasks.resumable)."""
     logger = get_run_logger()
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [dvcops.bin_path("python"), "-m", "tasks.finetune_members", "--member", str(member)],
-        cwd=project_dir,
-        capture_output=True,
-        text=True,
-        env=dvcops.subprocess_env(),
+    proc = dvcops.run_member(
+        Path(project_dir), member, log=lambda line: logger.info("[member %d] %s", member, line)
     )
-    for line in (proc.stdout + proc.stderr).splitlines():
-        line = line.split("\r")[-1]
-        if line.strip() and not dvcops.is_progress_line(line):
-            logger.info("[member %d] %s", member, line)
     if proc.returncode != 0:
         # killed (say by the OOM killer): retried; Ctrl-C or a user's SIGTERM, or an error: not
         transient = dvcops.is_transient_exit(proc.returncode)

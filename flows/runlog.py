@@ -48,6 +48,13 @@ _ERROR_PREFIXES = ("error: ", "ERROR: ")
 _STAGE_FAILED = re.compile(r"^stage (\S+) failed \(exit -?\d+\): (.*)$", re.DOTALL)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MEMBER_FAILED = re.compile(r"^(member \d+) failed \(exit -?\d+\)$")
+#: The name of the CLI's ``on_running`` hook that keeps its SIGINT/SIGTERM handler in place
+#: (``flows.cli._interrupts_end_the_run``); Prefect's two lines about running it are for the file.
+INTERRUPT_HOOK = "hydra_ens_interrupt_handler"
+_HOOK_NOTICES = (
+    f"Running hook {INTERRUPT_HOOK!r} in response to entering state",
+    f"Hook {INTERRUPT_HOOK!r} finished running successfully",
+)
 
 
 def one_line(text: object) -> str:
@@ -62,7 +69,9 @@ class ConsoleFilter(logging.Filter):
       exception during execution", "Task run failed ... Retries are exhausted") and "Finished in
       state X" for any X but Completed/Cached (retry notices stay: they are progress);
     * relayed stage output: a traceback's body (the final ``SomeError: ...`` line stays) and the
-      ``error:``/``ERROR:`` lines of a failing stage.
+      ``error:``/``ERROR:`` lines of a failing stage;
+    * Prefect's notices about the CLI's interrupt hook (:data:`INTERRUPT_HOOK`);
+    * everything, once :meth:`silence` is called (an interrupted run ends with its one line).
 
     It remembers, per relayed source (``prepare_data``, ``member 2``), the last error line and
     the last traceback's exception line (:attr:`last_error`, :attr:`last_exception`) for
@@ -74,8 +83,17 @@ class ConsoleFilter(logging.Filter):
         self._in_traceback: dict[str, bool] = {}
         self.last_error: dict[str, str] = {}
         self.last_exception: dict[str, str] = {}
+        self.silenced = False
+
+    def silence(self) -> None:
+        """Drop every record from now on (the file keeps them)."""
+        self.silenced = True
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.silenced:
+            return False
+        if record.name.startswith(("prefect.", *RUN_LOGGERS)) and _is_hook_notice(record):
+            return False
         if record.name.startswith(RUN_LOGGERS):
             try:
                 message = record.getMessage()
@@ -110,6 +128,11 @@ class ConsoleFilter(logging.Filter):
         if line.startswith("error: "):
             self.last_error[source] = line[len("error: ") :].strip()
         return not line.startswith(_ERROR_PREFIXES)
+
+
+def _is_hook_notice(record: logging.LogRecord) -> bool:
+    msg = record.msg
+    return isinstance(msg, str) and msg.startswith(_HOOK_NOTICES)
 
 
 class NoTracebackFormatter(logging.Formatter):

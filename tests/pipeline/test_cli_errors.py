@@ -11,14 +11,17 @@ import io
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import REPO, make_project
 
 from flows import runlog
+from flows.cli import INTERRUPTED_RUN
 from flows.dvcops import StageError
 
 LOG_NAME = re.compile(r"\(full log: (\S*\.hydra-ens/logs/run-\d{8}T\d{6}Z(?:-\d+)?\.log)\)$")
@@ -197,3 +200,124 @@ def test_run_log_keeps_everything_in_the_file_and_the_console_quiet(tmp_path, co
     assert handler.formatter is old_formatter and not handler.filters
     logging.getLogger().handle(_record("prefect", "after close", logging.WARNING, exc=True))
     assert "Traceback" in stream.getvalue() and "after close" not in log.path.read_text()
+
+
+def test_console_filter_drops_the_interrupt_hook_notices_and_everything_once_silenced():
+    """Prefect's two lines about the CLI's ``on_running`` hook are for the file; the hook pickles
+    by reference (a study's flow goes to its Dask workers with each task)."""
+    import pickle
+
+    from flows import cli
+
+    assert cli.hydra_ens_interrupt_handler.__name__ == runlog.INTERRUPT_HOOK
+    assert pickle.loads(pickle.dumps(cli.hydra_ens_interrupt_handler)) is (
+        cli.hydra_ens_interrupt_handler
+    )
+    f = runlog.ConsoleFilter()
+    hook = runlog.INTERRUPT_HOOK
+    records = [
+        _record("prefect.engine", f"Running hook {hook!r} in response to entering state 'Running'"),
+        _record("prefect.flow_runs", f"Hook {hook!r} finished running successfully"),
+        _record("prefect.engine", "Running hook 'notify' in response to entering state 'Running'"),
+        _record("prefect.task_runs", "[prepare_data] start"),
+    ]
+    assert [r.getMessage() for r in records if f.filter(r)] == [
+        "Running hook 'notify' in response to entering state 'Running'",
+        "[prepare_data] start",
+    ]
+    f.silence()
+    assert not any(f.filter(r) for r in records)
+    assert not f.filter(_record("prefect._internal", "Service 'APILogWorker' failed"))
+
+
+# ---- an interrupted run (Ctrl-C, SIGTERM) ----
+
+#: ``tasks/finetune_members.py`` of the project below: each member records its pid, then sleeps.
+SLEEPING_MEMBER = """\
+import os, sys, time
+from pathlib import Path
+
+with open(f"started-{sys.argv[-1]}", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+time.sleep(300)
+"""
+
+
+def _sleeping_members_project(root: Path) -> Path:
+    """A project whose only stage is ``finetune_members`` (Taylor variant: mapped member tasks)
+    and whose members sleep: the run is in the member tasks a few seconds after it starts."""
+    from conftest import git
+
+    from tasks.params import resolve_params, write_params
+
+    (root / "tasks").mkdir(parents=True)
+    (root / "tasks" / "__init__.py").write_text("")
+    (root / "tasks" / "finetune_members.py").write_text(SLEEPING_MEMBER)
+    (root / "dvc.yaml").write_text(
+        "stages:\n  finetune_members:\n    cmd: python -m tasks.finetune_members\n"
+        "    outs: [models/members]\n"
+    )
+    params = {"scoring": {"method": "taylor"}, "members": {"finetune": {"max_parallel": 2}}}
+    write_params(resolve_params("quick", params), root / "params.yaml")
+    (root / ".gitignore").write_text(".hydra-ens/\n.prefect/\n.dvc-remote/\nstarted-*\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "tests@hydra-ens.invalid")
+    git(root, "config", "user.name", "hydra-ens tests")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("sig", "group"),
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c-to-the-group", "sigterm-to-the-cli-only"],
+)
+def test_an_interrupted_run_ends_at_once_with_one_line_and_exit_130(
+    prefect_server, tmp_path, sig, group
+):
+    """Ctrl-C (SIGINT to the whole process group) or a SIGTERM to the CLI alone while the member
+    tasks run: exit 130 within seconds, one error line (also in the run log), no member retried
+    (each started once) and none left running (after SIGTERM to the CLI alone, the CLI stopped
+    them). Before: Prefect retried the members and the CLI hung for minutes."""
+    import psutil
+
+    root = _sleeping_members_project(tmp_path / "proj")
+    env = dict(os.environ, HYDRA_ENS_THREADS="1", PREFECT_API_URL=prefect_server)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "-C", str(root), "--no-push"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell job has
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(root.glob("started-*"))) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the members did not start"
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in root.glob("started-*")]
+        t0 = time.monotonic()
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, (out + err)[-4000:]
+    assert took < 20, took
+    assert INTERRUPTED_RUN.startswith("interrupted; run hydra-ens run again to resume")
+    line = f"error: {INTERRUPTED_RUN}"
+    assert [ln for ln in err.splitlines() if ln.lower().startswith("error")] == [line], err
+    assert err.rstrip().endswith(line) and "Traceback" not in out + err
+    assert [p.read_text().count("\n") for p in root.glob("started-*")] == [1, 1]  # no retry
+    assert not [pid for pid in pids if psutil.pid_exists(pid)]
+    (log,) = (root / ".hydra-ens" / "logs").glob("run-*.log")
+    assert f"hydra_ens.cli - {line} (signal {sig.name})" in log.read_text()

@@ -1,11 +1,13 @@
 """flows.dvcops: which failed ``dvc repro`` runs are retried (DVC lock errors and kills only, not
-Ctrl-C), which output lines are progress bars."""
+Ctrl-C), which output lines are progress bars, how an interrupted run stops its processes."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -193,3 +195,53 @@ def test_repro_stage_relays_error_lines_that_contain_it_s(tmp_path, monkeypatch)
 def test_ctrl_c_is_not_transient(returncode, lines) -> None:
     assert not dvcops.is_transient_failure(returncode, lines)
     assert not dvcops.is_transient_exit(-2) and not dvcops.is_transient_exit(130)
+
+
+def test_nothing_is_transient_once_the_run_is_interrupted(monkeypatch) -> None:
+    """SIGKILL (the OOM killer, the kill-and-resume test) and SIGTERM stay transient, until the
+    user interrupts the run (the CLI sets INTERRUPTED): then nothing is retried or started."""
+    monkeypatch.setattr(dvcops, "INTERRUPTED", threading.Event())
+    killed = ["ERROR: failed to reproduce 'merge': failed to run: python x.py, exited with -9"]
+    assert dvcops.is_transient_exit(-9) and dvcops.is_transient_exit(-15)
+    assert dvcops.is_transient_failure(-9, []) and dvcops.is_transient_failure(255, killed)
+    dvcops.INTERRUPTED.set()
+    assert not dvcops.is_transient_exit(-9) and not dvcops.is_transient_exit(-15)
+    assert not dvcops.is_transient_failure(-9, []) and not dvcops.is_transient_failure(255, killed)
+    assert not dvcops.is_transient_failure(255, [REPO_LOCK])
+    with pytest.raises(dvcops.StageError, match="not started: the run was interrupted"):
+        dvcops.repro_stage(Path("/nonexistent"), "merge", log=lambda _: None)
+    with pytest.raises(dvcops.StageError, match="member 1 not started"):
+        dvcops.run_member(Path("/nonexistent"), 1, log=lambda _: None)
+
+
+def test_stop_descendants_stops_the_whole_tree(tmp_path) -> None:
+    """A child and its grandchild (like dvc and its stage command) are both stopped, the
+    grandchild too although only the child had a signal forwarded to it first."""
+    import psutil
+
+    script = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        for _ in range(200):
+            if (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text():
+                break
+            time.sleep(0.05)
+        grandchild = int((tmp_path / "pid").read_text())
+        # the tree below a wrapper: this test process's other children are not touched
+        wrapper = psutil.Process(parent.pid)
+        assert [p.pid for p in wrapper.children()] == [grandchild]
+        t0 = time.monotonic()
+        assert dvcops.stop_descendants(forward=True, pid=parent.pid) == [grandchild]
+        assert time.monotonic() - t0 < 5
+        assert not psutil.pid_exists(grandchild) or (
+            psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        )
+        assert parent.poll() is None  # only the descendants
+    finally:
+        parent.kill()
+        parent.wait()
