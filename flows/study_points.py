@@ -39,6 +39,7 @@ from flows.dvcops import (
     TransientStageError,
     bin_path,
     dvc_error_line,
+    is_progress_line,
     is_transient_failure,
     subprocess_env,
 )
@@ -89,7 +90,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log: Log | None = None
     assert proc.stdout is not None
     for raw in proc.stdout:
         line = raw.rstrip().split("\r")[-1]
-        if not line.strip() or "it/s" in line or "s/it" in line:
+        if not line.strip() or is_progress_line(line):
             continue
         lines.append(line)
         if log is not None and not line.strip().startswith(_DVC_HINTS):
