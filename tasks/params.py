@@ -16,10 +16,11 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -396,10 +397,20 @@ class PromoteConfig(_Strict):
     stage: str = Field(default="prod", pattern=r"^[a-z][a-z0-9-]*$")
 
 
+def _known_profile(value: str) -> str:
+    if value not in PROFILES:
+        raise ValueError(f"unknown profile {value!r}; allowed: {', '.join(PROFILES)}")
+    return value
+
+
+ProfileName = Annotated[str, AfterValidator(_known_profile)]
+"""A name in :data:`PROFILES`."""
+
+
 class PipelineConfig(_Strict):
     """Root of ``params.yaml``."""
 
-    profile: str = "default"
+    profile: ProfileName = "default"
     """A name in :data:`PROFILES` (the profile the file was resolved from)."""
     seed: int = Field(default=0, ge=0)
     """The replicate seed: it shifts every training and scoring seed (base fine-tune, Deep
@@ -421,13 +432,6 @@ class PipelineConfig(_Strict):
     )
     promote: PromoteConfig = PromoteConfig()
     runtime: RuntimeConfig = RuntimeConfig()
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, value: str) -> str:
-        if value not in PROFILES:
-            raise ValueError(f"unknown profile {value!r}; allowed: {', '.join(PROFILES)}")
-        return value
 
     # ---- derived values every stage agrees on ----
     @property

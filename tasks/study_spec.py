@@ -33,9 +33,9 @@ from pydantic import Field, ValidationError, field_validator
 
 from tasks.common import fingerprint
 from tasks.params import (
-    PROFILES,
     ConfigError,
     PipelineConfig,
+    ProfileName,
     _Strict,
     read_yaml,
     resolve_params,
@@ -53,19 +53,12 @@ _NAME = r"^[a-z0-9][a-z0-9_-]{0,40}$"
 
 class StudySpec(_Strict):
     name: str = Field(pattern=_NAME)
-    profile: str = "default"
+    profile: ProfileName = "default"
     params: str | None = None
     """A params file (relative to the spec) merged over the profile."""
     sets: dict[str, Any] = Field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, value: str) -> str:
-        if value not in PROFILES:
-            raise ValueError(f"unknown profile {value!r}; allowed: {', '.join(PROFILES)}")
-        return value
 
     @field_validator("variants")
     @classmethod
