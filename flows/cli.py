@@ -158,10 +158,11 @@ def check_compile_here(cfg: PipelineConfig) -> None:
     ``compile.backend`` (else a CompileError at the end of a run, after every model is trained).
 
     The rule is :func:`hydra_ops.compile.compile_model`'s for :mod:`tasks.compile`, which loads
-    ``models/hydra`` on the CPU, through the library's own checks: its precisions for the device
-    the backend compiles on (``auto``/``tensorrt``: CUDA when Torch-TensorRT is usable, else the
-    CPU; ``inductor``/``export``/``onnxruntime``: the CPU, whatever ``runtime.device`` says), then
-    the backend's own precision rule (onnxruntime has no bf16 on the CPU). fp16 thus needs
+    ``models/hydra`` on the CPU, through the library's own checks: whether the precision runs on
+    the device the backend compiles on (:func:`hydra_ops.compile.precision.
+    precision_unavailable_reason`; ``auto``/``tensorrt``: CUDA when Torch-TensorRT is usable, else
+    the CPU; ``inductor``/``export``/``onnxruntime``: the CPU, whatever ``runtime.device`` says),
+    then the backend's own precision rule (onnxruntime has no bf16 on the CPU). fp16 thus needs
     Torch-TensorRT on CUDA. ``eager`` compiles nothing and precision ``auto`` picks what runs:
     neither is refused. torch is imported only for an explicit precision.
     """
@@ -170,31 +171,27 @@ def check_compile_here(cfg: PipelineConfig) -> None:
         return
     import torch
 
-    from hydra_ops.compile.backends import CompileError, get_backend
+    from hydra_ops.compile.backends import get_backend
     from hydra_ops.compile.backends.tensorrt import tensorrt_unavailable_reason
-
-    # compile_model's own precision check (a private helper: the rule lives there, once)
-    from hydra_ops.compile.compiler import _precisions
+    from hydra_ops.compile.precision import precision_unavailable_reason
     from tasks.params import ConfigError
 
     cpu = torch.device("cpu")  # tasks.compile: load_hydra(...) maps the weights to the CPU
     why = None
     if backend in ("auto", "tensorrt"):
         trt = tensorrt_unavailable_reason()
-        try:
-            _precisions(precision, torch.device("cuda") if trt is None else cpu)
-        except CompileError as err:
-            why = f"{err} (compile.backend {backend!r}: tensorrt unavailable, {trt})"
+        device = torch.device("cuda") if trt is None else cpu
+        if (reason := precision_unavailable_reason(precision, device)) is not None:
+            why = f"precision {precision!r} cannot run on {device}: {reason}"
+            why += f" (compile.backend {backend!r}: tensorrt unavailable, {trt})" if trt else ""
+    elif (reason := precision_unavailable_reason(precision, cpu)) is not None:
+        why = f"precision {precision!r} cannot run on cpu: {reason} (compile.backend {backend!r} "
+        why += "compiles on the CPU)"
     else:
         chosen = get_backend(backend)
-        try:
-            _precisions(precision, cpu)
-        except CompileError as err:
-            why = f"{err} (compile.backend {backend!r} compiles on the CPU)"
-        else:
-            device = torch.device(chosen.device) if chosen.device is not None else cpu
-            if (reason := chosen.precision_reason(precision, device)) is not None:
-                why = f"compile.backend {backend!r} cannot run {precision!r} here: {reason}"
+        device = torch.device(chosen.device) if chosen.device is not None else cpu
+        if (reason := chosen.precision_reason(precision, device)) is not None:
+            why = f"compile.backend {backend!r} cannot run {precision!r} here: {reason}"
     if why is not None:
         raise ConfigError(f"params: compile.precision: {why}; use auto or fp32")
 
