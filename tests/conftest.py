@@ -71,6 +71,15 @@ def git(root: Path, *args: str) -> str:
     ).stdout
 
 
+def commit_project(root: Path, message: str) -> None:
+    """``git init`` in ``root`` with a test identity, and everything in it as the first commit."""
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "tests@hydra-ens.invalid")
+    git(root, "config", "user.name", "hydra-ens tests")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", message)
+
+
 def make_project(dest: Path, params: dict | None = None) -> Path:
     """A temp copy of the project: dvc.yaml, the code its stages depend on, a resolved params.yaml,
     ``git init`` with an identity and a first commit (GTO tags commits)."""
@@ -87,10 +96,6 @@ def make_project(dest: Path, params: dict | None = None) -> Path:
     profile = params.pop("profile", "quick")
     write_params(resolve_params(profile, params), dest / "params.yaml")
     (dest / ".gitignore").write_text(".hydra-ens/\n.prefect/\n.dvc-remote/\n__pycache__/\n")
-    git(dest, "init", "-q", "-b", "main")
-    git(dest, "config", "user.email", "tests@hydra-ens.invalid")
-    git(dest, "config", "user.name", "hydra-ens tests")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "project")
+    commit_project(dest, "project")
     assert yaml.safe_load((dest / "params.yaml").read_text())["profile"] == profile
     return dest

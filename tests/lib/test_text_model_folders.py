@@ -38,14 +38,20 @@ def save_tiny_bert(path: Path, layers: int = 2, heads: int = 4) -> BertModel:
     return model
 
 
+def _load_error(path) -> str:
+    """The one-line ValueError ``load_text_classifier`` raises for ``path``."""
+    with pytest.raises(ValueError) as info:
+        load_text_classifier(3, model_path=path)
+    msg = str(info.value)
+    assert len(msg.splitlines()) == 1, msg
+    return msg
+
+
 def test_a_gpt2_folder_is_refused_in_one_line(tmp_path):
     GPT2Model(GPT2Config(n_embd=16, n_layer=2, n_head=4, vocab_size=len(VOCAB))).save_pretrained(
         tmp_path
     )
-    with pytest.raises(ValueError) as info:
-        load_text_classifier(3, model_path=tmp_path)
-    msg = str(info.value)
-    assert len(msg.splitlines()) == 1, msg
+    msg = _load_error(tmp_path)
     assert str(tmp_path) in msg and "model_type 'gpt2'" in msg and "supported: 'bert'" in msg
 
 
@@ -65,10 +71,7 @@ def test_a_bert_folder_without_its_encoder_weights_is_refused(tmp_path):
     weights = tmp_path / "model.safetensors"
     kept = {k: v for k, v in load_file(weights).items() if "encoder.layer" not in k}
     save_file(kept, weights, metadata={"format": "pt"})
-    with pytest.raises(ValueError) as info:
-        load_text_classifier(3, model_path=tmp_path)
-    msg = str(info.value)
-    assert len(msg.splitlines()) == 1, msg
+    msg = _load_error(tmp_path)
     assert str(tmp_path) in msg and "encoder weight(s) missing" in msg and "encoder.layer" in msg
 
 

@@ -246,7 +246,7 @@ time.sleep(300)
 def _sleeping_members_project(root: Path) -> Path:
     """A project whose only stage is ``finetune_members`` (Taylor variant: mapped member tasks)
     and whose members sleep: the run is in the member tasks a few seconds after it starts."""
-    from conftest import git
+    from conftest import commit_project
 
     from tasks.params import resolve_params, write_params
 
@@ -260,11 +260,7 @@ def _sleeping_members_project(root: Path) -> Path:
     params = {"scoring": {"method": "taylor"}, "members": {"finetune": {"max_parallel": 2}}}
     write_params(resolve_params("quick", params), root / "params.yaml")
     (root / ".gitignore").write_text(".hydra-ens/\n.prefect/\n.dvc-remote/\nstarted-*\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.email", "tests@hydra-ens.invalid")
-    git(root, "config", "user.name", "hydra-ens tests")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "project")
+    commit_project(root, "project")
     return root
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import git
+from conftest import commit_project, git
 
 from tasks.study_spec import SHARED_STAGES
 
@@ -43,11 +43,7 @@ def _stub_project(dest: Path) -> Path:
         shutil.copy2(STUB / name, dest / name)
     write_params(resolve_params("quick"), dest / "params.yaml")
     (dest / ".gitignore").write_text(".hydra-ens/\n.prefect/\n.dvc-remote/\n__pycache__/\n")
-    git(dest, "init", "-q", "-b", "main")
-    git(dest, "config", "user.email", "tests@hydra-ens.invalid")
-    git(dest, "config", "user.name", "hydra-ens tests")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "stub project")
+    commit_project(dest, "stub project")
     return dest
 
 
