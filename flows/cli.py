@@ -227,18 +227,19 @@ def run(
 
     root = _root(project)
     check_allocator()
-    try:  # everything checked before anything is written
-        cfg = resolve_run_params(root, profile, params, set_)
-        dvcops.check_project_file(root)
-    except (ConfigError, dvcops.StageError) as err:
-        _fail(str(err), 2)
-    if cfg is not None:
-        write_params(cfg, root / "params.yaml")
-    try:
-        for action in dvcops.ensure_project(root):
-            console.print(f"[dim]project:[/] {action}")
-    except dvcops.StageError as err:
-        _fail(str(err), 2)
+    with _interrupts_end_the_run(None, INTERRUPTED_RUN):  # the one line, not a silent exit
+        try:  # everything checked before anything is written
+            cfg = resolve_run_params(root, profile, params, set_)
+            dvcops.check_project_file(root)
+        except (ConfigError, dvcops.StageError) as err:
+            _fail(str(err), 2)
+        if cfg is not None:
+            write_params(cfg, root / "params.yaml")
+        try:
+            for action in dvcops.ensure_project(root):
+                console.print(f"[dim]project:[/] {action}")
+        except dvcops.StageError as err:
+            _fail(str(err), 2)
     from rich.markup import escape
 
     from flows import runlog
@@ -289,11 +290,13 @@ def hydra_ens_interrupt_handler(*_: object) -> None:
 
 
 @contextmanager
-def _interrupts_end_the_run(run_log: RunLog, line: str) -> Iterator[Callable[..., None]]:
+def _interrupts_end_the_run(run_log: RunLog | None, line: str) -> Iterator[Callable[..., None]]:
     """While the flow runs, SIGINT (Ctrl-C) and SIGTERM end the command at once
     (:func:`_end_interrupted`), from the signal handler, before Prefect sees them: Prefect would
     otherwise retry the interrupted stage and report the crash to its temporary server, which
-    the same Ctrl-C stopped, and wait minutes on it. Prefect's flow engine puts its own SIGTERM
+    the same Ctrl-C stopped, and wait minutes on it. Before the flow (``run_log`` None: checks,
+    params, ``dvc init``) it is the same line and exit 130, not Typer's silent exit 130 with the
+    ``dvc`` children left to the terminal's signal. Prefect's flow engine puts its own SIGTERM
     handler in place while a flow runs (``capture_sigterm``); the yielded ``on_running`` hook
     (:func:`hydra_ens_interrupt_handler`) puts this one back over it. The handlers before are
     restored on the way out."""
@@ -316,7 +319,7 @@ def _interrupts_end_the_run(run_log: RunLog, line: str) -> Iterator[Callable[...
             signal.signal(signum, old)
 
 
-def _end_interrupted(run_log: RunLog, line: str, signum: int) -> NoReturn:
+def _end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
     """End an interrupted run: no new stage starts and nothing is retried
     (:data:`flows.dvcops.INTERRUPTED`), the processes it started are stopped
     (:func:`flows.dvcops.stop_descendants`; after Ctrl-C they got the signal too and are given a
@@ -335,12 +338,14 @@ def _end_interrupted(run_log: RunLog, line: str, signum: int) -> NoReturn:
     for s in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C changes nothing
         signal.signal(s, signal.SIG_IGN)
     dvcops.INTERRUPTED.set()
-    run_log.console_filter.silence()  # the task threads' failure reports: the file only
-    run_log.error(f"error: {line} (signal {signal.Signals(signum).name})")
-    run_log.handler.flush()
+    if run_log is not None:
+        run_log.console_filter.silence()  # the task threads' failure reports: the file only
+        run_log.error(f"error: {line} (signal {signal.Signals(signum).name})")
+        run_log.handler.flush()
     stopped = dvcops.stop_descendants(forward=signum != signal.SIGINT)
-    run_log.note(f"child processes at the interrupt, stopped: {stopped or 'none'}")
-    run_log.handler.flush()
+    if run_log is not None:
+        run_log.note(f"child processes at the interrupt, stopped: {stopped or 'none'}")
+        run_log.handler.flush()
     sys.stdout.flush()
     err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
     sys.stderr.flush()
@@ -694,10 +699,11 @@ def study(
     except dvcops.StageError as err:
         _fail(str(err), 2)
     check_allocator()
-    try:  # every point validated before anything starts
-        study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
-    except ConfigError as err:
-        _fail(str(err), 2)
+    with _interrupts_end_the_run(None, INTERRUPTED_STUDY):  # the one line, not a silent exit
+        try:  # every point validated before anything starts
+            study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
+        except ConfigError as err:
+            _fail(str(err), 2)
     gates = _gates_from(gates_from) if gates_from else None
     resources: dict[str, float] = {}
     for item in resource:

@@ -110,6 +110,7 @@ def task_runner(workers: int = 2, cluster: str | None = None):
             "processes": True,
             "host": "127.0.0.1",
             "dashboard_address": None,
+            "preload": ["flows.worker_preload"],  # Ctrl-C reaches the CLI, not the workers
         },
     )
 
@@ -140,11 +141,12 @@ def study_commit(root: Path) -> str:
 def default_remote(root: Path) -> str:
     """The project's default DVC remote, as a URL every worker can use."""
     name = dvcops.dvc(root, "config", "core.remote", check=False).stdout.strip()
-    for line in dvcops.dvc(root, "remote", "list").stdout.splitlines():
-        parts = line.split()
-        if parts and parts[0] == name:
-            return parts[1]
-    raise StudyError("the project has no default DVC remote (`dvc remote add -d NAME URL`)")
+    # `dvc config` resolves a local path against the config file it is in; `dvc remote list`
+    # is a table that wraps a long URL onto the next line
+    url = name and dvcops.dvc(root, "config", f"remote.{name}.url", check=False).stdout.strip()
+    if not url:
+        raise StudyError("the project has no default DVC remote (`dvc remote add -d NAME URL`)")
+    return url
 
 
 def _state_dir(root: Path, study: str) -> Path:

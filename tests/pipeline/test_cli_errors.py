@@ -324,3 +324,57 @@ def test_an_interrupted_run_ends_at_once_with_one_line_and_exit_130(
     assert not [pid for pid in pids if running(pid)]
     (log,) = (root / ".hydra-ens" / "logs").glob("run-*.log")
     assert f"hydra_ens.cli - {line} (signal {sig.name})" in log.read_text()
+
+
+def test_ctrl_c_while_the_project_is_set_up_is_the_same_one_line_and_exit_130(tmp_path):
+    """Ctrl-C before the flow starts (here: while ``dvc init`` / ``dvc remote add`` run for a
+    project that has no ``.dvc`` yet) ends like one during the flow: the one line and exit 130
+    (before: Typer's exit 130 with nothing said)."""
+    import psutil
+    from conftest import commit_project
+
+    from tasks.params import resolve_params, write_params
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    write_params(resolve_params("quick"), root / "params.yaml")
+    commit_project(root, "project")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "-C", str(root), "--no-push"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell job has
+    )
+
+    def setting_up() -> bool:
+        try:
+            children = psutil.Process(proc.pid).children()
+        except psutil.NoSuchProcess:
+            return False
+        for child in children:
+            try:
+                args = child.cmdline()
+            except psutil.Error:
+                continue
+            if any(a.endswith("dvc") for a in args) and {"init", "remote", "config"} & set(args):
+                return True
+        return False
+
+    try:
+        deadline = time.monotonic() + 120
+        while not setting_up():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "dvc init did not start"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, (out + err)[-4000:]
+    assert err.strip() == f"error: {INTERRUPTED_RUN}", (out + err)[-4000:]
+    assert "Aborted" not in out + err and not (root / ".hydra-ens" / "logs").exists()

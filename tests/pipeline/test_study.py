@@ -357,3 +357,90 @@ def test_experiments_pushed_to_another_git_url_are_fetched_into_the_project(tmp_
     fetch_experiments(project, str(bare))
     assert experiment_refs(project, commit) == {"circuit-seed0": commit}
     fetch_experiments(project, str(project))  # the project itself: nothing to do
+
+
+def test_ctrl_c_during_a_local_study_is_one_line_and_stops_every_worker(tmp_path, prefect_server):
+    """Ctrl-C (SIGINT to the terminal's process group) while points run on the local workers:
+    exit 130 within seconds with the CLI's one line, no worker traceback on the terminal (the
+    workers lead their own process groups, :mod:`flows.worker_preload`), no process left."""
+    import psutil
+
+    from flows.cli import INTERRUPTED_STUDY
+
+    project = _stub_project(tmp_path / "proj")
+    spec = _spec(tmp_path / "spec.yaml", {"circuit": {"scoring.method": "circuit"}})
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "STUB_SLOW_SECONDS": "120"}
+    env["HYDRA_ENS_STUDY_SCRATCH"] = str(tmp_path / "scratch")
+    proc = subprocess.Popen(
+        [BIN / "hydra-ens", "study", str(spec), "-C", str(project), "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell job has
+    )
+
+    def descendants() -> list[psutil.Process]:
+        try:
+            return psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    try:
+        deadline = time.monotonic() + 240
+        while not any("score_heads" in " ".join(p.cmdline()) for p in _alive(descendants())):
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, "no point reached score_heads"
+            time.sleep(0.3)
+        procs = descendants()
+        workers = [p for p in procs if "multiprocessing-fork" in " ".join(p.cmdline())]
+        assert workers and all(os.getpgid(p.pid) == p.pid for p in _alive(workers))
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, out[-4000:]
+    assert took < 20, took
+    assert out.rstrip().endswith(f"error: {INTERRUPTED_STUDY}"), out[-4000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-4000:]
+    assert not _alive(procs, wait=5.0)
+
+
+def _alive(procs, wait: float = 0.0) -> list:
+    """The processes of ``procs`` still running (an ended one not yet reaped counts as ended)
+    after waiting up to ``wait`` s for them to end."""
+    import psutil
+
+    def running(p) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + wait
+    while (left := [p for p in procs if running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_the_default_remote_is_read_whole_under_a_long_path(tmp_path):
+    """``dvc remote list`` wraps a long URL onto a second line (it read as no URL at all, and
+    ``study`` failed with an IndexError); the URL comes whole from ``dvc config``, resolved."""
+    from flows import dvcops
+    from flows.study import StudyError, default_remote
+
+    project = tmp_path / ("a-project-folder-with-a-long-name-" * 4) / "proj"
+    project.mkdir(parents=True)
+    (project / "dvc.yaml").write_text("stages: {}\n")
+    git(project, "init", "-q")
+    dvcops.dvc(project, "init", "-q")
+    with pytest.raises(StudyError, match="no default DVC remote"):
+        default_remote(project)
+    dvcops.ensure_project(project)
+    assert default_remote(project) == str(project / dvcops.REMOTE_DIR)
+    dvcops.dvc(project, "remote", "add", "-d", "-f", "s3", "s3://bucket/some/prefix")
+    assert default_remote(project) == "s3://bucket/some/prefix"
