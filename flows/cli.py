@@ -10,18 +10,14 @@ Offline defaults are set before Prefect is imported: a project-local ``PREFECT_H
 Variables already set in the environment win.
 
 Ctrl-C (SIGINT) or SIGTERM during ``run`` or ``study`` ends the command with one line, exit 130
-(:func:`_interrupts_end_the_run`): what finished is kept, and running the command again resumes.
+(:mod:`flows.interrupts`): what finished is kept, and running the command again resumes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -29,8 +25,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.interrupts import INTERRUPTED_RUN, INTERRUPTED_STUDY, interrupts_end_the_run
+
 if TYPE_CHECKING:
-    from flows.runlog import RunLog
     from tasks.params import PipelineConfig
 
 app = typer.Typer(
@@ -227,7 +224,7 @@ def run(
 
     root = _root(project)
     check_allocator()
-    with _interrupts_end_the_run(None, INTERRUPTED_RUN):  # the one line, not a silent exit
+    with interrupts_end_the_run(None, INTERRUPTED_RUN):  # the one line, not a silent exit
         try:  # everything checked before anything is written
             cfg = resolve_run_params(root, profile, params, set_)
             dvcops.check_project_file(root)
@@ -247,7 +244,7 @@ def run(
 
     # the full log (tracebacks included) goes to a file; the console keeps progress + one error
     run_log = runlog.start_run_log(root)
-    with _interrupts_end_the_run(run_log, INTERRUPTED_RUN) as hook:
+    with interrupts_end_the_run(run_log, INTERRUPTED_RUN) as hook:
         flow = hydra_pipeline.with_options(on_running=[hook])
         state = flow(project_dir=str(root), push=push, return_state=True)
     if not state.is_completed():
@@ -264,92 +261,6 @@ def run(
     console.print(f"[dim]full log: {escape(run_log.display_path())}[/]")
     if summary.get("gate", {}).get("verdict") == "failed":
         raise typer.Exit(3)
-
-
-#: The one line of an interrupted ``run`` / ``study`` (exit 130).
-INTERRUPTED_RUN = (
-    "interrupted; run hydra-ens run again to resume (finished stages and members are kept)"
-)
-INTERRUPTED_STUDY = "interrupted; run hydra-ens study again to resume (finished points are kept)"
-
-
-#: The SIGINT/SIGTERM handler of the run in progress (:func:`_interrupts_end_the_run`), or None.
-_interrupt_handler: Callable[[int, object], None] | None = None
-
-
-def hydra_ens_interrupt_handler(*_: object) -> None:
-    """The flow's ``on_running`` hook: installs the run's SIGINT/SIGTERM handler, if any, over
-    Prefect's own SIGTERM handler (main thread only). A module-level function, not a closure:
-    the flow (hooks included) is pickled to Dask workers with each task of a study, and there
-    it does nothing. Its name is :data:`flows.runlog.INTERRUPT_HOOK` (the console hides
-    Prefect's lines about it)."""
-    handler = _interrupt_handler
-    if handler is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, handler)
-        signal.signal(signal.SIGTERM, handler)
-
-
-@contextmanager
-def _interrupts_end_the_run(run_log: RunLog | None, line: str) -> Iterator[Callable[..., None]]:
-    """While the flow runs, SIGINT (Ctrl-C) and SIGTERM end the command at once
-    (:func:`_end_interrupted`), from the signal handler, before Prefect sees them: Prefect would
-    otherwise retry the interrupted stage and report the crash to its temporary server, which
-    the same Ctrl-C stopped, and wait minutes on it. Before the flow (``run_log`` None: checks,
-    params, ``dvc init``) it is the same line and exit 130, not Typer's silent exit 130 with the
-    ``dvc`` children left to the terminal's signal. Prefect's flow engine puts its own SIGTERM
-    handler in place while a flow runs (``capture_sigterm``); the yielded ``on_running`` hook
-    (:func:`hydra_ens_interrupt_handler`) puts this one back over it. The handlers before are
-    restored on the way out."""
-    global _interrupt_handler
-    from prefect.exceptions import TerminationSignal
-
-    def handler(signum: int, frame: object) -> None:
-        _end_interrupted(run_log, line, signum)
-
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    _interrupt_handler = handler
-    hydra_ens_interrupt_handler()
-    try:
-        yield hydra_ens_interrupt_handler
-    except (KeyboardInterrupt, TerminationSignal) as err:  # one that came some other way
-        _end_interrupted(run_log, line, getattr(err, "signal", signal.SIGINT))
-    finally:
-        _interrupt_handler = None
-        for signum, old in saved.items():
-            signal.signal(signum, old)
-
-
-def _end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
-    """End an interrupted run: no new stage starts and nothing is retried
-    (:data:`flows.dvcops.INTERRUPTED`), the processes it started are stopped
-    (:func:`flows.dvcops.stop_descendants`; after Ctrl-C they got the signal too and are given a
-    few seconds), ``line`` goes to the console (the only one from here on) and the run log, and
-    the process exits 130.
-
-    ``os._exit``, not ``sys.exit``: a normal exit runs Prefect's at-exit work (draining its log
-    and event workers to the API, joining the task threads), which waits minutes on the
-    temporary server just stopped and prints pages of tracebacks. The run log's file and the
-    standard streams are flushed first; Prefect's API loses the run's last lines (the file has
-    them)."""
-    from rich.markup import escape
-
-    from flows import dvcops
-
-    for s in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C changes nothing
-        signal.signal(s, signal.SIG_IGN)
-    dvcops.INTERRUPTED.set()
-    if run_log is not None:
-        run_log.console_filter.silence()  # the task threads' failure reports: the file only
-        run_log.error(f"error: {line} (signal {signal.Signals(signum).name})")
-        run_log.handler.flush()
-    stopped = dvcops.stop_descendants(forward=signum != signal.SIGINT)
-    if run_log is not None:
-        run_log.note(f"child processes at the interrupt, stopped: {stopped or 'none'}")
-        run_log.handler.flush()
-    sys.stdout.flush()
-    err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    sys.stderr.flush()
-    os._exit(130)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -699,7 +610,7 @@ def study(
     except dvcops.StageError as err:
         _fail(str(err), 2)
     check_allocator()
-    with _interrupts_end_the_run(None, INTERRUPTED_STUDY):  # the one line, not a silent exit
+    with interrupts_end_the_run(None, INTERRUPTED_STUDY):  # the one line, not a silent exit
         try:  # every point validated before anything starts
             study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
         except ConfigError as err:
@@ -729,7 +640,7 @@ def study(
         flow = hydra_study
     else:
         flow = hydra_study.with_options(task_runner=task_runner(workers, cluster))
-    with _interrupts_end_the_run(run_log, INTERRUPTED_STUDY) as hook, _prefect_api(cluster) as api:
+    with interrupts_end_the_run(run_log, INTERRUPTED_STUDY) as hook, _prefect_api(cluster) as api:
         flow = flow.with_options(on_running=[hook])
         if api:
             console.print(f"[dim]Prefect API for the workers: {api}[/]")

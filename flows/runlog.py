@@ -49,7 +49,8 @@ _STAGE_FAILED = re.compile(r"^stage (\S+) failed \(exit -?\d+\): (.*)$", re.DOTA
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MEMBER_FAILED = re.compile(r"^(member \d+) failed \(exit -?\d+\)$")
 #: The name of the CLI's ``on_running`` hook that keeps its SIGINT/SIGTERM handler in place
-#: (``flows.cli._interrupts_end_the_run``); Prefect's two lines about running it are for the file.
+#: (``flows.interrupts.interrupts_end_the_run``); Prefect's two lines about running it are for
+#: the file.
 INTERRUPT_HOOK = "hydra_ens_interrupt_handler"
 _HOOK_NOTICES = (
     f"Running hook {INTERRUPT_HOOK!r} in response to entering state",

@@ -21,8 +21,8 @@ import pytest
 from conftest import REPO, make_project
 
 from flows import runlog
-from flows.cli import INTERRUPTED_RUN
 from flows.dvcops import StageError
+from flows.interrupts import INTERRUPTED_RUN
 
 LOG_NAME = re.compile(r"\(full log: (\S*\.hydra-ens/logs/run-\d{8}T\d{6}Z(?:-\d+)?\.log)\)$")
 
@@ -207,11 +207,11 @@ def test_console_filter_drops_the_interrupt_hook_notices_and_everything_once_sil
     by reference (a study's flow goes to its Dask workers with each task)."""
     import pickle
 
-    from flows import cli
+    from flows import interrupts
 
-    assert cli.hydra_ens_interrupt_handler.__name__ == runlog.INTERRUPT_HOOK
-    assert pickle.loads(pickle.dumps(cli.hydra_ens_interrupt_handler)) is (
-        cli.hydra_ens_interrupt_handler
+    assert interrupts.hydra_ens_interrupt_handler.__name__ == runlog.INTERRUPT_HOOK
+    assert pickle.loads(pickle.dumps(interrupts.hydra_ens_interrupt_handler)) is (
+        interrupts.hydra_ens_interrupt_handler
     )
     f = runlog.ConsoleFilter()
     hook = runlog.INTERRUPT_HOOK
@@ -323,7 +323,36 @@ def test_an_interrupted_run_ends_at_once_with_one_line_and_exit_130(
 
     assert not [pid for pid in pids if running(pid)]
     (log,) = (root / ".hydra-ens" / "logs").glob("run-*.log")
-    assert f"hydra_ens.cli - {line} (signal {sig.name})" in log.read_text()
+    said = f"{INTERRUPTED_RUN} (signal {sig.name})"
+    assert f"hydra_ens.cli - error: {said}" in log.read_text()
+    # the Prefect server (not the CLI's: it outlives the run) shows the run crashed, and why
+    recorded = re.search(r"Prefect API: flow run (\S+) and (\d+) unfinished", log.read_text())
+    assert recorded, log.read_text()[-3000:]
+    flow_run, tasks, logs = _flow_run_record(recorded.group(1))
+    assert flow_run.state.type.value == "CRASHED" and flow_run.state.message == said
+    members = [t for t in tasks if t.name.startswith("member")]
+    # a member the Ctrl-C reached may have reported its own failure first: none is left running
+    ended = {"CRASHED"} if sig == signal.SIGTERM else {"CRASHED", "FAILED"}
+    assert members and {t.state.type.value for t in members} <= ended, tasks
+    assert f"error: {said}" in [entry.message for entry in logs]
+
+
+def _flow_run_record(flow_run_id: str) -> tuple:
+    """The flow run, its task runs and its log entries as the Prefect API has them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
+        runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id]))
+        tasks = client.read_task_runs(flow_run_filter=runs)
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id])))
+    return flow_run, tasks, logs
 
 
 def test_ctrl_c_while_the_project_is_set_up_is_the_same_one_line_and_exit_130(tmp_path):

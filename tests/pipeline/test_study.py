@@ -365,7 +365,7 @@ def test_ctrl_c_during_a_local_study_is_one_line_and_stops_every_worker(tmp_path
     workers lead their own process groups, :mod:`flows.worker_preload`), no process left."""
     import psutil
 
-    from flows.cli import INTERRUPTED_STUDY
+    from flows.interrupts import INTERRUPTED_STUDY
 
     project = _stub_project(tmp_path / "proj")
     spec = _spec(tmp_path / "spec.yaml", {"circuit": {"scoring.method": "circuit"}})

@@ -1,0 +1,175 @@
+"""Ctrl-C (SIGINT) and SIGTERM during ``hydra-ens run`` / ``study``: one line, exit 130.
+
+:func:`interrupts_end_the_run` wraps the command; its signal handler ends the process from the
+handler itself (:func:`end_interrupted`), before Prefect sees the signal: Prefect would otherwise
+retry the interrupted stage and report the crash to its temporary server, which the same Ctrl-C
+stopped, and wait minutes on it. What finished is kept (DVC's cache, finished member and point
+units), so running the command again resumes.
+
+The Prefect API is told when it can be: the flow run and its unfinished task runs become
+``Crashed`` with the line as their message, and the line reaches the run's logs
+(:func:`record_interrupt`, bounded by :data:`RECORD_SECONDS`). That works with a Prefect server
+of its own (``PREFECT_API_URL``) and after a SIGTERM to the CLI alone; after a Ctrl-C the
+temporary server the CLI started got the signal too and is gone, and the run log file is the
+record.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from flows.runlog import RunLog
+
+#: The one line of an interrupted ``run`` / ``study`` (exit 130).
+INTERRUPTED_RUN = (
+    "interrupted; run hydra-ens run again to resume (finished stages and members are kept)"
+)
+INTERRUPTED_STUDY = "interrupted; run hydra-ens study again to resume (finished points are kept)"
+#: At most this long is spent telling the Prefect API about an interrupted run.
+RECORD_SECONDS = 3.0
+
+err_console = Console(stderr=True)
+
+#: The SIGINT/SIGTERM handler of the run in progress (:func:`interrupts_end_the_run`), or None.
+_interrupt_handler: Callable[[int, object], None] | None = None
+#: The flow run in progress in this process (set by the ``on_running`` hook), or None.
+_flow_run: Any = None
+
+
+def hydra_ens_interrupt_handler(flow: object = None, flow_run: Any = None, *_: object) -> None:
+    """The flow's ``on_running`` hook: installs the run's SIGINT/SIGTERM handler, if any, over
+    Prefect's own SIGTERM handler (main thread only), and notes the flow run for
+    :func:`record_interrupt`. A module-level function, not a closure: the flow (hooks included)
+    is pickled to Dask workers with each task of a study, and there it does nothing. Its name is
+    :data:`flows.runlog.INTERRUPT_HOOK` (the console hides Prefect's lines about it)."""
+    global _flow_run
+    handler = _interrupt_handler
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+        if flow_run is not None:
+            _flow_run = flow_run
+
+
+@contextmanager
+def interrupts_end_the_run(run_log: RunLog | None, line: str) -> Iterator[Callable[..., None]]:
+    """While the command runs, SIGINT and SIGTERM end it at once (:func:`end_interrupted`).
+
+    Before the flow (``run_log`` None: checks, params, ``dvc init``) it is the same line and exit
+    130, not Typer's silent exit 130 with the ``dvc`` children left to the terminal's signal.
+    Prefect's flow engine puts its own SIGTERM handler in place while a flow runs
+    (``capture_sigterm``); the yielded ``on_running`` hook (:func:`hydra_ens_interrupt_handler`)
+    puts this one back over it. The handlers before are restored on the way out.
+    """
+    global _interrupt_handler, _flow_run
+    from prefect.exceptions import TerminationSignal
+
+    def handler(signum: int, frame: object) -> None:
+        end_interrupted(run_log, line, signum)
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    _interrupt_handler = handler
+    hydra_ens_interrupt_handler()
+    try:
+        yield hydra_ens_interrupt_handler
+    except (KeyboardInterrupt, TerminationSignal) as err:  # one that came some other way
+        end_interrupted(run_log, line, getattr(err, "signal", signal.SIGINT))
+    finally:
+        _interrupt_handler = _flow_run = None
+        for signum, old in saved.items():
+            signal.signal(signum, old)
+
+
+def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
+    """End an interrupted run: no new stage starts and nothing is retried
+    (:data:`flows.dvcops.INTERRUPTED`), the Prefect API is told (:func:`record_interrupt`), the
+    processes the run started are stopped (:func:`flows.dvcops.stop_descendants`; after Ctrl-C
+    they got the signal too and are given a few seconds), ``line`` goes to the console (the
+    only one from here on) and the run log, and the process exits 130.
+
+    ``os._exit``, not ``sys.exit``: a normal exit runs Prefect's at-exit work (draining its log
+    and event workers to the API, joining the task threads), which waits minutes on a temporary
+    server just stopped and prints pages of tracebacks. The run log's file and the standard
+    streams are flushed first.
+    """
+    from rich.markup import escape
+
+    from flows import dvcops
+
+    for s in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C changes nothing
+        signal.signal(s, signal.SIG_IGN)
+    dvcops.INTERRUPTED.set()
+    said = f"{line} (signal {signal.Signals(signum).name})"
+    if run_log is not None:
+        run_log.console_filter.silence()  # the task threads' failure reports: the file only
+        run_log.error(f"error: {said}")
+        run_log.handler.flush()
+    recorded = record_interrupt(_flow_run, said) if _flow_run is not None else None
+    stopped = dvcops.stop_descendants(forward=signum != signal.SIGINT)
+    if run_log is not None:
+        if recorded is not None:
+            run_log.note(f"Prefect API: {recorded}")
+        run_log.note(f"child processes at the interrupt, stopped: {stopped or 'none'}")
+        run_log.handler.flush()
+    sys.stdout.flush()
+    err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def record_interrupt(flow_run: Any, message: str, timeout: float = RECORD_SECONDS) -> str:
+    """Tell the Prefect API that ``flow_run`` was interrupted: ``message`` as an error line of
+    its logs, the flow run and its unfinished task runs ``Crashed`` with ``message``. Gives up
+    after ``timeout`` s (a server that went down with the same Ctrl-C). Returns what happened,
+    in a few words, for the run log."""
+    done: dict[str, str] = {}
+
+    def tell() -> None:
+        try:
+            done["result"] = _mark_crashed(flow_run, message)
+        except Exception as err:  # the API is gone or refused: the run log is the record
+            done["result"] = f"not recorded ({type(err).__name__}: {str(err)[:200]})"
+
+    worker = threading.Thread(target=tell, name="record-interrupt", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return done.get("result", f"not recorded (no answer within {timeout:g} s)")
+
+
+def _mark_crashed(flow_run: Any, message: str) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        TaskRunFilter,
+        TaskRunFilterState,
+        TaskRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.logging.handlers import APILogWorker
+    from prefect.logging.loggers import flow_run_logger
+    from prefect.states import Crashed
+
+    flow_run_logger(flow_run).error(f"error: {message}")
+    unfinished = TaskRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])
+    with get_client(sync_client=True) as client:
+        if (unreachable := client.api_healthcheck()) is not None:
+            raise unreachable
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])),
+            task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=unfinished)),
+        )
+        for task in tasks:
+            client.set_task_run_state(task.id, Crashed(message=message), force=True)
+        client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
+    APILogWorker.drain_all(timeout=1.0)
+    return f"flow run {flow_run.id} and {len(tasks)} unfinished task run(s) marked Crashed"
