@@ -11,17 +11,24 @@ The Prefect API is told when it can be: the flow run and its unfinished task run
 (:func:`record_interrupt`, bounded by :data:`RECORD_SECONDS`). That works with a Prefect server
 of its own (``PREFECT_API_URL``) and after a SIGTERM to the CLI alone; after a Ctrl-C the
 temporary server the CLI started got the signal too and is gone, and the run log file is the
-record.
+record. So that such a run (or one whose process was killed outright, by the OOM killer say)
+does not show as running for ever, each run in progress has a file in :data:`ACTIVE_RUNS`; the
+next run of the project marks the runs whose process is gone ``Crashed``
+(:func:`mark_abandoned_runs`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
@@ -36,28 +43,40 @@ INTERRUPTED_RUN = (
 INTERRUPTED_STUDY = "interrupted; run hydra-ens study again to resume (finished points are kept)"
 #: At most this long is spent telling the Prefect API about an interrupted run.
 RECORD_SECONDS = 3.0
+#: ``<flow run id>.json`` per run in progress in the project (the pid and start time of the
+#: process running it); removed when the command ends, left behind when it was killed.
+ACTIVE_RUNS = Path(".hydra-ens/active_runs")
+ABANDONED = (
+    "abandoned: the hydra-ens process that ran it (pid {pid}) ended without reporting "
+    "(killed, or interrupted with its Prefect server); its run log in .hydra-ens/logs has the end"
+)
 
-err_console = Console(stderr=True)
+log = logging.getLogger("hydra_ens.cli")
 
 #: The SIGINT/SIGTERM handler of the run in progress (:func:`interrupts_end_the_run`), or None.
 _interrupt_handler: Callable[[int, object], None] | None = None
 #: The flow run in progress in this process (set by the ``on_running`` hook), or None.
 _flow_run: Any = None
+#: Its file in :data:`ACTIVE_RUNS`, or None.
+_active_file: Path | None = None
 
 
 def hydra_ens_interrupt_handler(flow: object = None, flow_run: Any = None, *_: object) -> None:
     """The flow's ``on_running`` hook: installs the run's SIGINT/SIGTERM handler, if any, over
     Prefect's own SIGTERM handler (main thread only), and notes the flow run for
-    :func:`record_interrupt`. A module-level function, not a closure: the flow (hooks included)
+    :func:`record_interrupt`, and in :data:`ACTIVE_RUNS` after marking the project's abandoned
+    runs (:func:`track_run`). A module-level function, not a closure: the flow (hooks included)
     is pickled to Dask workers with each task of a study, and there it does nothing. Its name is
     :data:`flows.runlog.INTERRUPT_HOOK` (the console hides Prefect's lines about it)."""
-    global _flow_run
+    global _flow_run, _active_file
     handler = _interrupt_handler
     if handler is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
-        if flow_run is not None:
+        project = getattr(flow_run, "parameters", {}).get("project_dir")
+        if flow_run is not None and project:
             _flow_run = flow_run
+            _active_file = track_run(Path(project).resolve(), flow_run.id)
 
 
 @contextmanager
@@ -70,7 +89,7 @@ def interrupts_end_the_run(run_log: RunLog | None, line: str) -> Iterator[Callab
     (``capture_sigterm``); the yielded ``on_running`` hook (:func:`hydra_ens_interrupt_handler`)
     puts this one back over it. The handlers before are restored on the way out.
     """
-    global _interrupt_handler, _flow_run
+    global _interrupt_handler, _flow_run, _active_file
     from prefect.exceptions import TerminationSignal
 
     def handler(signum: int, frame: object) -> None:
@@ -84,7 +103,9 @@ def interrupts_end_the_run(run_log: RunLog | None, line: str) -> Iterator[Callab
     except (KeyboardInterrupt, TerminationSignal) as err:  # one that came some other way
         end_interrupted(run_log, line, getattr(err, "signal", signal.SIGINT))
     finally:
-        _interrupt_handler = _flow_run = None
+        if _active_file is not None:
+            _active_file.unlink(missing_ok=True)
+        _interrupt_handler = _flow_run = _active_file = None
         for signum, old in saved.items():
             signal.signal(signum, old)
 
@@ -99,7 +120,8 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
     ``os._exit``, not ``sys.exit``: a normal exit runs Prefect's at-exit work (draining its log
     and event workers to the API, joining the task threads), which waits minutes on a temporary
     server just stopped and prints pages of tracebacks. The run log's file and the standard
-    streams are flushed first.
+    streams are flushed first. From the signal on, what Prefect's background workers write to
+    ``sys.stderr`` (``--- Error logging to API ---`` once its server is gone) is dropped.
     """
     from rich.markup import escape
 
@@ -108,12 +130,17 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
     for s in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C changes nothing
         signal.signal(s, signal.SIG_IGN)
     dvcops.INTERRUPTED.set()
+    stderr, sys.stderr = sys.stderr, open(os.devnull, "w")  # noqa: SIM115 (until os._exit)
     said = f"{line} (signal {signal.Signals(signum).name})"
     if run_log is not None:
         run_log.console_filter.silence()  # the task threads' failure reports: the file only
         run_log.error(f"error: {said}")
         run_log.handler.flush()
-    recorded = record_interrupt(_flow_run, said) if _flow_run is not None else None
+    recorded = None
+    if _flow_run is not None:
+        ok, recorded = record_interrupt(_flow_run, said)
+        if ok and _active_file is not None:  # else the next run marks it (mark_abandoned_runs)
+            _active_file.unlink(missing_ok=True)
     stopped = dvcops.stop_descendants(forward=signum != signal.SIGINT)
     if run_log is not None:
         if recorded is not None:
@@ -121,32 +148,135 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
         run_log.note(f"child processes at the interrupt, stopped: {stopped or 'none'}")
         run_log.handler.flush()
     sys.stdout.flush()
-    err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    sys.stderr.flush()
+    Console(file=stderr).print(
+        f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True
+    )
+    stderr.flush()
     os._exit(130)
 
 
-def record_interrupt(flow_run: Any, message: str, timeout: float = RECORD_SECONDS) -> str:
+def record_interrupt(
+    flow_run: Any, message: str, timeout: float = RECORD_SECONDS
+) -> tuple[bool, str]:
     """Tell the Prefect API that ``flow_run`` was interrupted: ``message`` as an error line of
     its logs, the flow run and its unfinished task runs ``Crashed`` with ``message``. Gives up
-    after ``timeout`` s (a server that went down with the same Ctrl-C). Returns what happened,
-    in a few words, for the run log."""
-    done: dict[str, str] = {}
+    after ``timeout`` s (a server that went down with the same Ctrl-C). Returns whether it was
+    recorded, and what happened in a few words, for the run log."""
+    if not _api_listening():
+        return False, "not recorded (its server is gone)"
+    done: dict[str, tuple[bool, str]] = {}
 
     def tell() -> None:
         try:
-            done["result"] = _mark_crashed(flow_run, message)
+            done["result"] = True, _mark_crashed(flow_run, message)
         except Exception as err:  # the API is gone or refused: the run log is the record
-            done["result"] = f"not recorded ({type(err).__name__}: {str(err)[:200]})"
+            done["result"] = False, f"not recorded ({type(err).__name__}: {str(err)[:200]})"
 
     worker = threading.Thread(target=tell, name="record-interrupt", daemon=True)
     worker.start()
     worker.join(timeout)
-    return done.get("result", f"not recorded (no answer within {timeout:g} s)")
+    return done.get("result", (False, f"not recorded (no answer within {timeout:g} s)"))
+
+
+def _api_listening(timeout: float = 0.5) -> bool:
+    """Whether the Prefect API's server accepts a connection within ``timeout`` s (the client
+    itself retries a refused connection for several seconds)."""
+    import socket
+
+    from prefect.client.orchestration import get_client
+
+    url = get_client(sync_client=True).api_url  # not entered: that would call the API
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.host, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def _mark_crashed(flow_run: Any, message: str) -> str:
     from prefect.client.orchestration import get_client
+    from prefect.logging.handlers import APILogWorker
+    from prefect.logging.loggers import flow_run_logger
+    from prefect.states import Crashed
+
+    flow_run_logger(flow_run).error(f"error: {message}")
+    with get_client(sync_client=True) as client:
+        if (unreachable := client.api_healthcheck()) is not None:
+            raise unreachable
+        tasks = _unfinished_task_runs(client, flow_run.id)
+        for task in tasks:
+            client.set_task_run_state(task.id, Crashed(message=message), force=True)
+        client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
+    APILogWorker.drain_all(timeout=1.0)
+    return f"flow run {flow_run.id} and {len(tasks)} unfinished task run(s) marked Crashed"
+
+
+def track_run(root: Path, flow_run_id: Any) -> Path | None:
+    """Mark the project's abandoned runs (:func:`mark_abandoned_runs`), then note this process's
+    run ``flow_run_id`` in ``root / ACTIVE_RUNS``; returns its file. Never fails the run: a
+    problem is a warning in the run log, and None."""
+    import psutil
+
+    from tasks.common import write_json
+
+    try:
+        marked = mark_abandoned_runs(root)
+        if marked:
+            log.warning("earlier runs marked Crashed (abandoned): %s", ", ".join(marked))
+        started = psutil.Process().create_time()
+        record = {"flow_run": str(flow_run_id), "pid": os.getpid(), "started": started}
+        return write_json(root / ACTIVE_RUNS / f"{flow_run_id}.json", record)
+    except Exception as err:  # bookkeeping for the UI: the run goes on without it
+        log.warning("could not track the run in %s: %s", ACTIVE_RUNS, err)
+        return None
+
+
+def mark_abandoned_runs(root: Path) -> list[str]:
+    """The runs of :data:`ACTIVE_RUNS` whose process is gone: each one still running in the
+    Prefect API becomes ``Crashed`` (message :data:`ABANDONED`), and its file is removed.
+    Returns the flow run ids marked. A run of another live process is left alone; a file that
+    cannot be read, or names a run the API does not know (another server), is removed."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Crashed
+
+    marked = []
+    for path in sorted((root / ACTIVE_RUNS).glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            flow_run_id, pid = record["flow_run"], int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        if _process_alive(pid, record.get("started")):
+            continue
+        with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
+            state = client.read_flow_run(flow_run_id).state
+            if state is None or not state.is_final():
+                message = ABANDONED.format(pid=pid)
+                for task in _unfinished_task_runs(client, flow_run_id):
+                    client.set_task_run_state(task.id, Crashed(message=message), force=True)
+                client.set_flow_run_state(flow_run_id, Crashed(message=message), force=True)
+                marked.append(flow_run_id)
+        path.unlink(missing_ok=True)
+    return marked
+
+
+def _process_alive(pid: int, started: float | None) -> bool:
+    """Whether process ``pid`` runs and is the one that started at ``started`` (a pid the
+    system gave to a new process since is not)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return alive and (started is None or abs(proc.create_time() - float(started)) < 1.0)
+    except psutil.Error:
+        return False
+
+
+def _unfinished_task_runs(client: Any, flow_run_id: Any) -> list:
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterId,
@@ -155,21 +285,9 @@ def _mark_crashed(flow_run: Any, message: str) -> str:
         TaskRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
-    from prefect.logging.handlers import APILogWorker
-    from prefect.logging.loggers import flow_run_logger
-    from prefect.states import Crashed
 
-    flow_run_logger(flow_run).error(f"error: {message}")
     unfinished = TaskRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])
-    with get_client(sync_client=True) as client:
-        if (unreachable := client.api_healthcheck()) is not None:
-            raise unreachable
-        tasks = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])),
-            task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=unfinished)),
-        )
-        for task in tasks:
-            client.set_task_run_state(task.id, Crashed(message=message), force=True)
-        client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
-    APILogWorker.drain_all(timeout=1.0)
-    return f"flow run {flow_run.id} and {len(tasks)} unfinished task run(s) marked Crashed"
+    return client.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+        task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=unfinished)),
+    )

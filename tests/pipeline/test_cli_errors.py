@@ -337,6 +337,55 @@ def test_an_interrupted_run_ends_at_once_with_one_line_and_exit_130(
     assert f"error: {said}" in [entry.message for entry in logs]
 
 
+def test_a_run_whose_process_was_killed_is_marked_crashed_by_the_next_run(prefect_server, tmp_path):
+    """A run killed outright (SIGKILL: no handler runs, as with the OOM killer) stays "Running" in
+    the Prefect API until the next run of the project marks it Crashed (its process is gone);
+    the next run's own record is removed when it ends."""
+    from flows.interrupts import ACTIVE_RUNS
+
+    root = _sleeping_members_project(tmp_path / "proj")
+    env = dict(os.environ, HYDRA_ENS_THREADS="1", PREFECT_API_URL=prefect_server)
+
+    def start_run_until_members_started(times: int) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "run", "-C", str(root), "--no-push"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        started = lambda: [p.read_text().count("\n") for p in root.glob("started-*")]  # noqa: E731
+        while started() != [times, times]:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the members did not start"
+            time.sleep(0.2)
+        return proc
+
+    first = start_run_until_members_started(1)
+    (active,) = (root / ACTIVE_RUNS).glob("*.json")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.communicate()
+    flow_run, _, _ = _flow_run_record(active.stem)
+    assert flow_run.state.type.value == "RUNNING"
+    second = start_run_until_members_started(2)
+    try:
+        flow_run, tasks, _ = _flow_run_record(active.stem)
+        assert flow_run.state.type.value == "CRASHED", flow_run.state
+        assert flow_run.state.message.startswith("abandoned: the hydra-ens process")
+        assert {t.state.type.value for t in tasks} == {"CRASHED"}, tasks
+        assert not active.exists() and len(list((root / ACTIVE_RUNS).glob("*.json"))) == 1
+        os.kill(second.pid, signal.SIGTERM)
+        second.communicate(timeout=60)
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.communicate()
+    assert second.returncode == 130 and not list((root / ACTIVE_RUNS).glob("*.json"))
+
+
 def _flow_run_record(flow_run_id: str) -> tuple:
     """The flow run, its task runs and its log entries as the Prefect API has them."""
     from prefect.client.orchestration import get_client
