@@ -264,6 +264,28 @@ def _sleeping_members_project(root: Path) -> Path:
     return root
 
 
+def _start_run_until_members_started(root: Path, env: dict, times: int = 1) -> subprocess.Popen:
+    """``hydra-ens run`` of a :func:`_sleeping_members_project`, in its own process group (as a
+    shell job has), once both members have started for the ``times``-th time."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "-C", str(root), "--no-push"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while [p.read_text().count("\n") for p in root.glob("started-*")] != [times, times]:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"the members did not start: {proc.communicate()}")
+        time.sleep(0.2)
+    return proc
+
+
 @pytest.mark.parametrize(
     ("sig", "group"),
     [(signal.SIGINT, True), (signal.SIGTERM, False)],
@@ -280,21 +302,8 @@ def test_an_interrupted_run_ends_at_once_with_one_line_and_exit_130(
 
     root = _sleeping_members_project(tmp_path / "proj")
     env = dict(os.environ, HYDRA_ENS_THREADS="1", PREFECT_API_URL=prefect_server)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "-C", str(root), "--no-push"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a shell job has
-    )
+    proc = _start_run_until_members_started(root, env)
     try:
-        deadline = time.monotonic() + 120
-        while len(list(root.glob("started-*"))) < 2:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the members did not start"
-            time.sleep(0.2)
         pids = [int(p.read_text()) for p in root.glob("started-*")]
         t0 = time.monotonic()
         if group:
@@ -345,32 +354,13 @@ def test_a_run_whose_process_was_killed_is_marked_crashed_by_the_next_run(prefec
 
     root = _sleeping_members_project(tmp_path / "proj")
     env = dict(os.environ, HYDRA_ENS_THREADS="1", PREFECT_API_URL=prefect_server)
-
-    def start_run_until_members_started(times: int) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "run", "-C", str(root), "--no-push"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 120
-        started = lambda: [p.read_text().count("\n") for p in root.glob("started-*")]  # noqa: E731
-        while started() != [times, times]:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the members did not start"
-            time.sleep(0.2)
-        return proc
-
-    first = start_run_until_members_started(1)
+    first = _start_run_until_members_started(root, env, times=1)
     (active,) = (root / ACTIVE_RUNS).glob("*.json")
     os.killpg(first.pid, signal.SIGKILL)
     first.communicate()
     flow_run, _, _ = _flow_run_record(active.stem)
     assert flow_run.state.type.value == "RUNNING"
-    second = start_run_until_members_started(2)
+    second = _start_run_until_members_started(root, env, times=2)
     try:
         flow_run, tasks, _ = _flow_run_record(active.stem)
         assert flow_run.state.type.value == "CRASHED", flow_run.state
