@@ -12,6 +12,7 @@ Every validation problem becomes one line ``params.yaml: <dotted.key>: <what is 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -24,7 +25,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -432,6 +435,41 @@ class PipelineConfig(_Strict):
     )
     promote: PromoteConfig = PromoteConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    _root: Path | None = PrivateAttr(default=None)
+    """The project folder relative paths are read from (validation context ``root``; None: the
+    current folder, which is the project's in a stage)."""
+
+    def __eq__(self, other: object) -> bool:
+        """Equal params are equal configs, whichever folder they were read from (``_root``)."""
+        if not isinstance(other, PipelineConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def project_path(self, path: str) -> Path:
+        """A ``data``/``model`` path of these params as the stages read it: a relative one is
+        relative to the project folder, where ``dvc repro`` runs them, not to the folder of the
+        process that reads the params (``hydra-ens status -C PROJECT``, a study's worker)."""
+        return Path(path) if self._root is None else self._root / path
+
+    @property
+    def model_dir(self) -> str | None:
+        """``model.path`` as a folder the process can open (:meth:`project_path`); None for the
+        built-in model."""
+        return None if self.model.path is None else str(self.project_path(self.model.path))
+
+    def _project_data(self) -> DataSpec:
+        """``data`` with its paths made openable from this process (:meth:`project_path`), for
+        the checks and derived values that look at the files."""
+        if self._root is None:
+            return self.data
+        changes: dict[str, Any] = {}
+        if self.data.path:
+            changes["path"] = str(self.project_path(self.data.path))
+        for key in ("near_ood", "far_ood", "ood_val"):
+            value = getattr(self.data, key)
+            if isinstance(value, OODSource):
+                changes[key] = dataclasses.replace(value, path=str(self.project_path(value.path)))
+        return dataclasses.replace(self.data, **changes)
 
     # ---- derived values every stage agrees on ----
     @property
@@ -453,7 +491,7 @@ class PipelineConfig(_Strict):
 
     @property
     def modality(self) -> str:
-        return data_modality(self.data)
+        return data_modality(self._project_data())
 
     @property
     def family(self) -> str:
@@ -469,7 +507,7 @@ class PipelineConfig(_Strict):
         if self.family == "timm_vit":
             return self.model.vit.depth, self.model.vit.num_heads
         try:
-            return _text_model_shape(self.model.path)
+            return _text_model_shape(self.model_dir)
         except ValueError as err:
             raise ConfigError(f"model.path: {err}") from None
 
@@ -520,30 +558,31 @@ class PipelineConfig(_Strict):
         return self.baselines.deep_ensemble_size or self.members.num_members
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> PipelineConfig:
+    def _cross_checks(self, info: ValidationInfo) -> PipelineConfig:
+        self._root = (info.context or {}).get("root")
         problems: list[tuple[str, str]] = []
         modality = self.modality
         if self.model.family == "bert" and modality == "image":
             problems.append(("model.family", "'bert' needs a text data.source"))
         if self.model.family == "timm_vit" and modality == "text":
             problems.append(("model.family", "'timm_vit' needs an image data.source"))
-        if self.data.path and not Path(self.data.path).exists():
+        if self.data.path and not self.project_path(self.data.path).exists():
             problems.append(("data.path", f"{self.data.path!r} does not exist"))
         else:  # evaluate, the gates and the baselines all score a near-OOD split
-            near = near_ood_problem(self.data)
+            near = near_ood_problem(self._project_data())
             if near is not None:
                 problems.append(near)
         for key in ("near_ood", "far_ood", "ood_val"):
             value = getattr(self.data, key)
-            if isinstance(value, OODSource) and not Path(value.path).exists():
+            if isinstance(value, OODSource) and not self.project_path(value.path).exists():
                 problems.append((f"data.{key}.path", f"{value.path!r} does not exist"))
         shape_known = True
-        if self.model.path and not Path(self.model.path).exists():
+        if self.model_dir and not Path(self.model_dir).exists():
             problems.append(("model.path", f"{self.model.path!r} does not exist"))
             shape_known = self.family == "timm_vit"
         elif self.family != "timm_vit":
             try:
-                _text_model_shape(self.model.path)
+                _text_model_shape(self.model_dir)
             except ValueError as err:
                 problems.append(("model.path", str(err)))
                 shape_known = False
@@ -689,14 +728,18 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def validate_params(raw: Mapping[str, Any] | None, source: str = "params.yaml") -> PipelineConfig:
-    """Validate a raw params mapping; raise :class:`ConfigError` with one line per problem."""
+def validate_params(
+    raw: Mapping[str, Any] | None, source: str = "params.yaml", root: Path | None = None
+) -> PipelineConfig:
+    """Validate a raw params mapping; raise :class:`ConfigError` with one line per problem.
+    ``root``: the project folder its relative paths are checked in (None: the current folder;
+    :meth:`PipelineConfig.project_path`)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{source}: <root>: must be a mapping, got {type(raw).__name__}")
     try:
-        return PipelineConfig.model_validate(dict(raw))
+        return PipelineConfig.model_validate(dict(raw), context={"root": root})
     except ValidationError as err:
         raise ConfigError(_format_errors(err, source)) from None
 
@@ -705,9 +748,11 @@ def resolve_params(
     profile: str = "default",
     overrides: Mapping[str, Any] | None = None,
     sets: Mapping[str, Any] | None = None,
+    root: Path | None = None,
 ) -> PipelineConfig:
     """Defaults, then the data source's defaults, then ``PROFILES[profile]``, then ``overrides``
-    (a params file), then ``sets``.
+    (a params file), then ``sets``; validated with relative paths checked in the project folder
+    ``root`` (:func:`validate_params`).
 
     The source defaults (:data:`tasks.source_defaults.SOURCE_DEFAULTS`, e.g. the ViT shape and
     epochs of ``mnist5k``) are those of the ``data.name`` the later layers resolve to; every
@@ -723,21 +768,25 @@ def resolve_params(
     for dotted, value in (sets or {}).items():
         set_dotted(raw, dotted, value)
     raw = deep_merge(source_defaults(raw), raw)
-    return validate_params(raw, source="params")
+    return validate_params(raw, source="params", root=root)
 
 
-def apply_sets(current: Mapping[str, Any], sets: Mapping[str, Any]) -> PipelineConfig:
-    """``--set`` values applied to a resolved params mapping (what ``hydra-ens run --set`` does).
+def apply_sets(
+    current: Mapping[str, Any], sets: Mapping[str, Any], root: Path | None = None
+) -> PipelineConfig:
+    """``--set`` values applied to a resolved params mapping (what ``hydra-ens run --set`` does),
+    of the project in ``root`` (:func:`validate_params`).
 
     The values the mapping holds at its own resolved defaults follow the new resolution, so
     changing ``data.name`` swaps the source defaults (``mnist5k`` brings its ViT shape and
     epochs, a text source drops them); every value the user changed by hand is kept.
     """
-    current_raw = to_raw(validate_params(current, source="params.yaml"))
+    current_raw = to_raw(validate_params(current, source="params.yaml", root=root))
     profile, data = current_raw["profile"], current_raw["data"]
     # the file's own resolution: its profile and data section over the defaults
-    reference = to_raw(resolve_params(profile, {"data": data}))
-    return resolve_params(profile, _changed(current_raw, reference) | {"data": data}, sets)
+    reference = to_raw(resolve_params(profile, {"data": data}, root=root))
+    changed = _changed(current_raw, reference) | {"data": data}
+    return resolve_params(profile, changed, sets, root=root)
 
 
 def _changed(values: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
@@ -775,8 +824,9 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
 
 
 def load_params(path: str | os.PathLike[str] = "params.yaml") -> PipelineConfig:
-    """Read and validate a params file."""
-    return validate_params(read_yaml(path), source=Path(path).name)
+    """Read and validate a params file; its relative paths are relative to its folder (the
+    project's)."""
+    return validate_params(read_yaml(path), source=Path(path).name, root=Path(path).parent)
 
 
 def to_raw(cfg: PipelineConfig) -> dict[str, Any]:

@@ -175,7 +175,7 @@ def _batch(cfg: PipelineConfig, inputs: list[str]) -> dict[str, torch.Tensor]:
             make_text_batches(
                 inputs,
                 None,
-                text_tokenizer(cfg.model.path),
+                text_tokenizer(cfg.model_dir),
                 cfg.model.max_length,
                 batch_size=len(inputs),
             )

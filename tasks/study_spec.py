@@ -158,7 +158,8 @@ def upstream_key(params: dict[str, Any], keys: list[str]) -> str:
 
 
 def study_points(spec: StudySpec, spec_dir: Path, dvc_yaml: Path) -> list[StudyPoint]:
-    """Every point of ``spec``, validated, in (variant, seed) order."""
+    """Every point of ``spec``, validated (relative paths in the project of ``dvc_yaml``), in
+    (variant, seed) order."""
     base = read_yaml(spec_dir / spec.params) if spec.params else None
     if base is not None and not isinstance(base, dict):
         raise ConfigError(f"{spec.params}: <root>: must be a mapping")
@@ -168,7 +169,7 @@ def study_points(spec: StudySpec, spec_dir: Path, dvc_yaml: Path) -> list[StudyP
         for seed in spec.seeds:
             sets = {**spec.sets, **overrides, "seed": seed}
             try:
-                cfg: PipelineConfig = resolve_params(spec.profile, base, sets)
+                cfg: PipelineConfig = resolve_params(spec.profile, base, sets, dvc_yaml.parent)
             except ConfigError as err:
                 raise ConfigError(f"variant {variant}: {err}") from None
             raw = to_raw(cfg)

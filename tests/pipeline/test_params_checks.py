@@ -150,3 +150,30 @@ def test_a_bad_model_folder_is_one_line_naming_model_path(tmp_path, write, words
         validate_params({"model": {"path": str(tmp_path)}})
     msg = one_line(info)
     assert msg.startswith("params.yaml: model.path: ") and words in msg, msg
+
+
+def test_relative_paths_are_read_from_the_project_folder(tmp_path, monkeypatch):
+    """A relative ``data.path``, OOD set path and ``model.path`` name files in the project, where
+    ``dvc repro`` runs the stages, also for a process elsewhere (``hydra-ens status -C PROJECT``,
+    ``run -C PROJECT --set``, a study worker): they were checked in the current folder and
+    refused. The params keep them as written."""
+    from flows.cli import resolve_run_params
+    from tasks.params import load_params, write_params
+
+    project = tmp_path / "proj"
+    (project / "data").mkdir(parents=True)
+    write_csv(project / "data" / "train.csv")
+    write_csv(project / "data" / "near.csv", labels="n")
+    bert_folder(project / "bert", num_hidden_layers=2, num_attention_heads=4)
+    near = {"kind": "csv", "path": "data/near.csv"}
+    data = {"name": "csv", "path": "data/train.csv", "near_ood": near}
+    monkeypatch.chdir(project)
+    write_params(resolve_params("quick", {"data": data, "model": {"path": "bert"}}), "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_params(project / "params.yaml")
+    assert (cfg.data.path, cfg.model.path, cfg.model_layers) == ("data/train.csv", "bert", 2)
+    assert cfg.model_dir == str(project / "bert")  # what predict loads its tokenizer from
+    cfg = resolve_run_params(project, None, None, ["data.text_column=text"])
+    assert (cfg.data.near_ood.path, cfg.model_heads) == ("data/near.csv", 4)
+    with pytest.raises(ConfigError, match=r"data\.path: 'nope\.csv' does not exist"):
+        resolve_run_params(project, None, None, ["data.path=nope.csv"])
