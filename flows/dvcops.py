@@ -90,11 +90,22 @@ def ensure_project(root: Path) -> list[str]:
         done.append("dvc init")
     if "analytics" not in dvc(root, "config", "--list", "--project").stdout:
         dvc(root, "config", "core.analytics", "false")
-    remotes = dvc(root, "remote", "list").stdout
-    if REMOTE_NAME not in remotes.split():
-        dvc(root, "remote", "add", "-d", REMOTE_NAME, REMOTE_DIR)
-        done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/")
+    if not has_remote(root, REMOTE_NAME):
+        # the project's default remote stays the default (an S3 store added with -d, say)
+        default = dvc(root, "config", "core.remote", check=False).stdout.strip()
+        dvc(root, "remote", "add", *([] if default else ["-d"]), REMOTE_NAME, REMOTE_DIR)
+        kept = f" (the default stays {default!r})" if default else ""
+        done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/{kept}")
     return done
+
+
+def has_remote(root: Path, name: str) -> bool:
+    """Whether the project has a DVC remote ``name`` (at any config level).
+
+    Read with ``dvc config``, not from ``dvc remote list``: that is a table whose URL column
+    wraps and holds spaces, so a word of another remote's URL (``/srv/my local store``) read as
+    a remote's name."""
+    return bool(dvc(root, "config", f"remote.{name}.url", check=False).stdout.strip())
 
 
 def stale_stages(root: Path) -> set[str]:

@@ -149,6 +149,16 @@ def default_remote(root: Path) -> str:
     return url
 
 
+def worker_location(location: str) -> str:
+    """A ``--git-url`` / ``--dvc-remote`` as workers can use it: a local path made absolute
+    (a worker runs git and DVC in its own clone, where a relative path names nothing, or a
+    folder inside the clone), a URL (``scheme://...``, git's ``host:path``) as it is."""
+    scp_like = ":" in location.split("/", 1)[0]
+    if "://" in location or scp_like:
+        return location
+    return str(Path(location).resolve())
+
+
 def _state_dir(root: Path, study: str) -> Path:
     return root / ".hydra-ens" / "studies" / study
 
@@ -180,9 +190,9 @@ def hydra_study(
     commit = study_commit(root)
     job_base = {
         "study": spec.name,
-        "git_url": git_url or str(root),
+        "git_url": worker_location(git_url) if git_url else str(root),
         "commit": commit,
-        "dvc_remote": dvc_remote or default_remote(root),
+        "dvc_remote": worker_location(dvc_remote) if dvc_remote else default_remote(root),
         "threads": threads,
     }
     fetch_experiments(root, job_base["git_url"])

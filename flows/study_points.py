@@ -49,6 +49,8 @@ from tasks.study_spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 Log = Callable[[str], None]
 #: Files a point must have in its experiment commit to count as done.
 POINT_FILES = ("params.yaml", "metrics/evaluate.json", "metrics/latency.json", "reports/gate.json")
+#: The clone's default DVC remote: the study's.
+_REMOTE = "study"
 _IDENTITY = {"user.name": "hydra-ens study", "user.email": "study@hydra-ens.invalid"}
 
 
@@ -127,17 +129,31 @@ def checkout(job: PointJob, log: Log) -> Iterator[Path]:
         for key, value in _IDENTITY.items():
             if subprocess.run(["git", "config", key], cwd=wd, capture_output=True).returncode:
                 _run(["git", "config", key, value], wd, env)
-        dvc = bin_path("dvc")
         if not (wd / ".dvc").is_dir():
-            _run([dvc, "init", "-q"], wd, env)
-        _run([dvc, "config", "--local", "core.analytics", "false"], wd, env)
-        _run([dvc, "remote", "add", "--local", "-f", "-d", "study", job.dvc_remote], wd, env)
+            _run([bin_path("dvc"), "init", "-q"], wd, env)
+        _set_local_config(wd, job.dvc_remote)
         # validated here too: a worker with other package versions fails early and clearly
-        write_params(validate_params(job.params, source=f"{job.name} params"), wd / "params.yaml")
+        cfg = validate_params(job.params, source=f"{job.name} params", root=wd)
+        write_params(cfg, wd / "params.yaml")
         log(f"clone at {job.commit[:8]} in {wd}")
         yield wd
     finally:
         shutil.rmtree(wd, ignore_errors=True)
+
+
+def _set_local_config(wd: Path, remote_url: str) -> None:
+    """Make ``remote_url`` the clone's default DVC remote (``study``), analytics off, in its
+    ``.dvc/config.local``.
+
+    Written with configobj (DVC's own config library) in UTF-8 rather than by ``dvc remote add``:
+    DVC writes its config as ASCII, so a remote under a non-ASCII path (a project in
+    ``données/``) could not be added; it reads UTF-8."""
+    from configobj import ConfigObj
+
+    config = ConfigObj(str(wd / ".dvc" / "config.local"), encoding="utf-8")
+    config.setdefault("core", {}).update({"remote": _REMOTE, "analytics": "false"})
+    config[f'remote "{_REMOTE}"'] = {"url": remote_url}
+    config.write()
 
 
 def _uncached_files(wd: Path, stages: tuple[str, ...]) -> list[str]:

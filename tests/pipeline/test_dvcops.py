@@ -245,3 +245,33 @@ def test_stop_descendants_stops_the_whole_tree(tmp_path) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_the_local_remote_is_added_though_another_remote_s_url_has_the_word(tmp_path):
+    """``ensure_project`` adds its remote ``local`` when the project's other remote lives under
+    ``/srv/my local store`` (``dvc remote list`` split on spaces read a remote named ``local``)."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dvcops.dvc(root, "init", "-q")
+    dvcops.dvc(root, "remote", "add", "store", "/srv/my local store")
+    dvcops.ensure_project(root)
+    url = dvcops.dvc(root, "config", f"remote.{dvcops.REMOTE_NAME}.url").stdout.strip()
+    assert url == str(root / dvcops.REMOTE_DIR)
+
+
+def test_the_local_remote_does_not_take_over_the_projects_default(tmp_path):
+    """A project whose default remote is its own (an S3 store added with ``-d``) keeps it as the
+    default: ``ensure_project`` adds ``local`` beside it (it made ``local`` the default, and so
+    ``dvc push`` and ``study`` quietly used the local folder instead)."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dvcops.dvc(root, "init", "-q")
+    dvcops.dvc(root, "remote", "add", "-d", "store", "s3://bucket/prefix")
+    done = dvcops.ensure_project(root)
+    assert done == ["dvc remote local -> .dvc-remote/ (the default stays 'store')"]
+    assert dvcops.dvc(root, "config", "core.remote").stdout.strip() == "store"
+    assert dvcops.has_remote(root, dvcops.REMOTE_NAME)

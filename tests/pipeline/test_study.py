@@ -444,3 +444,41 @@ def test_the_default_remote_is_read_whole_under_a_long_path(tmp_path):
     assert default_remote(project) == str(project / dvcops.REMOTE_DIR)
     dvcops.dvc(project, "remote", "add", "-d", "-f", "s3", "s3://bucket/some/prefix")
     assert default_remote(project) == "s3://bucket/some/prefix"
+
+
+def test_a_study_runs_in_a_non_ascii_project_with_relative_data_git_url_and_remote(
+    tmp_path, prefect_server
+):
+    """A project under ``données é/`` with its data at a relative ``data.path``, ``--git-url``
+    and ``--dvc-remote`` (``dépôt``) relative to the caller's folder: every point runs, its
+    outputs land in that remote and its experiment comes back from that git URL. (DVC writes
+    its config as ASCII: ``dvc remote add`` of a non-ASCII remote in a worker's clone failed;
+    relative locations were read from the clone; ``data.path`` was checked in the caller's and
+    the worker's current folder.)"""
+    project = _stub_project(tmp_path / "données é" / "proj")
+    rows = "".join(f"text {i},{'abc'[i % 3]}\n" for i in range(30))
+    (project / "data.csv").write_text("text,label\n" + rows)
+    git(project, "add", "data.csv")
+    git(project, "commit", "-q", "-m", "data")
+    git(tmp_path, "clone", "-q", "--bare", str(project), "server.git")
+    data = {"data.name": "csv", "data.path": "data.csv", "data.near_ood_classes": ["c"]}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump({"name": "tiny", "profile": "quick", "variants": {"c": data}, "seeds": [0]})
+    )
+    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    env["HYDRA_ENS_STUDY_SCRATCH"] = str(tmp_path / "scratch")
+    args = ["--workers", "1", "--git-url", "server.git", "--dvc-remote", "dépôt"]
+    proc = subprocess.run(
+        [BIN / "hydra-ens", "study", "spec.yaml", "-C", str(project), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert _summary(project)["ran"] == ["c-seed0"], out[-4000:]
+    assert any((tmp_path / "dépôt").rglob("*")), "no output reached the relative --dvc-remote"
+    assert "c-seed0" in git(project, "for-each-ref", "refs/exps")
