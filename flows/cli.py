@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows.interrupts import INTERRUPTED_RUN, INTERRUPTED_STUDY, interrupts_end_the_run
@@ -62,27 +63,31 @@ def _root(project: Path | None) -> Path:
 
 
 def _fail(msg: str, code: int = 1) -> NoReturn:
-    # soft_wrap: one error stays one line (greppable in logs), whatever the terminal width
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    """Print ``error: msg`` and exit ``code``. ``msg`` is plain text, not rich markup: the paths
+    and values it names may hold brackets (``proj [v2]/``, ``a[/b]``), which markup would drop
+    or fail on. soft_wrap: one error stays one line (greppable), whatever the terminal width."""
+    from rich.text import Text
+
+    line = Text.assemble(("error:", "bold red"), f" {msg}")
+    err_console.print(line, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 def _parse_sets(sets: list[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` items as ``{dotted key: YAML value}``; bad input is one line, exit 2."""
     import yaml
-    from rich.markup import escape
 
     out = {}
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            _fail(escape(f"--set {item!r}: expected KEY=VALUE (e.g. members.num_members=3)"), 2)
+            _fail(f"--set {item!r}: expected KEY=VALUE (e.g. members.num_members=3)", 2)
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as err:
             context, problem = getattr(err, "context", None), getattr(err, "problem", None)
             why = ": ".join(filter(None, (context, problem))) or str(err).splitlines()[0]
-            _fail(escape(f"--set {item!r}: value is not valid YAML ({why})"), 2)
+            _fail(f"--set {item!r}: value is not valid YAML ({why})", 2)
     return out
 
 
@@ -112,7 +117,7 @@ def resolve_run_params(
         if not sets:
             check_runs_here(load_params(current))  # validate what is there
             return None
-        cfg = apply_sets(read_yaml(current), _parse_sets(sets))
+        cfg = apply_sets(read_yaml(current), _parse_sets(sets), root)
     else:
         overrides = read_yaml(params) if params is not None else None
         if overrides is not None and not isinstance(overrides, dict):
@@ -120,7 +125,7 @@ def resolve_run_params(
         if profile is None:
             profile = (overrides or {}).get("profile", "default")
         overrides = deep_merge(overrides or {}, {"profile": profile})
-        cfg = resolve_params(profile, overrides, _parse_sets(sets))
+        cfg = resolve_params(profile, overrides, _parse_sets(sets), root)
     check_runs_here(cfg)
     return cfg
 
@@ -237,8 +242,6 @@ def run(
                 console.print(f"[dim]project:[/] {action}")
         except dvcops.StageError as err:
             _fail(str(err), 2)
-    from rich.markup import escape
-
     from flows import runlog
     from flows.pipeline import hydra_pipeline
 
@@ -255,10 +258,10 @@ def run(
         else:
             line = f"pipeline ended in state {state.name}"
         run_log.error(f"error: {line}")
-        _fail(f"{escape(line)} (full log: {escape(run_log.display_path())})")
+        _fail(f"{line} (full log: {run_log.display_path()})")
     summary = state.result()
     _print_summary(summary)
-    console.print(f"[dim]full log: {escape(run_log.display_path())}[/]")
+    console.print(f"[dim]full log: {escape(run_log.display_path())}[/]", soft_wrap=True)
     if summary.get("gate", {}).get("verdict") == "failed":
         raise typer.Exit(3)
 
@@ -326,8 +329,9 @@ def status(project: Project = None) -> None:
         console.print(
             f"{cfg.promote.model_name} {cfg.promote.stage}: [bold]{prod['version']}[/] "
             f"(commit {prod['commit'][:8]}, gate {f.get('gate', '?')}"
-            + (f", reason: {f['reason']}" if "reason" in f else "")
-            + ")"
+            + (f", reason: {escape(f['reason'])}" if "reason" in f else "")
+            + ")",
+            soft_wrap=True,
         )
 
 
@@ -439,7 +443,9 @@ def promote(
             if version
             else (f" (forced: {reason})" if result.get("forced") else "")
         )
-        console.print(f"promoted {result['model']}@{result['version']} -> {result['stage']}{how}")
+        console.print(
+            f"promoted {result['model']}@{result['version']} -> {result['stage']}{escape(how)}"
+        )
         if not version:
             from flows import dvcops
 
@@ -508,12 +514,12 @@ def registry(project: Project = None) -> None:
             cell("id_test", "ece"),
             cell("near_ood", "auroc"),
             v["created"][:19].replace("T", " "),
-            f.get("reason", ""),
+            escape(f.get("reason", "")),
         )
     console.print(table)
     for a in history:
         if "rollback" in a["message"] or "forced" in a["message"]:
-            console.print(f"[dim]{a['tag']}: {a['message']}[/]", soft_wrap=True)
+            console.print(f"[dim]{escape(a['tag'])}: {escape(a['message'])}[/]", soft_wrap=True)
 
 
 @app.command()
@@ -547,7 +553,7 @@ def serve(
     from flows.smoke import hydra_smoke
 
     target = hydra_smoke if smoke else hydra_pipeline
-    console.print(f"serving {target.name}/{name} on cron {cron!r} for {root}")
+    console.print(f"serving {target.name}/{name} on cron {cron!r} for {root}", markup=False)
     target.serve(
         name=name, cron=cron, parameters={"project_dir": str(root)}, print_starting_message=True
     )
@@ -627,8 +633,6 @@ def study(
             _fail(f"--resource {item!r}: expected NAME=AMOUNT (e.g. GPU=1)", 2)
     if threads is None:
         threads = max(1, len(os.sched_getaffinity(0)) // (1 if cluster else workers))
-    from rich.markup import escape
-
     from flows import runlog
     from flows.study import StudyError, hydra_study, task_runner
 
@@ -660,10 +664,10 @@ def study(
         try:
             state.result()
         except (StudyError, ConfigError) as err:
-            _fail(escape(str(err)), 2)
+            _fail(str(err), 2)
         except Exception as err:
             line = runlog.error_line(err, run_log)
-            _fail(f"{escape(line)} (full log: {escape(run_log.display_path())})")
+            _fail(f"{line} (full log: {run_log.display_path()})")
         _fail(f"study ended in state {state.name}")
     summary = state.result()
     table = Table(title=f"study {summary['study']} at {summary['commit'][:8]}")
@@ -691,7 +695,7 @@ def study(
             f"wall {summary['seconds'] / 60:.1f} min"
         )
     if summary.get("report"):
-        console.print(f"report: {summary['report']}")
+        console.print(f"report: {summary['report']}", markup=False, soft_wrap=True)
     if summary["failed"]:
         raise typer.Exit(1)
 

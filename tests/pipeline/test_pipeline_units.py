@@ -249,6 +249,17 @@ def test_run_outside_a_project_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("folder", ["proj [v2]", "a[/b]"])
+def test_an_error_shows_a_path_with_brackets_as_it_is(tmp_path, folder):
+    """The error line is plain text, not console markup: ``[v2]`` was dropped from the path
+    shown, and ``[/b]`` ended the command with a MarkupError traceback."""
+    root = tmp_path / folder
+    root.mkdir(parents=True)
+    res = CliRunner().invoke(app, ["run", "-C", str(root), "--profile", "quick"])
+    assert res.exit_code == 2, res.output
+    assert _said(res) == f"error: {root}: no dvc.yaml here; run hydra-ens from the project folder"
+
+
 def test_run_refuses_an_unknown_or_missing_allocator_before_anything(tmp_path, monkeypatch):
     """``HYDRA_ENS_MALLOC`` is checked before params.yaml is rewritten; the stage processes'
     environment carries the allocator asked for."""

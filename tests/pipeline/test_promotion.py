@@ -303,3 +303,22 @@ def test_a_compiled_artifact_that_fails_at_run_time_hands_over_to_eager_loudly(p
     torch.testing.assert_close(answered, eager, rtol=0, atol=0)  # the gated eager model answered
     assert served.answered_by == "eager (compiled artifact failed here: RuntimeError)"
     assert "kernel not built for this CPU" in caplog.text
+
+
+def test_a_reason_with_brackets_is_shown_as_written(project):
+    """``--reason`` is the user's text, not console markup: ``[/x]`` ended ``promote`` and
+    ``registry`` with a MarkupError traceback, and ``[v2]`` vanished from what they showed."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    _write(project / "metrics" / "evaluate.json", _evaluation(0.2))
+    _gate_and_bundle(project)
+    reason = "hotfix [v2] [/x]"
+    runner = CliRunner()
+    res = runner.invoke(app, ["promote", "-C", str(project), "--force", "--reason", reason])
+    assert res.exit_code == 0 and f"(forced: {reason})" in res.output, res.output
+    assert versions(project, "hydra")[0]["fields"]["reason"] == reason
+    for command in ("registry", "status"):
+        res = runner.invoke(app, [command, "-C", str(project)], env={"COLUMNS": "200"})
+        assert res.exit_code == 0 and reason in res.output, (command, res.output)
