@@ -239,7 +239,7 @@ def run(
             write_params(cfg, root / "params.yaml")
         try:
             for action in dvcops.ensure_project(root):
-                console.print(f"[dim]project:[/] {action}")
+                console.print(f"[dim]project:[/] {escape(action)}")
         except dvcops.StageError as err:
             _fail(str(err), 2)
     from flows import runlog
@@ -276,7 +276,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     console.print(table)
     if "metrics_table" in summary:
         console.print(
-            "\n[bold]metrics (calibrated)[/]\n" + summary["metrics_table"], soft_wrap=True
+            "\n[bold]metrics (calibrated)[/]\n" + escape(summary["metrics_table"]), soft_wrap=True
         )
     gate = summary.get("gate")
     if gate:
@@ -335,6 +335,35 @@ def status(project: Project = None) -> None:
         )
 
 
+def prediction_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """``predict``'s table: one row per input (its first 60 characters), the class, the
+    uncertainty numbers and the verdict. Inputs, class names and the title are shown as they
+    are (plain text: a news text's ``[removed]`` is not console markup)."""
+    from rich.text import Text
+
+    from hydra_ops.ood_thresholds import VERDICT_LABELS
+
+    table = Table(title=Text(title), show_edge=False, pad_edge=False)
+    cols = ("input", "class", "prob", "entropy", "MI", "disagree", "ood_score", "verdict")
+    for col in cols:  # only input and class fold, so the numbers and verdict fit 80 columns
+        foldable = col in ("input", "class")
+        table.add_column(
+            col, overflow="fold", no_wrap=not foldable, min_width=6 if foldable else None
+        )
+    for r in rows:
+        table.add_row(
+            Text(r["input"][:60]),
+            Text(str(r["class"])),
+            f"{r['prob']:.3f}",
+            f"{r['entropy']:.3f}",
+            f"{r['mutual_information']:.3f}",
+            f"{r['disagreement']:.3f}",
+            f"{r['ood_score']:.4f}",
+            VERDICT_LABELS.get(r["verdict"], "n/a"),
+        )
+    return table
+
+
 @app.command()
 def predict(
     inputs: Annotated[
@@ -355,7 +384,6 @@ def predict(
 ) -> None:
     """Classify with the prod model: class, probability, entropy, mutual information, member
     disagreement, OOD score and a verdict (ok / uncertain / likely OOD) per input."""
-    from hydra_ops.ood_thresholds import VERDICT_LABELS
     from tasks.params import ConfigError, load_params
     from tasks.predict import predict as do_predict
     from tasks.predict import validate_inputs
@@ -374,30 +402,11 @@ def predict(
         for r in rows:
             print(json.dumps(r))
         return
-    table = Table(
-        title=f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
-        f"{rows[0]['answered_by']}",
-        show_edge=False,
-        pad_edge=False,
+    title = (
+        f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
+        f"{rows[0]['answered_by']}"
     )
-    cols = ("input", "class", "prob", "entropy", "MI", "disagree", "ood_score", "verdict")
-    for col in cols:  # only input and class fold, so the numbers and verdict fit 80 columns
-        foldable = col in ("input", "class")
-        table.add_column(
-            col, overflow="fold", no_wrap=not foldable, min_width=6 if foldable else None
-        )
-    for r in rows:
-        table.add_row(
-            r["input"][:60],
-            r["class"],
-            f"{r['prob']:.3f}",
-            f"{r['entropy']:.3f}",
-            f"{r['mutual_information']:.3f}",
-            f"{r['disagreement']:.3f}",
-            f"{r['ood_score']:.4f}",
-            VERDICT_LABELS.get(r["verdict"], "n/a"),
-        )
-    console.print(table)
+    console.print(prediction_table(rows, title))
     console.print(info["legend"], highlight=False, soft_wrap=True, markup=False)
 
 
