@@ -168,7 +168,7 @@ def test_status_and_predict_use_the_registry(project):
         assert row["entropy"] >= row["mutual_information"] >= 0
         assert 0 <= row["disagreement"] <= 1
     table = cli("predict", "-C", str(project), "Prices [/x] rose", "[removed] news").output
-    assert "Prices [/x] rose" in table and "[removed] news" in table, table
+    assert "[/x]" in table and "[removed]" in table and "Traceback" not in table, table
 
 
 def test_promote_after_a_calibrate_rerun_without_the_gate_is_refused(project):

@@ -388,12 +388,12 @@ def test_ctrl_c_during_a_local_study_is_one_line_and_stops_every_worker(tmp_path
 
     try:
         deadline = time.monotonic() + 240
-        while not any("score_heads" in " ".join(p.cmdline()) for p in _alive(descendants())):
+        while not any("score_heads" in _cmdline(p) for p in descendants()):
             assert proc.poll() is None, proc.communicate()[0][-4000:]
             assert time.monotonic() < deadline, "no point reached score_heads"
             time.sleep(0.3)
         procs = descendants()
-        workers = [p for p in procs if "multiprocessing-fork" in " ".join(p.cmdline())]
+        workers = [p for p in procs if "multiprocessing-fork" in _cmdline(p)]
         assert workers and all(os.getpgid(p.pid) == p.pid for p in _alive(workers))
         t0 = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
@@ -408,6 +408,17 @@ def test_ctrl_c_during_a_local_study_is_one_line_and_stops_every_worker(tmp_path
     assert out.rstrip().endswith(f"error: {INTERRUPTED_STUDY}"), out[-4000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-4000:]
     assert not _alive(procs, wait=5.0)
+
+
+def _cmdline(proc) -> str:
+    """The command line of a ``psutil.Process``, "" once it has ended (points start and end
+    short-lived processes all the time)."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def _alive(procs, wait: float = 0.0) -> list:
