@@ -92,20 +92,31 @@ def ensure_project(root: Path) -> list[str]:
         dvc(root, "config", "core.analytics", "false")
     if not has_remote(root, REMOTE_NAME):
         # the project's default remote stays the default (an S3 store added with -d, say)
-        default = dvc(root, "config", "core.remote", check=False).stdout.strip()
+        default = default_remote_name(root)
         dvc(root, "remote", "add", *([] if default else ["-d"]), REMOTE_NAME, REMOTE_DIR)
         kept = f" (the default stays {default!r})" if default else ""
         done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/{kept}")
     return done
 
 
-def has_remote(root: Path, name: str) -> bool:
-    """Whether the project has a DVC remote ``name`` (at any config level).
+def remote_url(root: Path, name: str) -> str:
+    """The URL of the project's DVC remote ``name`` (at any config level; a local path resolved
+    against the config file that holds it), "" when there is none.
 
     Read with ``dvc config``, not from ``dvc remote list``: that is a table whose URL column
-    wraps and holds spaces, so a word of another remote's URL (``/srv/my local store``) read as
-    a remote's name."""
-    return bool(dvc(root, "config", f"remote.{name}.url", check=False).stdout.strip())
+    wraps a long URL onto the next line and holds spaces, so a word of another remote's URL
+    (``/srv/my local store``) read as a remote's name."""
+    return dvc(root, "config", f"remote.{name}.url", check=False).stdout.strip()
+
+
+def default_remote_name(root: Path) -> str:
+    """The name of the project's default DVC remote (``core.remote``), "" when it has none."""
+    return dvc(root, "config", "core.remote", check=False).stdout.strip()
+
+
+def has_remote(root: Path, name: str) -> bool:
+    """Whether the project has a DVC remote ``name`` (:func:`remote_url`)."""
+    return bool(remote_url(root, name))
 
 
 def stale_stages(root: Path) -> set[str]:

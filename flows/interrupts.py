@@ -167,9 +167,12 @@ def record_interrupt(
     done: dict[str, tuple[bool, str]] = {}
 
     def tell() -> None:
+        # any failure, expected (the server went away) or not, must still let the process end
+        # with its one line: it is reported in the run log, with its traceback, not raised
         try:
             done["result"] = True, _mark_crashed(flow_run, message)
-        except Exception as err:  # the API is gone or refused: the run log is the record
+        except Exception as err:
+            log.warning("telling the Prefect API about the interrupt failed", exc_info=True)
             done["result"] = False, f"not recorded ({type(err).__name__}: {str(err)[:200]})"
 
     worker = threading.Thread(target=tell, name="record-interrupt", daemon=True)
@@ -198,25 +201,24 @@ def _mark_crashed(flow_run: Any, message: str) -> str:
     from prefect.client.orchestration import get_client
     from prefect.logging.handlers import APILogWorker
     from prefect.logging.loggers import flow_run_logger
-    from prefect.states import Crashed
 
     flow_run_logger(flow_run).error(f"error: {message}")
     with get_client(sync_client=True) as client:
         if (unreachable := client.api_healthcheck()) is not None:
             raise unreachable
-        tasks = _unfinished_task_runs(client, flow_run.id)
-        for task in tasks:
-            client.set_task_run_state(task.id, Crashed(message=message), force=True)
-        client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
+        tasks = _crash(client, flow_run.id, message)
     APILogWorker.drain_all(timeout=1.0)
-    return f"flow run {flow_run.id} and {len(tasks)} unfinished task run(s) marked Crashed"
+    return f"flow run {flow_run.id} and {tasks} unfinished task run(s) marked Crashed"
 
 
 def track_run(root: Path, flow_run_id: Any) -> Path | None:
     """Mark the project's abandoned runs (:func:`mark_abandoned_runs`), then note this process's
-    run ``flow_run_id`` in ``root / ACTIVE_RUNS``; returns its file. Never fails the run: a
-    problem is a warning in the run log, and None."""
+    run ``flow_run_id`` in ``root / ACTIVE_RUNS``; returns its file. The run goes on without
+    this bookkeeping when the file cannot be written or the API does not answer (a warning in
+    the run log, and None)."""
+    import httpx
     import psutil
+    from prefect.exceptions import PrefectException
 
     from tasks.common import write_json
 
@@ -227,7 +229,7 @@ def track_run(root: Path, flow_run_id: Any) -> Path | None:
         started = psutil.Process().create_time()
         record = {"flow_run": str(flow_run_id), "pid": os.getpid(), "started": started}
         return write_json(root / ACTIVE_RUNS / f"{flow_run_id}.json", record)
-    except Exception as err:  # bookkeeping for the UI: the run goes on without it
+    except (OSError, psutil.Error, httpx.HTTPError, PrefectException) as err:
         log.warning("could not track the run in %s: %s", ACTIVE_RUNS, err)
         return None
 
@@ -239,7 +241,6 @@ def mark_abandoned_runs(root: Path) -> list[str]:
     cannot be read, or names a run the API does not know (another server), is removed."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
-    from prefect.states import Crashed
 
     marked = []
     for path in sorted((root / ACTIVE_RUNS).glob("*.json")):
@@ -254,10 +255,7 @@ def mark_abandoned_runs(root: Path) -> list[str]:
         with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
             state = client.read_flow_run(flow_run_id).state
             if state is None or not state.is_final():
-                message = ABANDONED.format(pid=pid)
-                for task in _unfinished_task_runs(client, flow_run_id):
-                    client.set_task_run_state(task.id, Crashed(message=message), force=True)
-                client.set_flow_run_state(flow_run_id, Crashed(message=message), force=True)
+                _crash(client, flow_run_id, ABANDONED.format(pid=pid))
                 marked.append(flow_run_id)
         path.unlink(missing_ok=True)
     return marked
@@ -276,7 +274,9 @@ def _process_alive(pid: int, started: float | None) -> bool:
         return False
 
 
-def _unfinished_task_runs(client: Any, flow_run_id: Any) -> list:
+def _crash(client: Any, flow_run_id: Any, message: str) -> int:
+    """Set the flow run and its running or pending task runs ``Crashed`` with ``message``
+    (forced: the engine that ran them is gone); returns how many task runs."""
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterId,
@@ -285,9 +285,14 @@ def _unfinished_task_runs(client: Any, flow_run_id: Any) -> list:
         TaskRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
 
     unfinished = TaskRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])
-    return client.read_task_runs(
+    tasks = client.read_task_runs(
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
         task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=unfinished)),
     )
+    for task in tasks:
+        client.set_task_run_state(task.id, Crashed(message=message), force=True)
+    client.set_flow_run_state(flow_run_id, Crashed(message=message), force=True)
+    return len(tasks)

@@ -140,10 +140,8 @@ def study_commit(root: Path) -> str:
 
 def default_remote(root: Path) -> str:
     """The project's default DVC remote, as a URL every worker can use."""
-    name = dvcops.dvc(root, "config", "core.remote", check=False).stdout.strip()
-    # `dvc config` resolves a local path against the config file it is in; `dvc remote list`
-    # is a table that wraps a long URL onto the next line
-    url = name and dvcops.dvc(root, "config", f"remote.{name}.url", check=False).stdout.strip()
+    name = dvcops.default_remote_name(root)
+    url = name and dvcops.remote_url(root, name)
     if not url:
         raise StudyError("the project has no default DVC remote (`dvc remote add -d NAME URL`)")
     return url

@@ -71,6 +71,16 @@ def git(root: Path, *args: str) -> str:
     ).stdout
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """Whatever is left of ``proc`` (started with ``start_new_session=True``) and its process
+    group: SIGKILL if it still runs, then its output collected. For a test's ``finally``."""
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
 def commit_project(root: Path, message: str) -> None:
     """``git init`` in ``root`` with a test identity, and everything in it as the first commit."""
     git(root, "init", "-q", "-b", "main")

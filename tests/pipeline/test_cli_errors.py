@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_project
+from conftest import REPO, kill_group, make_project
 
 from flows import runlog
 from flows.dvcops import StageError
@@ -313,9 +313,7 @@ def test_an_interrupted_run_ends_at_once_with_one_line_and_exit_130(
         out, err = proc.communicate(timeout=60)
         took = time.monotonic() - t0
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        kill_group(proc)
     assert proc.returncode == 130, (out + err)[-4000:]
     assert took < 20, took
     assert INTERRUPTED_RUN.startswith("interrupted; run hydra-ens run again to resume")
@@ -370,9 +368,7 @@ def test_a_run_whose_process_was_killed_is_marked_crashed_by_the_next_run(prefec
         os.kill(second.pid, signal.SIGTERM)
         second.communicate(timeout=60)
     finally:
-        if second.poll() is None:
-            os.killpg(second.pid, signal.SIGKILL)
-            second.communicate()
+        kill_group(second)
     assert second.returncode == 130 and not list((root / ACTIVE_RUNS).glob("*.json"))
 
 
@@ -440,9 +436,7 @@ def test_ctrl_c_while_the_project_is_set_up_is_the_same_one_line_and_exit_130(tm
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        kill_group(proc)
     assert proc.returncode == 130, (out + err)[-4000:]
     assert err.strip() == f"error: {INTERRUPTED_RUN}", (out + err)[-4000:]
     assert "Aborted" not in out + err and not (root / ".hydra-ens" / "logs").exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import commit_project, git
+from conftest import commit_project, git, kill_group
 
 from tasks.study_spec import SHARED_STAGES
 
@@ -400,9 +400,7 @@ def test_ctrl_c_during_a_local_study_is_one_line_and_stops_every_worker(tmp_path
         out, _ = proc.communicate(timeout=60)
         took = time.monotonic() - t0
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        kill_group(proc)
     assert proc.returncode == 130, out[-4000:]
     assert took < 20, took
     assert out.rstrip().endswith(f"error: {INTERRUPTED_STUDY}"), out[-4000:]
