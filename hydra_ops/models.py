@@ -30,9 +30,6 @@ from hydra_ops.shapes import (  # noqa: F401 (VitShape, TEXT_MODEL_TYPES re-expo
     read_text_model_config,
 )
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 Batch = dict[str, torch.Tensor]
 
 

@@ -188,3 +188,18 @@ def test_build_timm_vit_validates_and_is_seeded():
         build_timm_vit(8, 1, 3, patch_size=3)
     with pytest.raises(ValueError, match="num_heads"):
         build_timm_vit(8, 1, 3, embed_dim=10, num_heads=4, patch_size=2)
+
+
+def test_importing_the_library_leaves_the_process_environment_alone():
+    # a library import must not switch a user's process offline (the loaders pass
+    # local_files_only=True themselves)
+    import subprocess
+    import sys
+
+    code = (
+        "import os; os.environ.pop('HF_HUB_OFFLINE', None); "
+        "os.environ.pop('TRANSFORMERS_OFFLINE', None); import hydra_ops.models; "
+        "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('TRANSFORMERS_OFFLINE'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["None", "None"]
