@@ -67,8 +67,8 @@ def git(root: Path, *args: str) -> str:
     ).stdout
 
 
-def dvc(root: Path, *args: str) -> str:
-    r = subprocess.run([DVC, *args], cwd=root, capture_output=True, text=True, timeout=300)
+def dvc(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    r = subprocess.run([DVC, *args], cwd=root, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     return r.stdout
 

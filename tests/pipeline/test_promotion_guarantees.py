@@ -238,24 +238,69 @@ def test_7_a_corrupt_cache_object_is_refused_not_served(project):
 
 
 # 9. A version restores from a new clone with the commands the README prints
-def test_9_a_version_restores_from_a_new_clone_byte_for_byte(base, tmp_path):
-    from flows.dvcops import push
-
-    assert pp.git(base, "status", "--porcelain", "--", ".dvc", ".dvcignore") == ""
-    assert push(base) == "pushed"
-    clone = tmp_path / "copy"
-    pp.git(tmp_path, "clone", "-q", str(base), str(clone))
-    pp.git(clone, "checkout", "-q", "hydra@v0.0.1")
-    pp.dvc(clone, "pull", "-q", "models/bundle")
-    record = versions(base, "hydra")[0]
-    original, pulled = resolve_bundle_dir(base, record), clone / "models" / "bundle"
+def restore(origin: Path, version: str, dest: Path, env: dict[str, str] | None = None) -> Path:
+    """README: ``git clone PROJECT copy && cd copy && git checkout hydra@VERSION && dvc pull
+    models/bundle``; the pulled bundle compared byte for byte with the registered one."""
+    pp.git(dest.parent, "clone", "-q", str(origin), str(dest))
+    pp.git(dest, "checkout", "-q", f"hydra@{version}")
+    pp.dvc(dest, "pull", "-q", "models/bundle", env=env)
+    record = {v["version"]: v for v in versions(origin, "hydra")}[version]
+    original, pulled = resolve_bundle_dir(origin, record), dest / "models" / "bundle"
     names = sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
     assert names == sorted(p.relative_to(pulled) for p in pulled.rglob("*") if p.is_file())
     for name in names:
         assert (original / name).read_bytes() == (pulled / name).read_bytes(), name
+    return pulled
+
+
+def test_9_a_version_restores_from_a_new_clone_with_a_local_remote(base, tmp_path):
+    from flows.dvcops import push
+
+    assert pp.git(base, "status", "--porcelain", "--", ".dvc", ".dvcignore") == ""
+    assert push(base) == "pushed"
+    restore(base, "v0.0.1", tmp_path / "copy")
     main = tmp_path / "main"  # main itself is a DVC repository (its set-up was committed)
     pp.git(tmp_path, "clone", "-q", str(base), str(main))
     assert str(base / ".dvc-remote") in pp.dvc(main, "remote", "list")
+
+
+def test_9_a_version_restores_from_a_new_clone_with_an_s3_remote(project, tmp_path):
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        s3.create_bucket(Bucket="models")
+        pp.dvc(project, "remote", "add", "-d", "store", "s3://models/hydra-ens")
+        pp.dvc(project, "remote", "modify", "store", "endpointurl", endpoint)
+        assert (
+            pp.run(project, seed=4)["version"] == "v0.0.2"
+        )  # its version commit has the S3 remote
+        pp.dvc(project, "push", "-q", env=env)
+        restore(project, "v0.0.2", tmp_path / "copy", env=env)
+    finally:
+        server.stop()
 
 
 # 10. Zero checks do not pass; a clone without the registry's tags says so
