@@ -315,6 +315,9 @@ def test_10_zero_applicable_checks_fail_with_their_own_line(project):
     from tasks.promote import run as promote_stage
 
     assert promote_stage(pp.cfg(project), project)["why"] == "gate failed"
+    res = cli("promote", "-C", str(project))
+    assert res.exit_code == 3, res.output
+    assert "not promoted: gate failed (failed: no applicable check)" in res.output
     only_eager = [{"metric": "compile_max_abs_diff", "threshold": 1e-4}]
     cfg = pp.cfg(project).model_copy(update={"gates": [GateCheck(**g) for g in only_eager]})
     decided = gate.decide(cfg, pp.evaluation(0.95), None)
