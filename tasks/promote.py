@@ -1,11 +1,15 @@
 """Stage ``promote``: register the bundle (``models/bundle``) as a new version and assign ``prod``,
-only if its gate verdict passed and still describes what is on disk.
+only if the gate verdict, computed again here, passed and every link from what was judged to
+what ships holds (:func:`check_verdict`).
 
-Before anything is registered, the hashes the verdict recorded (the model, its compiled artifact,
-the evaluation, the params: :mod:`tasks.lineage`) are recomputed from the workspace and compared
-with ``reports/gate.json`` and the bundle's own record. A stale or missing verdict is refused,
-forced or not, with one line saying what changed and what to run. ``--force --reason TEXT``
-overrides a *failed* verdict only; the reason is recorded in the registry.
+``reports/gate.json`` is not trusted: ``promote`` recomputes the verdict from
+``metrics/evaluate.json`` and the gates in params (a ``prod`` comparison against the version the
+verdict saw, refused once the stage moved), checks that the judged artifacts and params are still
+what is on disk, that the bundle holds exactly what was judged (not what its own manifest says),
+and that ``dvc.lock``, which the version commit takes, records all of it. The first broken link
+is refused, forced or not, in one line saying what and what to run. ``--force --reason TEXT``
+overrides a *failed* verdict only; the reason (one line, no control characters) is recorded in
+the registry.
 
 Every promoted bundle gets its own version on its own version commit (:func:`tasks.registry.
 commit_run`), so runs that share a code commit (a nightly schedule, a ``--set`` variant) each

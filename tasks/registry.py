@@ -14,6 +14,7 @@ The registration's tag message records what was promoted, one ``key: value`` per
     bundle_md5: <DVC md5 of the models/bundle folder>
     model_md5: <DVC md5 of models/hydra, the calibrated model in the bundle>
     params_md5: <hash of the params the gate judged>
+    verdict_md5: <md5 of reports/gate.json, the verdict promoted on>
     gate: passed | FAILED (forced)
     reason: <the --reason of a forced promotion>
     failed_checks: <the checks a forced promotion overrode>
@@ -23,8 +24,8 @@ The registry fails closed. The model in a stage is read with GTO's own state (so
 ``gto deprecate``, ``gto unassign`` and ``gto deregister`` tags count exactly as ``gto show``
 counts them); every move of a stage (a promotion, a rollback) first unassigns the version that
 held it, so the stage holds one version and GTO's SemVer and timestamp orders agree, and
-consecutive registry tags of a model are at least a second apart (GTO orders events by their
-tag time). A stage held by two versions (tags written by hand or by an older release) is refused
+consecutive stage tags of a model are at least a second apart (GTO orders them by their tag
+time). A stage held by two versions (tags written by hand or by an older release) is refused
 with a line saying how to settle it. Every field read back from a tag message is validated
 (:func:`parse_record`: known keys, no repeats, formats and lengths) before it is used, and
 nothing from a tag is joined into a path unchecked. A bundle rebuilt from the DVC cache or a
@@ -430,7 +431,6 @@ def register(root: Path, name: str, message: str) -> tuple[str, str]:
 
     subject = message.splitlines()[0]
     sha = commit_run(root, f"{subject} (hydra-ens version commit)\n\n{message}")
-    _after_last_tag(root, name)
     try:
         reg = gto.api.register(str(root), name, ref=sha, message=message)
     except gto.exceptions.GTOException as err:
@@ -465,17 +465,17 @@ def assign(root: Path, name: str, stage: str, version: str, message: str) -> str
 
 
 def _after_last_tag(root: Path, name: str) -> None:
-    """Wait (at most a second) until the clock is past the second of ``name``'s newest registry
-    tag: GTO orders events by their tag time (whole seconds), so two tags in one second would
-    be read in either order."""
+    """Wait (at most a second) until the clock is past the second of ``name``'s newest stage or
+    deprecation tag: GTO orders a stage's assignments and unassignments by their tag time (whole
+    seconds), so two of them in one second would be read in either order."""
     newest = _git(
         root,
         "for-each-ref",
         "--sort=-creatordate",
         "--count=1",
         "--format=%(creatordate:unix)",
-        f"refs/tags/{name}@*",
         f"refs/tags/{name}#*",
+        f"refs/tags/{name}@deprecated*",
     ).strip()
     if newest and (wait := int(newest) + 1 - time.time()) > 0:
         time.sleep(min(wait, 1.0))
