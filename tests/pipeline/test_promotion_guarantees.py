@@ -183,11 +183,18 @@ def test_6_the_stage_is_read_exactly_as_gto_show_reads_it(project):
     assert ours() == gto_prod(project) == "v0.0.2"
     rollback(pp.cfg(project), project, "v0.0.1", "v0.0.2 regressed")
     assert ours() == gto_prod(project) == "v0.0.1"
+    gto = {"cwd": project, "check": True, "capture_output": True}
+    subprocess.run([GTO, "deprecate", "hydra", "v0.0.2"], **gto)  # deregisters v0.0.2
+    assert ours() == gto_prod(project) == "v0.0.1"
     # GTO's own deprecation of the assignment (a hydra#prod!#N tag)
-    subprocess.run([GTO, "deprecate", "hydra", "v0.0.1", "prod"], cwd=project, check=True)
+    subprocess.run([GTO, "deprecate", "hydra", "v0.0.1", "prod"], **gto)
     assert ours() == gto_prod(project) is None
     res = cli("predict", "-C", str(project), "Shares rose")
     assert res.exit_code == 1 and "no model 'hydra' in stage 'prod'" in res.output
+    rollback(pp.cfg(project), project, "v0.0.1", "back after the review")
+    assert ours() == gto_prod(project) == "v0.0.1"
+    subprocess.run([GTO, "deprecate", "hydra"], **gto)  # the whole artifact
+    assert ours() == gto_prod(project) is None
 
 
 def test_6_a_line_break_in_reason_cannot_rewrite_the_record(project):
