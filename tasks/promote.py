@@ -39,6 +39,7 @@ from tasks.gate import compares_with_prod, decide, prod_seen
 from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
 from tasks.params import PipelineConfig
 from tasks.registry import (
+    RECORD_FIELDS,
     assign,
     bundle_available,
     check_reason,
@@ -231,7 +232,11 @@ def promote(
         ]
         if forced:
             lines.append(f"reason: {reason.strip()}")
-            lines.append(f"failed_checks: {', '.join(gate['failed'])}")
+            # check names come from params: one line, like the reason, or no record is written
+            failed = check_reason(
+                ", ".join(gate["failed"]), "failed checks", RECORD_FIELDS["failed_checks"][1]
+            )
+            lines.append(f"failed_checks: {failed}")
         lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
         version, _ = register(root, name, "\n".join(lines))
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (

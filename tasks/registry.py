@@ -92,15 +92,15 @@ class RegistryError(ValueError):
     """The registry (git tags) could not be read or written."""
 
 
-def check_reason(reason: str | None, option: str = "--reason") -> str:
-    """The stripped ``reason``, after refusing an empty one, one longer than :data:`MAX_REASON`
-    or one holding a line break or another control character (it is written into a tag message
-    whose lines are the record's fields). ValueError with one line otherwise."""
+def check_reason(reason: str | None, option: str = "--reason", longest: int = MAX_REASON) -> str:
+    """The stripped ``reason``, after refusing an empty one, one longer than ``longest`` or one
+    holding a line break or another control character (it is written into a tag message whose
+    lines are the record's fields). ValueError with one line otherwise."""
     text = (reason or "").strip()
     if not text:
         raise ValueError(f"{option} TEXT is required (it is recorded in the registry)")
-    if len(text) > MAX_REASON:
-        raise ValueError(f"{option}: {len(text)} characters; at most {MAX_REASON}")
+    if len(text) > longest:
+        raise ValueError(f"{option}: {len(text)} characters; at most {longest}")
     bad = next((c for c in text if unicodedata.category(c) in _REFUSED_CATEGORIES), None)
     if bad is not None:
         raise ValueError(
