@@ -31,6 +31,7 @@ from tasks.registry import (
     RegistryError,
     prod_version,
     resolve_bundle_dir,
+    resolve_prod_dir,
     versions,
 )
 
@@ -113,6 +114,7 @@ def test_1_stages_run_outside_dvc_do_not_promote(project):
 # 3. bundle.json does not vouch for itself
 def test_3_an_edited_bundle_with_its_manifest_updated_is_refused(project):
     from hydra_ops.hashing import sha256_file
+    from tasks.lineage import dvc_md5
 
     before = state(project)
     pp.train(project, seed=2)
@@ -128,6 +130,9 @@ def test_3_an_edited_bundle_with_its_manifest_updated_is_refused(project):
     line = refused(project)
     assert "models/bundle/model is not the models/hydra the gate judged" in line
     assert state(project) == before
+    # predict serves the registered bundle (rebuilt from the cache), not the edited one
+    served, record = resolve_prod_dir(project, "hydra", "prod")
+    assert served != folder and dvc_md5(served) == record["fields"]["bundle_md5"]
 
 
 def test_3_a_file_the_manifest_does_not_list_is_refused(project):
