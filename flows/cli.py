@@ -460,7 +460,12 @@ def promote(
 
             console.print(f"[dim]dvc push: {dvcops.push(root)}[/]")
     else:
-        console.print(f"not promoted: {result['why']}")
+        failed = result.get("failed_checks") if result.get("why") == "gate failed" else None
+        console.print(
+            f"not promoted: {result['why']}"
+            + (f" (failed: {', '.join(failed)})" if failed else ""),
+            markup=False,
+        )
         if result.get("why") == "gate failed":
             raise typer.Exit(3)
 
@@ -774,14 +779,23 @@ def stage(
     name: Annotated[str, typer.Argument(help="stage name (see dvc.yaml)")],
     project: Project = None,
 ) -> None:
-    """Run one stage's logic in-process, as ``python -m tasks.<name>`` does."""
+    """Run one stage's logic in-process, as ``python -m tasks.<name>`` does, after the checks
+    ``run`` makes before any stage starts (params valid and runnable here, the allocator). What
+    it writes is not recorded in ``dvc.lock``, so ``promote`` refuses a bundle built this way
+    until ``hydra-ens run`` has recorded it."""
     import importlib
 
     from tasks.common import STAGES
+    from tasks.params import ConfigError, load_params
 
     if name not in STAGES:
         _fail(f"unknown stage {name!r}; allowed: {', '.join(STAGES)}", 2)
     root = _root(project)
+    check_allocator()
+    try:
+        check_runs_here(load_params(root / "params.yaml"))
+    except ConfigError as err:
+        _fail(str(err), 2)
     os.chdir(root)
     sys.argv = [f"tasks.{name}"]
     importlib.import_module(f"tasks.{name}").main()

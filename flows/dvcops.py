@@ -1,7 +1,9 @@
 """DVC and project plumbing for the flow and the CLI (subprocesses; one dvc process at a time).
 
 * :func:`ensure_project`: the project is a git repo with ``dvc init`` done, analytics off and a
-  local default remote ``.dvc-remote/`` (``dvc push`` after each run copies the cache there).
+  local default remote ``.dvc-remote/`` (``dvc push`` after each run copies the cache there),
+  written as an absolute path (a relative one resolved, in a clone, to the clone's own empty
+  folder), and the DVC set-up committed (:func:`commit_dvc_setup`).
 * :func:`stale_stages`: stages ``dvc status`` reports as changed.
 * :func:`repro_stage`: ``dvc repro --single-item <stage>``, streaming its output line by line; DVC's
   lock file decides whether the stage runs (nothing changed -> "didn't change, skipping").
@@ -90,13 +92,68 @@ def ensure_project(root: Path) -> list[str]:
         done.append("dvc init")
     if "analytics" not in dvc(root, "config", "--list", "--project").stdout:
         dvc(root, "config", "core.analytics", "false")
+    local = str((root / REMOTE_DIR).resolve())
     if not has_remote(root, REMOTE_NAME):
         # the project's default remote stays the default (an S3 store added with -d, say)
         default = default_remote_name(root)
-        dvc(root, "remote", "add", *([] if default else ["-d"]), REMOTE_NAME, REMOTE_DIR)
+        dvc(root, "remote", "add", *([] if default else ["-d"]), REMOTE_NAME, local)
         kept = f" (the default stays {default!r})" if default else ""
         done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/{kept}")
+    elif _project_remote_url(root, REMOTE_NAME) == f"../{REMOTE_DIR}":
+        # written relative by an older release: a clone resolved it to its own empty folder
+        dvc(root, "remote", "modify", REMOTE_NAME, "url", local)
+        done.append(f"dvc remote {REMOTE_NAME}: url {local} (was relative)")
+    if committed := commit_dvc_setup(root, force=bool(done)):
+        done.append(committed)
     return done
+
+
+#: The DVC set-up files ``dvc init`` and ``dvc remote`` write, committed so a clone is a DVC repo.
+DVC_SETUP_FILES = (".dvc/config", ".dvc/.gitignore", ".dvcignore")
+
+
+def _project_remote_url(root: Path, name: str) -> str:
+    """Remote ``name``'s URL as written in ``.dvc/config`` (not resolved), "" if absent."""
+    from configobj import ConfigObj, ConfigObjError
+
+    try:
+        conf = ConfigObj(str(root / ".dvc" / "config"), encoding="utf-8")
+    except ConfigObjError:
+        return ""
+    return str(conf.get(f'remote "{name}"', {}).get("url", ""))
+
+
+def commit_dvc_setup(root: Path, force: bool) -> str | None:
+    """Commit :data:`DVC_SETUP_FILES` (only those paths) on the current branch when ``force``
+    (this run changed them) or when ``.dvc/config`` was never committed; returns what it did.
+
+    ``dvc init`` stages them and leaves them uncommitted, so a clone of the branch was no DVC
+    repository (``dvc pull``: "you are not inside of a DVC repository"). Nothing is done on a
+    repo without a commit or with a detached ``HEAD``; other staged changes stay staged."""
+    from tasks.registry import ensure_git_identity
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return _run(["git", *args], root, check=False)
+
+    if git("symbolic-ref", "-q", "HEAD").returncode != 0 or (
+        git("rev-parse", "--verify", "-q", "HEAD").returncode != 0
+    ):
+        return None
+    in_head = git("cat-file", "-e", "HEAD:.dvc/config").returncode == 0
+    if in_head and not force:
+        return None
+    paths = [p for p in DVC_SETUP_FILES if (root / p).is_file()]
+    if not paths:
+        return None
+    ensure_git_identity(root)
+    _run(["git", "add", "--", *paths], root)
+    if git("diff", "--cached", "--quiet", "HEAD", "--", *paths).returncode == 0:
+        return None
+    _run(
+        ["git", "commit", "-q", "-m", "hydra-ens: DVC set-up (dvc init, remote)", "--", *paths],
+        root,
+    )
+    return f"committed {', '.join(paths)} (so a clone is a DVC repository)"
 
 
 def remote_url(root: Path, name: str) -> str:

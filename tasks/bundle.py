@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -126,12 +126,26 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``bundle.json`` after checking every file it lists but ``skip`` (ValueError naming the
-    first change)."""
+    """``bundle.json`` after checking every file it lists but ``skip``, and that the folder holds
+    no file it does not list (ValueError naming the first change). This checks the bundle
+    against its own manifest only: where a bundle's origin matters, its folder md5 is checked
+    against what was judged (``promote``) or registered (:func:`tasks.registry.
+    resolve_bundle_dir`)."""
     manifest = read_json(directory / MANIFEST, "bundle")
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{directory / MANIFEST}: format must be {FORMAT!r}")
-    for rel, digest in manifest["files"].items():
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
+        raise ValueError(f"{directory / MANIFEST}: its files are not a mapping of sha256s")
+    listed = {*files, MANIFEST}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory).as_posix()
+        if not path.is_dir() and rel not in listed:
+            raise ValueError(f"bundle {directory}: {rel} is not listed in {MANIFEST}")
+    for rel, digest in files.items():
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise ValueError(f"{directory / MANIFEST}: unsafe path {rel[:60]!r}")
         if rel in skip:
             continue
         path = directory / rel

@@ -14,6 +14,11 @@ the compile stage checked the shipped artifact with (``compile.tolerance_fp32`` 
 the check's record holds the number applied (``threshold``) and where it came from
 (``threshold_from``). A numeric threshold is applied as written.
 
+A verdict passes only when no check failed and at least one check applied: ``gates: []``, or
+every check skipped or not applicable, fails as ``no applicable check``. When a check compares
+with ``prod``, the verdict records the version it compared with (``prod_compared``); ``promote``
+refuses it once another version holds the stage.
+
 Statuses: ``passed``, ``failed``, ``not applicable`` (a compile check when the shipped artifact is
 the eager model: nothing was compiled, so nothing was checked; it neither passes nor blocks) and
 ``skipped`` (a comparison that cannot be made, allowed only for a check marked ``optional: true``;
@@ -28,6 +33,7 @@ Writes ``reports/gate.json`` and ``reports/gate.md``.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,12 @@ from tasks.lineage import judged_hashes
 from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
+#: The failed "check" of a verdict in which no check applied.
+NO_CHECK = "no applicable check"
+NO_CHECK_NOTE = (
+    "no check passed or failed (gates: [] or every check skipped / not applicable); a verdict "
+    "needs at least one check that applies"
+)
 
 log = logging.getLogger("hydra_ens")
 
@@ -157,33 +169,62 @@ def evaluate_check(
     return {**rec, "rule": rule, "compared_value": compared, "status": "passed" if ok else "failed"}
 
 
-def _prod_metrics(cfg: PipelineConfig, root: Path) -> dict[str, Any] | str | None:
-    from tasks.registry import RegistryError, prod_metrics
+def prod_seen(cfg: PipelineConfig, root: Path) -> tuple[dict[str, Any] | str | None, dict]:
+    """``(prod, seen)``: the metrics of the version in the stage (None when no version holds it,
+    the one-line reason when the registry cannot be read; :func:`evaluate_check`'s ``prod``) and
+    ``{"version": ...}``, the version they belong to (None for none; absent when unreadable)."""
+    from tasks.registry import RegistryError, prod_version
 
     try:
-        return prod_metrics(root, cfg.promote.model_name, cfg.promote.stage)
+        record = prod_version(root, cfg.promote.model_name, cfg.promote.stage)
+        if record is None:
+            return None, {"version": None}
+        raw = record["fields"].get("metrics")
+        if raw is None:
+            raise RegistryError(f"{record['tag']}: its tag message records no metrics")
+        return json.loads(raw), {"version": record["version"], "stage_tag": record["stage_tag"]}
     except RegistryError as err:
-        return str(err)
+        return str(err), {"unreadable": str(err)}
+
+
+def compares_with_prod(cfg: PipelineConfig) -> bool:
+    return any(c.baseline == "prod" for c in cfg.gates)
+
+
+def decide(
+    cfg: PipelineConfig, ev: dict[str, Any], prod: dict[str, Any] | str | None
+) -> dict[str, Any]:
+    """The verdict of ``cfg.gates`` on evaluation ``ev`` (``prod``: :func:`evaluate_check`'s):
+    every check's record, the failed ones, the counts. It passes only when no check failed and
+    at least one applied (passed): no check at all (``gates: []``), or only skipped and not
+    applicable ones, fails as :data:`NO_CHECK`. ``promote`` calls this again on the same inputs;
+    it never trusts a stored ``passed``."""
+    checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
+    counts = {
+        s: sum(c["status"] == s for c in checks)
+        for s in ("passed", "failed", "not applicable", "skipped")
+    }
+    failed = [c["name"] for c in checks if c["status"] == "failed"]
+    if counts["passed"] + counts["failed"] == 0:
+        failed = [NO_CHECK]
+    return {
+        "passed": not failed,
+        "verdict": "passed" if not failed else "failed",
+        "failed": failed,
+        "num_checks": len(checks),
+        "counts": counts,
+        "checks": checks,
+    }
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
-    prod = _prod_metrics(cfg, root) if any(c.baseline == "prod" for c in cfg.gates) else None
-    checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
-    failed = [c["name"] for c in checks if c["status"] == "failed"]
-    verdict = {
-        "passed": not failed,
-        "verdict": "passed" if not failed else "failed",
-        "failed": failed,
-        "num_checks": len(checks),
-        "counts": {
-            s: sum(c["status"] == s for c in checks)
-            for s in ("passed", "failed", "not applicable", "skipped")
-        },
-        "judged": judged,
-        "checks": checks,
-    }
+    prod, seen = prod_seen(cfg, root) if compares_with_prod(cfg) else (None, None)
+    verdict = {**decide(cfg, ev, prod), "judged": judged}
+    if seen is not None:
+        verdict["prod_compared"] = seen
+    checks = verdict["checks"]
     write_json(root / REPORTS / "gate.json", verdict)
     write_text(root / REPORTS / "gate.md", render_gate(verdict))
     for c in checks:
@@ -194,6 +235,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             _f(c.get("value")),
             c.get("rule", c.get("note", "")),
         )
+    if verdict["failed"] == [NO_CHECK]:
+        log.info("gate %s: %s", NO_CHECK, NO_CHECK_NOTE)
     log.info("gate verdict: %s", verdict["verdict"].upper())
     return verdict
 
@@ -212,6 +255,8 @@ def render_gate(verdict: dict[str, Any]) -> str:
         "| check | status | value | baseline value | difference | rule |",
         "|---|---|---|---|---|---|",
     ]
+    if verdict["failed"] == [NO_CHECK]:
+        lines.append(f"| {NO_CHECK} | failed | - | - | - | {NO_CHECK_NOTE} |")
     for c in verdict["checks"]:
         lines.append(
             f"| {c['name']} | {c['status']} | {_f(c.get('value'))} | "

@@ -69,3 +69,61 @@ def stale_roles(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return [
         role for role in current if (recorded.get(role) or {}).get("md5") != current[role]["md5"]
     ]
+
+
+def read_lock(root: Path) -> dict[str, Any]:
+    """``dvc.lock``'s ``stages`` (``{}`` when there is none; ValueError when unreadable)."""
+    import yaml
+
+    lock = Path(root) / "dvc.lock"
+    if not lock.is_file():
+        return {}
+    try:
+        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"dvc.lock is unreadable: {str(err).splitlines()[0]}") from None
+    if not isinstance(stages, dict):
+        raise ValueError("dvc.lock is unreadable: its stages are not a mapping")
+    return stages
+
+
+def lock_break(root: Path, paths: list[Path], skip_stages: tuple[str, ...] = ()) -> str | None:
+    """The first broken link between ``dvc.lock`` and the workspace, as one line, or None.
+
+    Every path in ``paths`` must be an output ``dvc.lock`` records, with the md5 the workspace
+    holds (a stage run outside DVC, ``hydra-ens stage`` or ``python -m tasks.X``, changes the
+    workspace and not the lock); and every stage's dependency on another stage's output must
+    have been recorded at that output's locked md5 (stages run out of order, e.g. ``dvc repro
+    --single-item``, leave an older input under a newer stage). ``skip_stages``: stages whose
+    entry is being rewritten (``promote`` runs inside its own ``dvc repro``).
+    """
+    stages = read_lock(root)
+    if not stages:
+        return "there is no dvc.lock recording the run; run the pipeline: hydra-ens run"
+    outs: dict[str, tuple[str, str | None]] = {}
+    for name, stage in stages.items():
+        for out in (stage or {}).get("outs") or []:
+            outs[Path(out.get("path", "")).as_posix()] = (name, out.get("md5"))
+    for rel in paths:
+        key = Path(rel).as_posix()
+        if key not in outs:
+            return f"dvc.lock records no output {key}; run the pipeline: hydra-ens run"
+        locked = outs[key][1]
+        here = dvc_md5(Path(root) / rel) if (Path(root) / rel).exists() else None
+        if locked != here:
+            return (
+                f"{key} is not what dvc.lock records ({str(locked)[:8]} locked, "
+                f"{str(here)[:8]} here: a stage ran outside DVC, e.g. hydra-ens stage); run "
+                "the pipeline: hydra-ens run"
+            )
+    for name, stage in stages.items():
+        if name.split("@")[0] in skip_stages:
+            continue
+        for dep in (stage or {}).get("deps") or []:
+            key = Path(dep.get("path", "")).as_posix()
+            if key in outs and outs[key][0] != name and dep.get("md5") != outs[key][1]:
+                return (
+                    f"dvc.lock: stage {name} ran on another {key} than stage {outs[key][0]} "
+                    "wrote (stages ran out of order); run the pipeline: hydra-ens run"
+                )
+    return None

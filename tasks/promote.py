@@ -1,11 +1,15 @@
 """Stage ``promote``: register the bundle (``models/bundle``) as a new version and assign ``prod``,
-only if its gate verdict passed and still describes what is on disk.
+only if the gate verdict, computed again here, passed and every link from what was judged to
+what ships holds (:func:`check_verdict`).
 
-Before anything is registered, the hashes the verdict recorded (the model, its compiled artifact,
-the evaluation, the params: :mod:`tasks.lineage`) are recomputed from the workspace and compared
-with ``reports/gate.json`` and the bundle's own record. A stale or missing verdict is refused,
-forced or not, with one line saying what changed and what to run. ``--force --reason TEXT``
-overrides a *failed* verdict only; the reason is recorded in the registry.
+``reports/gate.json`` is not trusted: ``promote`` recomputes the verdict from
+``metrics/evaluate.json`` and the gates in params (a ``prod`` comparison against the version the
+verdict saw, refused once the stage moved), checks that the judged artifacts and params are still
+what is on disk, that the bundle holds exactly what was judged (not what its own manifest says),
+and that ``dvc.lock``, which the version commit takes, records all of it. The first broken link
+is refused, forced or not, in one line saying what and what to run. ``--force --reason TEXT``
+overrides a *failed* verdict only; the reason (one line, no control characters) is recorded in
+the registry.
 
 Every promoted bundle gets its own version on its own version commit (:func:`tasks.registry.
 commit_run`), so runs that share a code commit (a nightly schedule, a ``--set`` variant) each
@@ -31,11 +35,14 @@ from tasks.common import (
     stage_main,
     write_json,
 )
-from tasks.lineage import dvc_md5, judged_hashes, stale_roles
+from tasks.gate import compares_with_prod, decide, prod_seen
+from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
 from tasks.params import PipelineConfig
 from tasks.registry import (
+    RECORD_FIELDS,
     assign,
     bundle_available,
+    check_reason,
     ensure_git_identity,
     prod_version,
     register,
@@ -43,6 +50,9 @@ from tasks.registry import (
 )
 
 log = logging.getLogger("hydra_ens")
+EVALUATION = Path("metrics/evaluate.json")
+#: Inputs of the verdict held to ``dvc.lock`` when they exist.
+OPTIONAL_LOCKED = (Path("metrics/latency.json"),)
 
 
 def _metrics_snapshot(root: Path) -> dict[str, Any]:
@@ -50,8 +60,105 @@ def _metrics_snapshot(root: Path) -> dict[str, Any]:
     return {k: hydra[k] for k in hydra if k not in ("members", "verdicts", "verdict_fractions")}
 
 
+#: What ``promote`` holds to ``dvc.lock`` besides the judged artifacts: the verdict and the bundle.
+LOCKED = (Path("reports/gate.json"), Path(BUNDLE))
+RERUN = "rerun the gate: hydra-ens run (or dvc repro gate)"
+REBUILD = "rebuild it: hydra-ens run (or dvc repro bundle)"
+
+
+def _outcome(verdict: dict[str, Any]) -> tuple[str, list[str], list[tuple[str, str]]]:
+    checks = [(str(c.get("name")), str(c.get("status"))) for c in verdict.get("checks") or []]
+    return str(verdict.get("verdict")), list(verdict.get("failed") or []), checks
+
+
+def recompute_verdict(cfg: PipelineConfig, root: Path, gate: dict[str, Any]) -> dict[str, Any]:
+    """The verdict of the gates in params on ``metrics/evaluate.json``, computed again here
+    (:func:`tasks.gate.decide`), after checking that the prod version a ``prod`` comparison saw
+    still holds the stage and that ``gate``'s recorded outcome is this one (ValueError, one
+    line, naming the broken link). Its ``passed`` is the one promotion acts on."""
+    prod = None
+    if compares_with_prod(cfg):
+        saw = gate.get("prod_compared")
+        if not isinstance(saw, dict) or not ({"version", "unreadable"} & set(saw)):
+            raise ValueError(
+                f"reports/gate.json does not name the prod version it compared with; {RERUN}"
+            )
+        prod, seen = prod_seen(cfg, root)
+        if ("unreadable" in seen) != ("unreadable" in saw):
+            raise ValueError(
+                f"the registry cannot be read now: {seen['unreadable']}"
+                if "unreadable" in seen
+                else f"the registry could not be read when the gate ran; {RERUN}"
+            )
+        if "version" in saw and seen.get("version") != saw["version"]:
+            raise ValueError(
+                f"{cfg.promote.stage} moved since the gate compared with it: it saw "
+                f"{saw['version'] or 'no version'}, now it is {seen['version'] or 'no version'}; "
+                f"{RERUN}"
+            )
+    again = decide(cfg, load_evaluation(root), prod)
+    if _outcome(again) != _outcome(gate):
+        said, _, _ = _outcome(gate)
+        raise ValueError(
+            f"reports/gate.json says {said!r}, but the gates in params.yaml on "
+            f"metrics/evaluate.json give {again['verdict']!r}"
+            + (f" (failed: {', '.join(again['failed'])})" if again["failed"] else "")
+            + f"; the verdict was edited or written by other code: {RERUN}"
+        )
+    return again
+
+
+def check_scored(recorded: dict[str, Any], ev: dict[str, Any]) -> None:
+    """When evaluate records what it scored (``scored``: ``{"path", "md5"}`` entries, or one),
+    each must be an artifact the verdict judged, at the judged md5 (ValueError otherwise)."""
+    scored = ev.get("scored")
+    entries = scored if isinstance(scored, list) else [scored] if isinstance(scored, dict) else []
+    by_path = {r["path"]: r["md5"] for r in recorded.values() if isinstance(r, dict)}
+    for entry in entries:
+        path, md5 = entry.get("path"), entry.get("md5")
+        if path in by_path and md5 is not None and md5 != by_path[path]:
+            raise ValueError(
+                f"metrics/evaluate.json scored {path} {str(md5)[:8]}, but the gate judged "
+                f"{by_path[path][:8]}; rerun: hydra-ens run"
+            )
+
+
+def check_bundle(root: Path, gate: dict[str, Any], verdict: str) -> dict[str, Any]:
+    """``models/bundle``'s manifest, after checking the bundle against what was judged rather
+    than against itself: its model and compiled folders hash to the judged md5s, its verdict and
+    metrics are the workspace's, and it holds no file its manifest does not list."""
+    directory = root / BUNDLE
+    try:
+        manifest = verify_bundle(directory)
+    except ValueError as err:
+        raise ValueError(f"{err}; {REBUILD}") from None
+    recorded = gate["judged"]
+    for sub, role in (("model", "model"), ("compiled", "compiled")):
+        if dvc_md5(directory / sub) != recorded[role]["md5"]:
+            raise ValueError(
+                f"{BUNDLE}/{sub} is not the {recorded[role]['path']} the gate judged "
+                f"({recorded[role]['md5'][:8]}); {REBUILD}"
+            )
+    for name, source in (("gate.json", REPORTS / "gate.json"), ("evaluate.json", EVALUATION)):
+        if read_json(directory / name, "bundle") != read_json(root / source, name):
+            raise ValueError(f"{BUNDLE}/{name} is not {source}; {REBUILD}")
+    if manifest.get("judged") != recorded or manifest.get("verdict") != verdict:
+        raise ValueError(f"{BUNDLE}/{MANIFEST} was built from another gate verdict; {REBUILD}")
+    return manifest
+
+
 def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    """The gate verdict, after checking it describes the workspace and the bundle (ValueError)."""
+    """The gate verdict recomputed, after checking every link from the judged artifacts to the
+    bundle (ValueError, one line naming the first broken link):
+
+    1. ``reports/gate.json`` exists and records what it judged;
+    2. the judged artifacts and params are still what is on disk (:mod:`tasks.lineage`);
+    3. what evaluate scored (when it says) is what was judged;
+    4. the verdict follows from ``metrics/evaluate.json`` and the gates in params, against the
+       prod version it saw (:func:`recompute_verdict`);
+    5. the bundle holds what was judged (:func:`check_bundle`);
+    6. ``dvc.lock``, which the version commit takes, records all of it (:func:`lock_break`).
+    """
     gate_path = root / REPORTS / "gate.json"
     if not gate_path.is_file():
         raise ValueError("no gate verdict (reports/gate.json); run the pipeline: hydra-ens run")
@@ -65,24 +172,21 @@ def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     current = judged_hashes(cfg, root)
     if stale := stale_roles(recorded, current):
         raise ValueError(stale_verdict_message(stale, recorded, current))
-    try:
-        manifest = verify_bundle(root / BUNDLE)
-    except ValueError as err:
-        raise ValueError(f"{err}; rebuild it: hydra-ens run (or dvc repro bundle)") from None
-    if manifest.get("judged") != recorded or manifest.get("verdict") != gate["verdict"]:
-        raise ValueError(
-            f"{BUNDLE}/{MANIFEST} was built from another gate verdict; rebuild it: "
-            "hydra-ens run (or dvc repro bundle)"
-        )
-    return gate
+    check_scored(recorded, read_json(root / EVALUATION, "evaluate output"))
+    verdict = recompute_verdict(cfg, root, gate)
+    check_bundle(root, gate, verdict["verdict"])
+    locked = [JUDGED[r] for r in JUDGED] + [p for p in OPTIONAL_LOCKED if (root / p).exists()]
+    if broken := lock_break(root, [*locked, *LOCKED], skip_stages=("promote",)):
+        raise ValueError(broken)
+    return {**gate, **verdict}
 
 
 def promote(
     cfg: PipelineConfig, root: Path, force: bool = False, reason: str | None = None
 ) -> dict[str, Any]:
     """Register + assign if the verdict passed (or ``force`` with a ``reason``); the record."""
-    if force and not (reason and reason.strip()):
-        raise ValueError("--force needs --reason TEXT (the reason is recorded in the registry)")
+    if force:
+        reason = check_reason(reason)
     name, stage = cfg.promote.model_name, cfg.promote.stage
     gate = check_verdict(cfg, root)
     record: dict[str, Any] = {
@@ -123,11 +227,16 @@ def promote(
             f"bundle_md5: {bundle_md5}",
             f"model_md5: {gate['judged']['model']['md5']}",
             f"params_md5: {gate['judged']['params']['md5']}",
+            f"verdict_md5: {dvc_md5(root / REPORTS / 'gate.json')}",
             f"gate: {'passed' if gate['passed'] else 'FAILED (forced)'}",
         ]
         if forced:
             lines.append(f"reason: {reason.strip()}")
-            lines.append(f"failed_checks: {', '.join(gate['failed'])}")
+            # check names come from params: one line, like the reason, or no record is written
+            failed = check_reason(
+                ", ".join(gate["failed"]), "failed checks", RECORD_FIELDS["failed_checks"][1]
+            )
+            lines.append(f"failed_checks: {failed}")
         lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
         version, _ = register(root, name, "\n".join(lines))
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (
@@ -153,8 +262,7 @@ def promote(
 
 def rollback(cfg: PipelineConfig, root: Path, version: str, reason: str | None) -> dict[str, Any]:
     """Assign the stage to an earlier registered ``version`` (a recorded reason is required)."""
-    if not (reason and reason.strip()):
-        raise ValueError("--version needs --reason TEXT (the reason is recorded in the registry)")
+    reason = check_reason(reason)
     name, stage = cfg.promote.model_name, cfg.promote.stage
     known = {v["version"]: v for v in versions(root, name)}
     if version not in known:

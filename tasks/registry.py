@@ -14,26 +14,37 @@ The registration's tag message records what was promoted, one ``key: value`` per
     bundle_md5: <DVC md5 of the models/bundle folder>
     model_md5: <DVC md5 of models/hydra, the calibrated model in the bundle>
     params_md5: <hash of the params the gate judged>
+    verdict_md5: <md5 of reports/gate.json, the verdict promoted on>
     gate: passed | FAILED (forced)
     reason: <the --reason of a forced promotion>
     failed_checks: <the checks a forced promotion overrode>
     metrics: <JSON of the Hydra model's metrics, for gates that compare with prod>
 
-The model in a stage is the version of the stage's *latest* assignment tag (highest ``N``): a
-rollback (``hydra-ens promote --version``) is a new assignment of an earlier version. (GTO's own
-``gto which`` ranks the versions holding a stage by SemVer instead; ``hydra-ens registry`` shows
-the assignment history.)
+The registry fails closed. The model in a stage is read with GTO's own state (so
+``gto deprecate``, ``gto unassign`` and ``gto deregister`` tags count exactly as ``gto show``
+counts them); every move of a stage (a promotion, a rollback) first unassigns the version that
+held it, so the stage holds one version and GTO's SemVer and timestamp orders agree, and
+consecutive stage tags of a model are at least a second apart (GTO orders them by their tag
+time). A stage held by two versions (tags written by hand or by an older release) is refused
+with a line saying how to settle it. Every field read back from a tag message is validated
+(:func:`parse_record`: known keys, no repeats, formats and lengths) before it is used, and
+nothing from a tag is joined into a path unchecked. A bundle rebuilt from the DVC cache or a
+local remote is verified object by object and as a folder (:func:`materialise_from_cache`). A
+clone that lacks the registry's tags says so instead of reading as an empty registry.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
+import time
+import unicodedata
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -56,8 +67,47 @@ RUN_FILES = (
 FALLBACK_IDENTITY = ("hydra-ens", "hydra-ens@localhost")
 
 
+#: The first line of every registration message hydra-ens writes.
+RECORD_HEADER = f"hydra-ens promotion of {BUNDLE}"
+_MD5 = r"[0-9a-f]{32}"
+#: Every key a registration message may hold: value pattern and longest length.
+RECORD_FIELDS: dict[str, tuple[str, int]] = {
+    "bundle_md5": (_MD5 + r"\.dir", 36),
+    "model_md5": (_MD5 + r"\.dir", 36),
+    "params_md5": (_MD5, 32),
+    "verdict_md5": (_MD5, 32),
+    "gate": (r"passed|FAILED \(forced\)", 16),
+    "reason": (r".+", 500),
+    "failed_checks": (r".+", 4000),
+    "metrics": (r"\{.*\}", 200_000),
+}
+#: Longest ``--reason`` accepted.
+MAX_REASON = RECORD_FIELDS["reason"][1]
+#: Unicode categories refused in a reason: control, format, surrogate, private use, unassigned,
+#: line and paragraph separators (``str.splitlines`` splits on several of them).
+_REFUSED_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
 class RegistryError(ValueError):
     """The registry (git tags) could not be read or written."""
+
+
+def check_reason(reason: str | None, option: str = "--reason", longest: int = MAX_REASON) -> str:
+    """The stripped ``reason``, after refusing an empty one, one longer than ``longest`` or one
+    holding a line break or another control character (it is written into a tag message whose
+    lines are the record's fields). ValueError with one line otherwise."""
+    text = (reason or "").strip()
+    if not text:
+        raise ValueError(f"{option} TEXT is required (it is recorded in the registry)")
+    if len(text) > longest:
+        raise ValueError(f"{option}: {len(text)} characters; at most {longest}")
+    bad = next((c for c in text if unicodedata.category(c) in _REFUSED_CATEGORIES), None)
+    if bad is not None:
+        raise ValueError(
+            f"{option}: line breaks and control characters are not allowed (found {bad!r}); "
+            "give the reason on one line"
+        )
+    return text
 
 
 def _git(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -124,6 +174,45 @@ def parse_message(text: str) -> dict[str, str]:
     return fields
 
 
+def parse_record(tag: str, text: str) -> dict[str, str]:
+    """The fields of registration ``tag``'s message, validated (RegistryError naming the tag and
+    the first problem): the :data:`RECORD_HEADER` line, then ``key: value`` lines with keys from
+    :data:`RECORD_FIELDS`, none repeated, each value matching its format and length and free of
+    control characters (``reason`` by :func:`check_reason`'s rules), ``metrics`` a JSON object."""
+    lines = text.strip("\n").split("\n")
+    fix = f"not a record hydra-ens wrote; inspect it: git show {tag}"
+    if not lines or lines[0] != RECORD_HEADER:
+        raise RegistryError(f"{tag}: its message does not start with {RECORD_HEADER!r}; {fix}")
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(": ")
+        if not sep or key not in RECORD_FIELDS:
+            raise RegistryError(f"{tag}: unexpected line {line[:60]!r} in its message; {fix}")
+        if key in fields:
+            raise RegistryError(f"{tag}: {key} appears twice in its message; {fix}")
+        pattern, longest = RECORD_FIELDS[key]
+        if len(value) > longest or not re.fullmatch(pattern, value):
+            raise RegistryError(f"{tag}: {key} {value[:60]!r} is not a valid {key}; {fix}")
+        if any(unicodedata.category(c) in _REFUSED_CATEGORIES for c in value):
+            raise RegistryError(f"{tag}: {key} holds control characters; {fix}")
+        fields[key] = value
+    if "metrics" in fields:
+        try:
+            if not isinstance(json.loads(fields["metrics"]), dict):
+                raise ValueError("not an object")
+        except ValueError as err:
+            raise RegistryError(f"{tag}: unreadable metrics in its message ({err})") from None
+    return fields
+
+
+def check_md5(value: str, what: str, folder: bool = False) -> str:
+    """``value`` if it is a hex md5 (``folder``: plus ``.dir``), else ValueError naming ``what``;
+    what may be joined into a cache path."""
+    if not re.fullmatch(_MD5 + (r"\.dir" if folder else ""), str(value)):
+        raise ValueError(f"{what}: {str(value)[:60]!r} is not a DVC md5")
+    return value
+
+
 def _tags(root: Path, pattern: str) -> list[tuple[str, str, str]]:
     """``(tag, commit it points at, creation time)`` of the tags matching a glob."""
     out = _git(
@@ -153,7 +242,7 @@ def versions(root: Path, name: str) -> list[dict[str, Any]]:
         version = tag.split("@", 1)[1]
         if not re.fullmatch(r"v\d+\.\d+\.\d+", version):
             continue
-        fields = parse_message(tag_message(root, tag))
+        fields = parse_record(tag, tag_message(root, tag))
         rows.append(
             {"version": version, "tag": tag, "commit": commit, "created": created, "fields": fields}
         )
@@ -181,23 +270,96 @@ def assignments(root: Path, name: str, stage: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["n"])
 
 
+def _active_in_stage(root: Path, name: str, stage: str) -> list[str]:
+    """The registered versions of ``name`` whose ``stage`` is active, as GTO's own state has it
+    (what ``gto show`` lists: assignment, unassignment, deregistration and deprecation tags all
+    count; a deprecated artifact holds no stage)."""
+    import gto.exceptions
+    from gto.base import VersionSort
+    from gto.registry import GitRegistry
+
+    try:
+        with GitRegistry.from_url(str(root)) as reg:
+            artifact = reg.get_state().find_artifact(name, create_new=True)
+            if not artifact.is_registered or not artifact.is_active:
+                return []
+            held = artifact.get_vstages(
+                registered_only=False, versions_per_stage=-1, sort=VersionSort.Timestamp
+            ).get(stage, [])
+    except gto.exceptions.GTOException as err:
+        raise RegistryError(f"the registry (GTO) could not be read: {err}") from None
+    for v in held:
+        if not re.fullmatch(r"v\d+\.\d+\.\d+", v.version):
+            raise RegistryError(
+                f"{name} {stage} is assigned to commit {v.commit_hexsha[:8]}, which holds no "
+                f"registered {name} version"
+            )
+    return [v.version for v in held]
+
+
+def missing_tags_evidence(root: Path, name: str) -> str | None:
+    """Why this repo should hold registry tags of ``name`` it lacks (a clone made with
+    ``--no-tags`` or ``--single-branch``), or None: a :data:`VERSIONS_BRANCH` ref (local or a
+    remote's), a remote set to fetch no tags, or a ``registry/promotion.json`` that records a
+    promotion."""
+    if _tags(root, f"{name}@*"):
+        return None
+    refs = _git(
+        root,
+        "for-each-ref",
+        "--format=%(refname)",
+        f"refs/heads/{VERSIONS_BRANCH}",
+        f"refs/remotes/*/{VERSIONS_BRANCH}",
+    ).split()
+    if refs:
+        return f"the branch {refs[0].removeprefix('refs/')} holds version commits"
+    no_tags = subprocess.run(
+        ["git", "config", "--get-regexp", r"^remote\..*\.tagopt$"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout
+    if "--no-tags" in no_tags:
+        return "a remote of this clone is set to fetch no tags (git clone --no-tags)"
+    promotion = root / "registry" / "promotion.json"
+    try:
+        promoted = json.loads(promotion.read_text()).get("version")
+    except (OSError, ValueError, AttributeError):
+        promoted = None
+    if isinstance(promoted, str):
+        return f"registry/promotion.json records {name}@{promoted[:20]}"
+    return None
+
+
 def prod_version(root: Path, name: str, stage: str) -> dict[str, Any] | None:
-    """The version in ``stage`` (its latest assignment), or None when nothing was assigned.
+    """The version in ``stage`` as GTO reads it, with ``stage_tag`` (its latest assignment tag)
+    and ``assigned``; None when no version holds the stage.
 
     Raises:
-        RegistryError: the tags cannot be read, or the stage points at no registered version.
+        RegistryError: the tags cannot be read, a tag record is invalid, two versions hold the
+            stage, or this clone lacks the registry's tags (:func:`missing_tags_evidence`).
     """
-    history = assignments(root, name, stage)
-    if not history:
+    if not has_commit(root):
         return None
-    latest = history[-1]
-    by_commit = {v["commit"]: v for v in versions(root, name)}
-    found = by_commit.get(latest["commit"])
-    if found is None:
+    active = _active_in_stage(root, name, stage)
+    if not active:
+        if evidence := missing_tags_evidence(root, name):
+            raise RegistryError(
+                f"this clone has no {name} registry tags, but {evidence}; fetch them: "
+                "git fetch origin 'refs/tags/*:refs/tags/*'"
+            )
+        return None
+    if len(active) > 1:
         raise RegistryError(
-            f"{latest['tag']} points at commit {latest['commit'][:8]}, which holds no registered "
-            f"{name} version"
+            f"{name} {stage} is held by {', '.join(active)} at once (tags written by hand or by "
+            f"an older release); settle it: hydra-ens promote --version vX.Y.Z --reason TEXT"
         )
+    (version,) = active
+    found = {v["version"]: v for v in versions(root, name)}.get(version)
+    if found is None:
+        raise RegistryError(f"{name} {stage} points at {version}, which has no registration tag")
+    held = [a for a in assignments(root, name, stage) if a["commit"] == found["commit"]]
+    latest = held[-1] if held else {"tag": None, "created": None}
     return {**found, "stage_tag": latest["tag"], "assigned": latest["created"]}
 
 
@@ -277,11 +439,23 @@ def register(root: Path, name: str, message: str) -> tuple[str, str]:
 
 
 def assign(root: Path, name: str, stage: str, version: str, message: str) -> str:
-    """Make ``version`` the latest assignment of ``stage``; returns the new stage tag."""
+    """Make ``version`` the one version in ``stage``: unassign any other version that holds it
+    (``gto unassign``), then assign it; returns the new stage tag."""
     import gto.api
     import gto.exceptions
 
     try:
+        for other in _active_in_stage(root, name, stage):
+            if other != version:
+                _after_last_tag(root, name)
+                gto.api.unassign(
+                    str(root),
+                    name,
+                    stage=stage,
+                    version=other,
+                    message=f"hydra-ens: {name} {other} leaves {stage} for {version}",
+                )
+        _after_last_tag(root, name)
         # force: GTO refuses to re-assign a stage that an earlier assignment left on this
         # version (a rollback); the new tag is what makes it the latest
         tag = gto.api.assign(str(root), name, stage, version=version, message=message, force=True)
@@ -290,39 +464,123 @@ def assign(root: Path, name: str, stage: str, version: str, message: str) -> str
     return str(getattr(tag, "tag", tag))
 
 
+def _after_last_tag(root: Path, name: str) -> None:
+    """Wait (at most a second) until the clock is past the second of ``name``'s newest stage or
+    deprecation tag: GTO orders a stage's assignments and unassignments by their tag time (whole
+    seconds), so two of them in one second would be read in either order."""
+    newest = _git(
+        root,
+        "for-each-ref",
+        "--sort=-creatordate",
+        "--count=1",
+        "--format=%(creatordate:unix)",
+        f"refs/tags/{name}#*",
+        f"refs/tags/{name}@deprecated*",
+    ).strip()
+    if newest and (wait := int(newest) + 1 - time.time()) > 0:
+        time.sleep(min(wait, 1.0))
+
+
 # ---- getting a registered bundle back ----
+def local_remote_dirs(root: Path) -> list[Path]:
+    """The folders of the project's DVC remotes that are local paths (``.dvc/config`` and
+    ``.dvc/config.local``; a relative URL is relative to ``.dvc/``), then :data:`DVC_REMOTE_DIR`.
+    Read from the files, not with ``dvc config``: promote runs inside ``dvc repro``."""
+    from configobj import ConfigObj, ConfigObjError
+
+    found: list[Path] = []
+    for name in ("config", "config.local"):
+        path = root / ".dvc" / name
+        if not path.is_file():
+            continue
+        try:
+            conf = ConfigObj(str(path), encoding="utf-8")
+        except ConfigObjError:
+            continue
+        for section, values in conf.items():
+            url = values.get("url") if section.startswith("remote ") else None
+            if isinstance(url, str) and url and "://" not in url:
+                found.append((root / ".dvc" / url).resolve())
+    found.append((root / DVC_REMOTE_DIR).resolve())
+    return list(dict.fromkeys(found))
+
+
 def _cache_object(root: Path, md5: str) -> Path | None:
+    """The file of DVC object ``md5`` (``xxx`` or ``xxx.dir``, checked before it is joined into
+    a path) in the project's cache or a local remote; None when none holds it."""
+    check_md5(md5.removesuffix(".dir"), "DVC object")
     rel = Path("files") / "md5" / md5[:2] / md5[2:]
-    for base in (root / ".dvc" / "cache", root / DVC_REMOTE_DIR):
+    for base in (root / ".dvc" / "cache", *local_remote_dirs(root)):
         if (base / rel).is_file():
             return base / rel
     return None
 
 
 def bundle_available(root: Path, md5: str) -> bool:
-    """Whether bundle ``md5`` is in the workspace, the DVC cache or the local remote."""
+    """Whether bundle ``md5`` is in the workspace, the DVC cache or a local remote."""
     from tasks.lineage import dvc_md5
 
+    check_md5(md5, "bundle_md5", folder=True)
     ws = root / BUNDLE
     return (ws.is_dir() and dvc_md5(ws) == md5) or _cache_object(root, md5) is not None
 
 
-def materialise_from_cache(root: Path, md5: str, target: Path) -> Path:
-    """Rebuild a DVC-tracked folder with md5 ``md5`` (``xxx.dir``) from the cache or local
-    remote."""
+def _file_md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _listing(root: Path, md5: str) -> list[tuple[str, str]]:
+    """``[(relpath, md5)]`` of DVC folder object ``md5``, after checking the listing's own md5
+    and every entry (a hex md5; a relative POSIX path without ``..``, unique)."""
     listing = _cache_object(root, md5)
     if listing is None:
         raise ValueError(
-            f"bundle {md5} is in neither the DVC cache nor {DVC_REMOTE_DIR}/; run `dvc pull`"
+            f"bundle {md5} is in neither the DVC cache nor a local DVC remote; run `dvc pull`"
         )
+    raw = listing.read_bytes()
+    if hashlib.md5(raw).hexdigest() != md5.removesuffix(".dir"):
+        raise ValueError(f"the DVC cache's listing of bundle {md5} is corrupt (md5 mismatch)")
+    try:
+        entries = json.loads(raw)
+        rows = [(str(e["relpath"]), str(e["md5"])) for e in entries]
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"the DVC cache's listing of bundle {md5} is unreadable: {err}") from None
+    for relpath, digest in rows:
+        check_md5(digest, f"bundle {md5}: {relpath[:60]!r}")
+        pure = PurePosixPath(relpath)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in relpath or not pure.parts:
+            raise ValueError(f"bundle {md5}: unsafe path {relpath[:60]!r} in its listing")
+    if len({r for r, _ in rows}) != len(rows):
+        raise ValueError(f"bundle {md5}: a path appears twice in its listing")
+    return rows
+
+
+def materialise_from_cache(root: Path, md5: str, target: Path) -> Path:
+    """Rebuild DVC-tracked folder ``md5`` (``xxx.dir``) from the cache or a local remote into
+    ``target``, verified: the listing's md5, every object's md5, and the folder's DVC md5 at the
+    end (ValueError naming the first mismatch; nothing is published then)."""
+    from tasks.lineage import dvc_md5
+
+    check_md5(md5, "bundle_md5", folder=True)
+    rows = _listing(root, md5)
     with publish_dir(target) as tmp:
-        for entry in json.loads(listing.read_text()):
-            obj = _cache_object(root, entry["md5"])
+        for relpath, digest in rows:
+            obj = _cache_object(root, digest)
             if obj is None:
-                raise ValueError(f"file {entry['relpath']} of bundle {md5} missing from the cache")
-            dst = tmp / entry["relpath"]
+                raise ValueError(f"file {relpath} of bundle {md5} missing from the cache")
+            dst = tmp / relpath
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(obj, dst)
+            if _file_md5(dst) != digest:
+                raise ValueError(
+                    f"file {relpath} of bundle {md5} is corrupt in the DVC cache (md5 mismatch)"
+                )
+        if dvc_md5(tmp) != md5:
+            raise ValueError(f"bundle {md5} rebuilt from the DVC cache has another folder md5")
     return target
 
 
@@ -336,6 +594,7 @@ def resolve_bundle_dir(root: Path, record: dict[str, Any]) -> Path:
             f"{record['tag']} was registered before bundles (no bundle_md5 in its record); "
             "promote a newer version"
         )
+    check_md5(md5, f"{record['tag']}: bundle_md5", folder=True)
     ws = root / BUNDLE
     if ws.is_dir() and dvc_md5(ws) == md5:
         return ws

@@ -92,10 +92,13 @@ def test_first_run_runs_every_stage_and_promotes(project):
     assert summary["promotion"]["promoted"] is True
     assert tags(project) == ["hydra#prod#1", "hydra@v0.0.1"]
     assert summary["push"] == "pushed" and (project / ".dvc-remote" / "files").is_dir()
-    # the version's commit holds this run's params and lock; the user's branch did not move
+    # the version's commit holds this run's params and lock; the user's branch gained only the
+    # DVC set-up (so that a clone of it is a DVC repository)
     files = git(project, "ls-tree", "-r", "--name-only", "hydra@v0.0.1").split()
     assert {"params.yaml", "dvc.lock", ".dvc/config"} <= set(files)
-    assert git(project, "rev-list", "--count", "main").strip() == "1"
+    assert git(project, "rev-list", "--count", "main").strip() == "2"
+    setup = git(project, "show", "--name-only", "--format=", "main").split()
+    assert set(setup) == {".dvc/config", ".dvc/.gitignore"}, setup
     bundle = project / "models" / "bundle"
     assert {"MODEL_CARD.md", "bundle.json", "gate.json", "evaluate.json"} <= {
         p.name for p in bundle.iterdir()

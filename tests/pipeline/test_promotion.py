@@ -87,8 +87,28 @@ def _cfg(root: Path):
 
 
 def _gate_and_bundle(root: Path) -> dict:
+    """The gate and bundle stages, and the dvc.lock entries DVC would write for them (the
+    promotion is checked against the lock it commits; a real ``dvc commit``:
+    test_promotion_guarantees.py)."""
+    import yaml
+
+    from tasks.lineage import dvc_md5
+
     verdict = gate.run(_cfg(root), root)
     bundle.run(_cfg(root), root)
+    outs = {
+        "evaluate": ["models/hydra", "models/compiled", "metrics/evaluate.json"],
+        "gate": ["reports/gate.json"],
+        "bundle": ["models/bundle"],
+    }
+    stages = {
+        name: {
+            "cmd": f"python -m tasks.{name}",
+            "outs": [{"path": p, "md5": dvc_md5(root / p)} for p in paths],
+        }
+        for name, paths in outs.items()
+    }
+    (root / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
     return verdict
 
 
