@@ -35,6 +35,7 @@ from typing import Any
 from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
 from tasks.lineage import judged_hashes
 from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
+from tasks.twin_gate import resolve_any_of
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 
@@ -170,7 +171,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
     prod = _prod_metrics(cfg, root) if any(c.baseline == "prod" for c in cfg.gates) else None
-    checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
+    checks = resolve_any_of(cfg.gates, [evaluate_check(c, ev, prod) for c in cfg.gates], ev)
     failed = [c["name"] for c in checks if c["status"] == "failed"]
     verdict = {
         "passed": not failed,
