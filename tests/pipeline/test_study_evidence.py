@@ -5,6 +5,7 @@ cost record ``evaluate`` writes (real tiny torch models, no timing asserted)."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -163,3 +164,29 @@ def test_the_cost_record_times_every_model_in_one_process():
     )
     for e in m.values():
         assert e["ratio_low"] <= e["ratio"] <= e["ratio_high"] and e["median_ms"] > 0
+
+
+def test_real_prepare_data_draws_another_split_per_seed_unless_pinned(tmp_path):
+    """The quick profile's real ``prepare_data`` for the points of seeds 0 and 1: train/val/
+    test membership, the shift corruption and the far-OOD sample all differ (file hashes); a
+    pinned spec gives seed 1 the data params of seed 0, i.e. the same split."""
+    from tasks import prepare_data
+    from tasks.params import validate_params
+    from tasks.study_spec import load_study, study_points
+
+    small = {"data.max_per_split": 40, "data.far_ood_size": 20}
+    points = study_points(load_study(_spec(tmp_path, sets=small)), tmp_path, STUB_DVC)
+    pinned_spec = _spec(tmp_path, sets={**small, "data.seed": 0})
+    pinned = study_points(load_study(pinned_spec), tmp_path, STUB_DVC)
+    by_name = {p.name: p for p in points}
+    assert {p.name: p.params["data"] for p in pinned}["a-seed1"] == by_name["a-seed0"].params[
+        "data"
+    ]
+    hashes = {}
+    for name in ("a-seed0", "a-seed1"):
+        root = tmp_path / name
+        prepare_data.run(validate_params(by_name[name].params), root)
+        manifest = json.loads((root / "data/prepared/manifest.json").read_text())
+        hashes[name] = {s: info["sha256"] for s, info in manifest["splits"].items()}
+    for split in ("train", "val", "test", "shift", "far_ood"):
+        assert hashes["a-seed0"][split] != hashes["a-seed1"][split], split
