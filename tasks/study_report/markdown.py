@@ -1,5 +1,6 @@
-"""The sections of ``study.md``, each a list of lines: :func:`header`, then sections 1-6
-(metrics per model, OOD per score, paired differences, Pareto, gates, recommendation), each
+"""The sections of ``study.md``, each a list of lines: :func:`header`, then sections 1-7
+(metrics per model, OOD per score, paired differences, Pareto, gates, recommendation,
+confirmation on held-out seeds), each
 rendering what the summary (``study.json``) holds; docs/study_report.md explains the tables."""
 
 from __future__ import annotations
