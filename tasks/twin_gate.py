@@ -76,5 +76,6 @@ def resolve_any_of(
         )
         for i in members:
             if out[i].get("status") == "passed":
-                out[i].update(status="failed", note=why)
+                rule = f"{out[i].get('rule', '')}; any_of {group!r}: none separably better"
+                out[i].update(status="failed", note=why, rule=rule.lstrip("; "))
     return out

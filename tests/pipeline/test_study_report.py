@@ -532,10 +532,11 @@ def test_a_zero_width_interval_is_no_evidence_of_a_difference(tmp_path):
     """Failing before: three equal per-seed differences gave a zero-width interval, and any
     nonzero difference counted as a win."""
     from tasks.study_report.paired import _beats
-    from tasks.study_report.stats import t_test_p
 
     st = {"n": 3, "mean": -0.01, "low": -0.01, "high": -0.01}
     assert not _beats(st, "nll")
+    from tasks.study_report.stats import t_test_p
+
     assert t_test_p([-0.01, -0.01, -0.01]) == 1.0
     points = [make_point("fast", s) for s in SEEDS]
     for p in points:  # Hydra ECE 0.001 below single at every seed
