@@ -205,7 +205,7 @@ def hydra_study(
         commit[:8],
         len(points),
         len(spec.variants),
-        len(spec.seeds),
+        len(spec.all_seeds),
         len(fresh),
         len(todo),
     )
@@ -331,8 +331,8 @@ def _report(
     spec, spec_file, root, points, done, report_dir, wall, logger, gates=None
 ) -> dict[str, Any]:
     out_dir = Path(report_dir) if report_dir else root / "reports" / "studies" / spec.name
-    if not done:
-        logger.warning("no point finished: no report")
+    if not any(p.name in done and p.seed in spec.seeds for p in points):
+        logger.warning("no point of a choosing seed finished: no report")
         return {"report": None}
     with tempfile.TemporaryDirectory(prefix="hydra-study-") as tmp:
         results = [
@@ -348,6 +348,7 @@ def _report(
             wall_seconds=wall,
             variants=spec.variants,
             gates=None if gates is None else [GateCheck.model_validate(g) for g in gates],
+            confirm_seeds=spec.confirm_seeds,
         )
     create_markdown_artifact(
         key=f"study-{spec.name}",

@@ -49,6 +49,9 @@ from tasks.study_spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 Log = Callable[[str], None]
 #: Files a point must have in its experiment commit to count as done.
 POINT_FILES = ("params.yaml", "metrics/evaluate.json", "metrics/latency.json", "reports/gate.json")
+#: Files a point has when its pipeline writes them (``metrics/cost.json``: evaluate's side-by-side
+#: timing of every model, :mod:`tasks.cost`), copied out with the others.
+OPTIONAL_POINT_FILES = ("metrics/cost.json",)
 #: The clone's default DVC remote: the study's.
 _REMOTE = "study"
 _IDENTITY = {"user.name": "hydra-ens study", "user.email": "study@hydra-ens.invalid"}
@@ -321,8 +324,11 @@ def _show(root: Path, rev: str, path: str) -> str:
 
 
 def read_point(root: Path, sha: str, dest: Path) -> Path:
-    """Copy a point's :data:`POINT_FILES` out of its experiment commit into ``dest``."""
-    for rel in POINT_FILES:
+    """Copy a point's :data:`POINT_FILES` (and those of :data:`OPTIONAL_POINT_FILES` it has)
+    out of its experiment commit into ``dest``."""
+    for rel in POINT_FILES + OPTIONAL_POINT_FILES:
+        if rel in OPTIONAL_POINT_FILES and not _in_commit(root, sha, rel):
+            continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_text(_show(root, sha, rel))
     return dest

@@ -50,6 +50,7 @@ from tasks.common import (
     write_json,
     write_text,
 )
+from tasks.cost import COST_FILE, measure_cost
 from tasks.params import PipelineConfig
 from tasks.report import render_report
 from tasks.scorecard import (
@@ -178,6 +179,10 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         {**result, "models": {n: _without_latency(e) for n, e in models.items()}},
     )
     write_json(root / METRICS / LATENCY_FILE, {n: e["latency_ms"] for n, e in models.items()})
+    timed = [(c.name, lambda c=c: c.fn(latency_batch), c.parameters) for c in candidates]
+    ev_cfg = cfg.evaluate
+    cost = measure_cost(timed, ev_cfg.cost_rounds, rt.device, ev_cfg.latency_batch, rt.precision)
+    write_json(root / METRICS / COST_FILE, cost)
     report_extra = {"verdict_thresholds": verdict_thresholds}
 
     reliability, roc = plot_rows(cfg, outputs, temps, labels)

@@ -41,6 +41,7 @@ from typing import Any
 from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
 from tasks.lineage import judged_hashes
 from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
+from tasks.twin_gate import resolve_any_of
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 #: The failed "check" of a verdict in which no check applied.
@@ -199,7 +200,7 @@ def decide(
     at least one applied (passed): no check at all (``gates: []``), or only skipped and not
     applicable ones, fails as :data:`NO_CHECK`. ``promote`` calls this again on the same inputs;
     it never trusts a stored ``passed``."""
-    checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
+    checks = resolve_any_of(cfg.gates, [evaluate_check(c, ev, prod) for c in cfg.gates], ev)
     counts = {
         s: sum(c["status"] == s for c in checks)
         for s in ("passed", "failed", "not applicable", "skipped")

@@ -10,10 +10,20 @@
       circuit-s0: {scoring.method: circuit, merge.shared_layers: 0}
       taylor-half: {scoring.method: taylor, merge.shared_layers: null}
     seeds: [0, 1, 2]              # the replicate seed (params ``seed``) of each point
+    confirm_seeds: [3, 4]         # optional: held-out seeds, never used for choosing
 
 A point's params are the profile, then ``params``, then ``sets``, then its variant's overrides,
 then ``seed``; every point is validated when the spec is loaded, so a bad override fails before
 anything runs, in one line naming the variant.
+
+The replicate seed also draws the point's data split: ``data.seed`` follows ``seed`` (train /
+val / test membership, the shift corruption, the far-OOD sample), so the across-seed intervals
+cover split and training noise together. A spec that pins ``data.seed`` (in ``params``, ``sets``
+or a variant's overrides) keeps that one split under every seed; the report then says that its
+intervals are conditional on one split.
+
+``confirm_seeds`` are run like ``seeds`` (every variant), but the report chooses its variant on
+``seeds`` alone and reports the chosen variant and the gates on the confirmation seeds apart.
 
 Points that agree on every param of the *shared* stages (data, base fine-tune, Deep Ensemble)
 share one upstream: :func:`upstream_key` names it.
@@ -29,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tasks.common import fingerprint
 from tasks.params import (
@@ -59,6 +69,8 @@ class StudySpec(_Strict):
     sets: dict[str, Any] = Field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
+    confirm_seeds: list[int] = Field(default_factory=list)
+    """Held-out replicate seeds: run, reported apart, never used to choose the variant."""
 
     @field_validator("variants")
     @classmethod
@@ -72,12 +84,24 @@ class StudySpec(_Strict):
                 raise ValueError(f"{name}: 'seed' is the study's seeds list, not a variant key")
         return value
 
-    @field_validator("seeds")
+    @field_validator("seeds", "confirm_seeds")
     @classmethod
     def _distinct_seeds(cls, value: list[int]) -> list[int]:
-        if len(set(value)) != len(value) or min(value) < 0:
+        if len(set(value)) != len(value) or (value and min(value) < 0):
             raise ValueError("seeds must be distinct integers >= 0")
         return value
+
+    @model_validator(mode="after")
+    def _held_out(self) -> StudySpec:
+        both = sorted(set(self.seeds) & set(self.confirm_seeds))
+        if both:
+            raise ValueError(f"confirm_seeds must not repeat seeds: {both} are in both")
+        return self
+
+    @property
+    def all_seeds(self) -> list[int]:
+        """The choosing seeds, then the confirmation seeds."""
+        return [*self.seeds, *self.confirm_seeds]
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,17 @@ def shared_param_keys(dvc_yaml: Path) -> list[str]:
     return sorted(keys)
 
 
+def pins_data_seed(overrides: dict[str, Any] | None) -> bool:
+    """Whether ``overrides`` (dotted keys, or nested mappings as a params file holds them) set
+    ``data.seed``."""
+    if not overrides:
+        return False
+    if "data.seed" in overrides:
+        return True
+    data = overrides.get("data")
+    return isinstance(data, dict) and "seed" in data
+
+
 def _dotted(raw: dict[str, Any], key: str) -> Any:
     value: Any = raw
     for part in key.split(".") if key else []:
@@ -158,16 +193,19 @@ def upstream_key(params: dict[str, Any], keys: list[str]) -> str:
 
 
 def study_points(spec: StudySpec, spec_dir: Path, dvc_yaml: Path) -> list[StudyPoint]:
-    """Every point of ``spec``, validated (relative paths in the project of ``dvc_yaml``), in
-    (variant, seed) order."""
+    """Every point of ``spec`` (its ``seeds``, then its ``confirm_seeds``), validated (relative
+    paths in the project of ``dvc_yaml``), in (variant, seed) order. ``data.seed`` follows the
+    replicate seed unless the spec pins it (:func:`pins_data_seed`)."""
     base = read_yaml(spec_dir / spec.params) if spec.params else None
     if base is not None and not isinstance(base, dict):
         raise ConfigError(f"{spec.params}: <root>: must be a mapping")
     keys = shared_param_keys(dvc_yaml)
     points = []
+    pinned = pins_data_seed(base) or pins_data_seed(spec.sets)
     for variant, overrides in spec.variants.items():
-        for seed in spec.seeds:
-            sets = {**spec.sets, **overrides, "seed": seed}
+        for seed in spec.all_seeds:
+            split = {} if pinned or pins_data_seed(overrides) else {"data.seed": seed}
+            sets = {**split, **spec.sets, **overrides, "seed": seed}
             try:
                 cfg: PipelineConfig = resolve_params(spec.profile, base, sets, dvc_yaml.parent)
             except ConfigError as err:

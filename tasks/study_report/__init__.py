@@ -9,17 +9,19 @@ of its inputs: no Prefect, no DVC, no clock; orders are sorted and figure sizes 
 
 Conventions (docs/study_report.md says what each table means):
 
-- Statistics are across seeds: the mean and the 95% Student-t interval
-  ``mean +- t(0.975, n - 1) * s / sqrt(n)`` (``s`` the sample standard deviation); one seed has
-  no interval. Metrics are the calibrated ones (temperature scaling fitted on validation).
-- Models: ``hydra[<variant>]`` per variant; ``naive_pruned`` and ``control`` depend on the variant
-  (``naive_pruned[<variant>]``...); every other baseline (``single``, ``deep_ensemble``,
-  ``mc_dropout``) is recomputed by every point but is the same model at a given seed, so it is
-  pooled once per seed (its latency, measured by every run, averaged over the runs at that seed).
-  A "shared" baseline whose metrics differ between variants at one seed (a variant overrides
-  something it depends on, e.g. ``members.num_members`` sizes the Deep Ensemble) is kept per
-  variant instead, and the report says so.
-- Paired differences are Hydra minus a baseline within one point (the same run), per seed.
+- Statistics are across the choosing seeds: the mean and the 95% Student-t interval
+  ``mean +- t(0.975, n - 1) * s / sqrt(n)``; one seed has no interval; a zero-width interval is no
+  evidence of a difference. Displayed intervals are clipped to the metric's range. When every
+  point has the same ``data.seed`` the intervals are marked as conditional on one split.
+- Claims printed in words are Holm-corrected over their family (the report says its size).
+- Models: ``hydra[<variant>]`` per variant; ``naive_pruned`` (the Hydra's twin) and ``control``
+  depend on the variant; ``single``, ``deep_ensemble``, ``mc_dropout`` are pooled once per seed
+  (their timings averaged over the runs at that seed) unless they differ between variants.
+- Cost is each model's latency ratio to the single model of the same point, timed side by side in
+  the point's process (``metrics/cost.json``, :mod:`tasks.cost`), with FLOPs and parameters.
+- Paired differences are Hydra minus a baseline within one point (the same run), per seed, with
+  that run's paired bootstrap interval beside them.
+- ``confirm_seeds``: points at those seeds never enter the choice; they are reported apart.
 """
 
 from tasks.study_report.gates import baseline_as_candidate

@@ -23,6 +23,43 @@ def is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
+#: Keys measured by timing: they differ between two runs of the same model (not compared when
+#: deciding whether a baseline is the same model in every run at a seed; averaged when pooled).
+TIMING_KEYS = (
+    "model.latency_ms",
+    "model.cost_ratio",
+    "model.cost_ratio_low",
+    "model.cost_ratio_high",
+)
+
+
+def cost_keys(point: PointResult, name: str) -> dict[str, float]:
+    """``model.cost_ratio`` (to the point's single model) with its within-point interval
+    (``_low`` / ``_high``) and ``model.flops`` of model ``name`` from the point's ``cost.json``;
+    without one, the ratio of its ``latency.json`` entries (same run, not interleaved: no
+    interval)."""
+    models = (point.cost or {}).get("models") or {}
+    if name in models:
+        e = models[name]
+        keys = {"ratio": "model.cost_ratio", "ratio_low": "model.cost_ratio_low"}
+        keys |= {"ratio_high": "model.cost_ratio_high", "flops": "model.flops"}
+        return {k: float(e[src]) for src, k in keys.items() if is_number(e.get(src))}
+    lat, ref = point.latency.get(name), point.latency.get("single")
+    if point.cost is None and is_number(lat) and is_number(ref) and ref > 0:
+        return {"model.cost_ratio": float(lat) / float(ref)}
+    return {}
+
+
+def split_info(points: Sequence[PointResult]) -> dict[str, Any]:
+    """Whether the points' data splits vary with the seed: ``{"per_seed": bool, "data_seeds":
+    [...], "mark": str}``; ``mark`` is what the report prints beside every interval when the
+    split is one and the same (the intervals are then conditional on that split)."""
+    data_seeds = sorted({int((p.params.get("data") or {}).get("seed", 0)) for p in points})
+    seeds = {p.seed for p in points}
+    per_seed = len(seeds) < 2 or len(data_seeds) > 1
+    return {"per_seed": per_seed, "data_seeds": data_seeds, "mark": "" if per_seed else " ¹"}
+
+
 def flatten_entry(entry: Mapping[str, Any], latency_ms: Any) -> tuple[dict[str, float], set[str]]:
     """A model entry as ``{"split.metric": v, "model.latency_ms": v, "model.parameters": v,
     "ood_by_score.split.score.metric": v}`` plus the ``ood_by_score.split.score`` keys that are
@@ -78,7 +115,10 @@ class Collected:
         self.flat: dict[tuple[str, int, str], tuple[dict[str, float], set[str]]] = {}
         for p in self.points:
             for name, entry in p.evaluation["models"].items():
-                self.flat[(p.variant, p.seed, name)] = flatten_entry(entry, p.latency.get(name))
+                flat, nulls = flatten_entry(entry, p.latency.get(name))
+                self.flat[(p.variant, p.seed, name)] = ({**flat, **cost_keys(p, name)}, nulls)
+        self.split = split_info(self.points)
+        self.mark = self.split["mark"]
         self.unshared: dict[str, list[int]] = {}
         self.shared = [b for b in self.baselines if self._is_shared(b)]
         self.series: dict[str, dict[int, dict[str, float]]] = {}
@@ -110,9 +150,9 @@ class Collected:
         differs = []
         for s in self.seeds:
             flats = [self.flat[(p.variant, s, name)][0] for p in self.at_seed(s, name)]
-            first = {k: v for k, v in flats[0].items() if k != "model.latency_ms"} if flats else {}
+            first = {k: v for k, v in flats[0].items() if k not in TIMING_KEYS} if flats else {}
             for other in flats[1:]:
-                rest = {k: v for k, v in other.items() if k != "model.latency_ms"}
+                rest = {k: v for k, v in other.items() if k not in TIMING_KEYS}
                 if rest.keys() != first.keys() or not all(
                     math.isclose(first[k], rest[k], **_ISCLOSE) for k in first
                 ):
@@ -131,7 +171,7 @@ class Collected:
                 continue
             flats = [self.flat[(p.variant, s, name)] for p in pts]
             keys = sorted({k for f, _ in flats for k in f})
-            # identical across the runs at this seed except latency, which is averaged
+            # identical across the runs at this seed except the timings, which are averaged
             per_seed[s] = {
                 k: math.fsum(f[k] for f, _ in flats if k in f) / sum(k in f for f, _ in flats)
                 for k in keys

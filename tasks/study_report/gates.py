@@ -10,6 +10,7 @@ from tasks.gate import evaluate_check
 from tasks.params import GateCheck, default_gates
 from tasks.study_report.collect import Collected
 from tasks.study_report.points import PointResult
+from tasks.twin_gate import resolve_any_of
 
 
 def _gate_checks(params: Mapping[str, Any]) -> list[GateCheck]:
@@ -39,7 +40,9 @@ def baseline_as_candidate(
     for a strict improvement (``min_absolute_change > 0``), which no model makes on itself: that
     fails. A check with
     ``use_bootstrap_bound`` compares the point difference instead: the paired bootstrap in
-    evaluate.json is Hydra minus each baseline, not candidate minus baseline.
+    evaluate.json is Hydra minus each baseline, not candidate minus baseline; for the same reason
+    an ``any_of`` group (:mod:`tasks.twin_gate`) asks for a better point difference, and fails a
+    candidate that is the group's own baseline.
     """
     ev = {
         **evaluation,
@@ -49,7 +52,11 @@ def baseline_as_candidate(
     out = []
     for check in checks:
         rec = {"name": check.name, "metric": check.metric, "split": check.split}
-        if check.split == "model":
+        if check.baseline == candidate and check.any_of is not None:
+            # an any_of group asks for a separable improvement: no model makes one on itself
+            r = evaluate_check(check.model_copy(update={"use_bootstrap_bound": False}), ev, None)
+            out.append({**r, "note": "a model cannot improve on itself"})
+        elif check.split == "model":
             out.append({**rec, "status": "n/a", "note": "model-level check (Hydra artifact)"})
         elif check.baseline == "prod":
             out.append({**rec, "status": "n/a", "note": "no prod model in a study point"})
@@ -64,15 +71,17 @@ def baseline_as_candidate(
             out.append({**r, "note": note})
         else:
             out.append(evaluate_check(check, ev, None))
-    return out
+    # no paired bootstrap of candidate - baseline: an any_of group reads the point difference
+    return resolve_any_of(checks, out, ev, point=True)
 
 
 def point_gate(p: PointResult, gates: Sequence[GateCheck] | None = None) -> dict[str, Any]:
     """The point's verdict: its ``reports/gate.json``, or ``gates`` judged on its evaluation."""
     if gates is not None:
         ev = _with_latency(p)
-        checks = [evaluate_check(c, ev, None) for c in gates]
-        failed = [c["name"] for c in checks if c["status"] == "failed" and not c.get("optional")]
+        checks = resolve_any_of(gates, [evaluate_check(c, ev, None) for c in gates], ev)
+        # an optional check that was compared and failed counts, as in tasks.gate
+        failed = [c["name"] for c in checks if c["status"] == "failed"]
         gate = {"verdict": "failed" if failed else "passed", "failed": failed, "checks": checks}
     else:
         gate = p.gate
@@ -135,7 +144,10 @@ def baseline_gates(col: Collected, gates: Sequence[GateCheck] | None = None) -> 
                     "model": b,
                     "variant": v,
                     "rows": rows,
-                    "seeds_passed": sorted({r["seed"] for r in rows if r["passed"]}),
+                    # a seed counts as passed only when every run judged there passed
+                    "seeds_passed": sorted(
+                        {r["seed"] for r in rows} - {r["seed"] for r in rows if not r["passed"]}
+                    ),
                     "caught_by": {k: sorted(set(ss)) for k, ss in sorted(caught.items())},
                 }
     return result

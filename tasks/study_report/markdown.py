@@ -1,5 +1,6 @@
-"""The sections of ``study.md``, each a list of lines: :func:`header`, then sections 1-6
-(metrics per model, OOD per score, paired differences, Pareto, gates, recommendation), each
+"""The sections of ``study.md``, each a list of lines: :func:`header`, then sections 1-7
+(metrics per model, OOD per score, paired differences, Pareto, gates, recommendation,
+confirmation on held-out seeds), each
 rendering what the summary (``study.json``) holds; docs/study_report.md explains the tables."""
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from typing import Any
 from tasks.params import GateCheck
 from tasks.study_report.cells import (
     arrow,
+    clip,
     diff_cell,
-    fmt_value,
     md_table,
+    metric_range,
     ordered_metrics,
     stat_cell,
 )
 from tasks.study_report.collect import Collected
-from tasks.study_report.paired import HEADLINE
+from tasks.study_report.paired import BEATS_SINGLE, HEADLINE, TWIN_METRICS
 from tasks.study_report.points import OOD_SPLITS, SPLITS
+from tasks.study_report.recommend import ratio_text
 
 #: Report order of the OOD scores of ``ood_by_score``; others follow, sorted.
 OOD_SCORE_ORDER = ("msp", "entropy", "energy", "mutual_information", "disagreement")
@@ -47,6 +50,7 @@ def header(
     command: str | None,
     wall_seconds: float | None,
     variants: Mapping[str, Mapping[str, Any]] | None,
+    confirm_seeds: Sequence[int] = (),
 ) -> list[str]:
     lines = [f"# {title}", ""]
     if command is not None:
@@ -57,6 +61,12 @@ def header(
         f"- Seeds: {', '.join(str(s) for s in col.seeds)} (n = {len(col.seeds)}); "
         f"points: {len(col.points)}"
     )
+    if confirm_seeds:
+        lines.append(
+            f"- Confirmation seeds (held out, never used for choosing; section 7): "
+            f"{', '.join(str(s) for s in confirm_seeds)}"
+        )
+    lines.append(f"- Data split: {split_sentence(col)}")
     lines += ["", "Variants:", ""]
     rows = []
     for v in sorted(set(col.variants) | set(variants or {})):
@@ -71,9 +81,35 @@ def header(
         "",
         "Every number is calibrated (temperature scaling fitted on validation) and given as the "
         "mean across seeds with its 95% Student-t interval `[low, high]` "
-        "(mean +- t(0.975, n-1) s / sqrt(n)); with one seed: `n=1, no interval`.",
+        "(mean +- t(0.975, n-1) s / sqrt(n)), clipped to the metric's range; with one seed: "
+        "`n=1, no interval`. A zero-width interval (the same value at every seed) is no "
+        "evidence of a difference.",
     ]
+    if col.mark:
+        lines += ["", SPLIT_FOOTNOTE.format(seeds=col.split["data_seeds"][0])]
     return lines
+
+
+#: The footnote of the mark beside every interval when the split is pinned.
+SPLIT_FOOTNOTE = (
+    "¹ Conditional on one data split (`data.seed` = {seeds} at every seed): the interval covers "
+    "training noise only; split-to-split and test-sample variation are outside it."
+)
+
+
+def split_sentence(col: Collected) -> str:
+    """Whether the seeds drew their own data split."""
+    if col.mark:
+        return (
+            f"one split for every seed (`data.seed` pinned to {col.split['data_seeds'][0]}); "
+            "every interval is conditional on it (marked ¹)."
+        )
+    if len(col.seeds) < 2:
+        return "one seed."
+    return (
+        "drawn per seed (`data.seed` follows the seed): the intervals across seeds cover split "
+        "and training noise together."
+    )
 
 
 def section_metrics(col: Collected) -> list[str]:
@@ -99,22 +135,56 @@ def section_metrics(col: Collected) -> list[str]:
         lines += ["", f"### {split}", ""]
         rows = []
         for label in labels:
-            cells = [stat_cell(col.stats(label, f"{split}.{m}")) for m in metrics]
+            cells = [stat_cell(col.stats(label, f"{split}.{m}"), m, col.mark) for m in metrics]
             n = max(
                 (st["n"] for m in metrics if (st := col.stats(label, f"{split}.{m}"))), default=0
             )
             rows.append([f"`{label}`", str(n), *cells])
         lines.append(md_table(["model", "n", *[m + arrow(m) for m in metrics]], rows))
-    lines += ["", "### model", ""]
+    lines += [
+        "",
+        "### model",
+        "",
+        "Cost within each point (`metrics/cost.json`): every model timed in the run's one "
+        "process, interleaved rounds, same batch, backend and precision, as a ratio to that "
+        "point's single model; the across-seed mean [95%], then each seed's within-point "
+        "bootstrap interval over rounds. FLOPs per timing batch (torch FlopCounterMode), "
+        "parameters, and the absolute latency (ms per batch, which varies between runs).",
+        "",
+    ]
     rows = []
     for label in labels:
+        ratio = col.stats(label, "model.cost_ratio")
+        within = []
+        for s in sorted(col.series[label]):
+            m = col.series[label][s]
+            if "model.cost_ratio_low" in m:
+                lo, hi = m["model.cost_ratio_low"], m["model.cost_ratio_high"]
+                within.append(f"s{s}: [{lo:.2f}, {hi:.2f}]")
         lat = col.stats(label, "model.latency_ms")
         par = col.stats(label, "model.parameters")
-        n = max(lat["n"] if lat else 0, par["n"] if par else 0)
+        n = max(st["n"] if st else 0 for st in (ratio, lat, par))
         rows.append(
-            [f"`{label}`", str(n), stat_cell(lat, "latency_ms"), stat_cell(par, "parameters")]
+            [
+                f"`{label}`",
+                str(n),
+                stat_cell(ratio, "cost_ratio", col.mark),
+                "; ".join(within) or "-",
+                stat_cell(col.stats(label, "model.flops"), "flops"),
+                stat_cell(par, "parameters"),
+                stat_cell(lat, "latency_ms"),
+            ]
         )
-    lines.append(md_table(["model", "n", "latency_ms (lower better)", "parameters"], rows))
+    header = [
+        "model",
+        "n",
+        "cost ratio to single (lower better)",
+        "within-point 95%",
+        "FLOPs",
+        "parameters",
+        "latency_ms",
+    ]
+    lines.append(md_table(header, rows))
     return lines
 
 
@@ -157,7 +227,7 @@ def section_ood(col: Collected, ood: Mapping[str, Any]) -> list[str]:
                     elif by_score[score] is None:
                         cells.append("n/a (single model)")
                     else:
-                        cells.append(stat_cell(by_score[score].get(metric)))
+                        cells.append(stat_cell(by_score[score].get(metric), metric, col.mark))
                 rows.append([f"`{label}`", *cells])
             lines.append(md_table(["model", *scores], rows))
     return lines
@@ -167,15 +237,18 @@ def section_paired(col: Collected, paired: Mapping[str, Any]) -> list[str]:
     lines = [
         "## 3. Paired differences: Hydra minus baselines",
         "",
-        "Per seed, Hydra minus the baseline evaluated in the same run; the last row is the mean "
-        "across seeds with its 95% interval. The per-seed marker is that run's paired bootstrap "
-        "interval over the test examples (evaluate.json `bootstrap.<baseline>.calibrated`): "
-        "`(b: better)` / `(b: worse)` when it excludes 0, `(b: n.s.)` when it contains 0, no "
-        "marker when evaluate.json has none for the metric. The bootstrap measures test-set "
-        "noise of one run; the across-seed interval measures training-seed noise.",
+        "Per seed, Hydra minus the baseline evaluated in the same run, and beside it that run's "
+        "paired bootstrap interval over the test examples (evaluate.json "
+        "`bootstrap.<baseline>.calibrated`, `b: [low, high]`) with its reading: `better` / "
+        "`worse` when it excludes 0, `n.s.` when it contains 0 (none for FPR@95: evaluate.json "
+        "has no interval). The last row is the mean across seeds with its 95% interval. The "
+        "bootstrap measures the test-sample noise of one run; the across-seed interval "
+        "measures seed noise (training, and the split when it is drawn per seed). "
+        "`naive_pruned` is the Hydra's twin (the base with the same kept heads, no fine-tune) "
+        "and `control` its control (unpruned copies given the same member fine-tune).",
     ]
     if not paired:
-        lines += ["", "No Hydra/baseline pair to compare (no single, deep_ensemble, mc_dropout)."]
+        lines += ["", "No Hydra/baseline pair to compare."]
     for v, by_base in paired.items():
         for b, per_metric in by_base.items():
             keys = [k for k in HEADLINE if k in per_metric]
@@ -190,10 +263,12 @@ def section_paired(col: Collected, paired: Mapping[str, Any]) -> list[str]:
                     boot = next((r for r in per_metric[k]["bootstrap"] if r["seed"] == s), None)
                     cell = "-" if val is None else f"{val:+.4f}"
                     if val is not None and boot is not None:
-                        cell += f" (b: {boot['direction']})"
+                        rng = metric_range(k, difference=True)
+                        lo, hi = clip(boot["low"], rng), clip(boot["high"], rng)
+                        cell += f" (b: [{lo:+.4f}, {hi:+.4f}] {boot['direction']})"
                     cells.append(cell)
                 rows.append([f"seed {s}", *cells])
-            rows.append(["**mean [95%]**", *[diff_cell(per_metric[k]) for k in keys]])
+            rows.append(["**mean [95%]**", *[diff_cell(per_metric[k], k, col.mark) for k in keys]])
             header = ["seed", *[k + arrow(k.split(".", 1)[1]) for k in keys]]
             lines.append(md_table(header, rows))
     return lines
@@ -203,21 +278,26 @@ def section_pareto(pareto: Mapping[str, Any]) -> list[str]:
     lines = [
         "## 4. Cost vs uncertainty quality (Pareto)",
         "",
-        "One point per model at its mean across seeds, error bars the 95% intervals; filled red "
-        "points (joined by the dashed line) are the Pareto front: no other model is both at "
-        "least as fast and at least as good.",
+        "x: each model's cost as a ratio to the single model of the same point (within-point "
+        "timing, log scale), mean across seeds; y: the metric's mean; error bars the 95% "
+        "intervals across seeds. One colour and marker per model kind; the numbers are listed "
+        "beside each plot and below. Ringed points joined by the dashed line are the Pareto "
+        "front: no other model is both at least as cheap and at least as good.",
     ]
     for key, p in pareto.items():
+        numbers = ", ".join(f"{q['number']} `{q['label']}`" for q in p["points"])
         lines += [
             "",
-            f"![latency vs {key}]({p['figure']})",
+            f"![cost vs {key}]({p['figure']})",
             "",
-            f"Pareto front (latency vs {key}): "
-            + (", ".join(f"`{f}`" for f in p["front"]) or "none"),
+            f"Points: {numbers}.",
+            "",
+            f"Pareto front (cost vs {key}): " + (", ".join(f"`{f}`" for f in p["front"]) or "none"),
         ]
         if p["missing"]:
             lines.append(
-                "Not plotted (no latency or metric): " + ", ".join(f"`{m}`" for m in p["missing"])
+                "Not plotted (no cost ratio or metric): "
+                + ", ".join(f"`{m}`" for m in p["missing"])
             )
     return lines
 
@@ -285,28 +365,92 @@ def section_gates(
     return lines
 
 
-def section_recommendation(rec: Mapping[str, Any], beats: Mapping[str, Any]) -> list[str]:
+def section_recommendation(
+    rec: Mapping[str, Any], beats: Mapping[str, Any], twin: Mapping[str, Any]
+) -> list[str]:
     lines = ["## 6. Recommendation", "", rec["sentence"], ""]
+    lines.append(
+        "A variant is named only when it passes the gates on every seed and its Hydra beats its "
+        "naive pruned twin across seeds on at least one of "
+        + ", ".join(TWIN_METRICS)
+        + f" (the 95% interval of the mean Hydra - twin difference excludes 0 on the good side, "
+        f"after Holm's correction over the {twin['m']} (variant, metric) comparisons). Among "
+        "those, the lowest Hydra cost ratio to single wins; ratios closer than their intervals' "
+        "half-width are ties, broken by FLOPs, then parameters."
+    )
+    lines.append("")
     rows = [
         [
             f"`{r['variant']}`",
             "yes" if r["passes_every_seed"] else "no",
+            "-" if r["beats_twin"] is None else ("yes" if r["beats_twin"] else "no"),
             "; ".join(f"seed {s}: {', '.join(f)}" for s, f in r["failing"].items()) or "-",
-            fmt_value(r["latency_ms"], "latency_ms"),
-            fmt_value(r["parameters"], "parameters"),
+            ratio_text(r["cost"]),
+            ratio_text(r["twin_cost"]),
         ]
         for r in rec["variants"]
     ]
-    lines.append(
-        md_table(
-            ["variant", "passes every seed", "failing", "latency_ms (mean)", "parameters"], rows
-        )
-    )
+    header = [
+        "variant",
+        "passes every seed",
+        "beats its twin",
+        "failing",
+        "Hydra cost",
+        "twin (naive_pruned) cost",
+    ]
+    lines.append(md_table(header, rows))
+    lines += ["", "### Does each Hydra beat its naive pruned twin?", ""]
+    lines += [f"- {t['sentence']}" for t in twin["variants"].values()]
     lines += ["", "### Does any variant beat the single model?", ""]
+    fam = beats["_family"]
     lines.append(
         "A variant beats the single model on a metric when the 95% interval of the mean "
-        "(Hydra - single) difference across seeds excludes 0 in the good direction."
+        "(Hydra - single) difference across seeds excludes 0 in the good direction and the "
+        f"claim survives Holm's step-down over the {fam['m']} (variant, metric) comparisons of "
+        "this list (family-wise error 5%)."
     )
     lines.append("")
-    lines += [f"- {b['sentence']}" for b in beats.values()]
+    lines += [f"- {beats[k]['sentence']}" for k in BEATS_SINGLE]
+    return lines
+
+
+def section_confirmation(confirm: Mapping[str, Any] | None) -> list[str]:
+    lines = ["## 7. Confirmation on held-out seeds", ""]
+    if confirm is None:
+        lines.append("The study names no `confirm_seeds`: nothing was held out.")
+        return lines
+    seeds = ", ".join(str(s) for s in confirm["seeds"])
+    lines.append(
+        f"Seeds {seeds} were run like the others but never used for choosing: the choice above "
+        "was made on the choosing seeds alone. Here is what they say about "
+        + (
+            f"the chosen variant `{confirm['variant']}`"
+            if confirm["variant"]
+            else "every variant (none was chosen)"
+        )
+        + f" ({confirm['split']})"
+    )
+    if not confirm["points"]:
+        lines += ["", "No confirmation point has a result yet."]
+        return lines
+    lines += ["", "### Gates on the confirmation seeds", ""]
+    rows = [
+        [f"`{g['variant']}`", str(g["seed"]), g["verdict"].upper(), ", ".join(g["failed"]) or "-"]
+        for g in confirm["gates"]
+    ]
+    lines.append(md_table(["variant", "seed", "verdict", "failed checks"], rows))
+    for v, by_base in confirm["paired"].items():
+        lines += ["", f"### `hydra[{v}]` on the confirmation seeds (mean [95%] across them)", ""]
+        keys = [k for k in HEADLINE if any(k in m for m in by_base.values())]
+        rows = [
+            [f"`{b}`", *[diff_cell(m[k], k, confirm["mark"]) if k in m else "-" for k in keys]]
+            for b, m in by_base.items()
+        ]
+        header = ["Hydra minus", *[k + arrow(k.split(".", 1)[1]) for k in keys]]
+        lines.append(md_table(header, rows))
+        cost = confirm["cost"].get(v)
+        if cost is not None:
+            lines += ["", f"Hydra cost on the confirmation seeds: {ratio_text(cost)}."]
+    lines.append("")
+    lines += [f"- {t['sentence']}" for t in confirm["twin"]["variants"].values()]
     return lines

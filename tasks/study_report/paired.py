@@ -3,27 +3,34 @@ variant beats the single model."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tasks.params import GREATER_IS_BETTER
 from tasks.study_report.cells import diff_cell
 from tasks.study_report.collect import Collected
-from tasks.study_report.stats import seed_stats
+from tasks.study_report.stats import holm, seed_stats, t_test_p
 
 #: The headline metrics of the paired differences (split.metric).
 HEADLINE = (
     "id_test.accuracy",
     "id_test.nll",
     "id_test.ece",
+    "shift.nll",
     "near_ood.auroc",
     "near_ood.fpr_at_95_tpr",
     "far_ood.auroc",
 )
-#: Baselines Hydra is paired with (those present in evaluate.json).
-PAIRED_BASELINES = ("single", "deep_ensemble", "mc_dropout")
+#: Baselines Hydra is paired with (those present in evaluate.json): the single model, the
+#: Hydra's naive pruned twin and its control (same variant), then the costlier baselines.
+PAIRED_BASELINES = ("single", "naive_pruned", "control", "deep_ensemble", "mc_dropout")
 #: The UQ metrics on which the report states whether any variant beats the single model.
 BEATS_SINGLE = ("id_test.nll", "id_test.ece", "near_ood.auroc", "near_ood.fpr_at_95_tpr")
+#: The uncertainty metrics the default gates watch against the naive pruned twin
+#: (``tasks.params.TWIN_GROUP``): a variant is named only when its Hydra beats its twin on one.
+TWIN_METRICS = ("id_test.nll", "id_test.ece", "near_ood.auroc", "shift.nll")
+#: The family-wise error rate of the claims the report prints in words (Holm's step-down).
+ALPHA = 0.05
 
 
 def paired_differences(col: Collected) -> dict[str, Any]:
@@ -88,31 +95,64 @@ def _direction(metric: str, low: float, high: float) -> str:
 
 
 def _beats(stats: Mapping[str, Any], metric: str) -> bool:
-    """The across-seed interval of a difference excludes 0 on the good side of ``metric``."""
-    if stats.get("low") is None:
+    """The across-seed interval of a difference excludes 0 on the good side of ``metric``; a
+    zero-width interval (the same difference at every seed) is no evidence of a difference."""
+    if stats.get("low") is None or stats["low"] == stats["high"]:
         return False
     return stats["low"] > 0 if GREATER_IS_BETTER.get(metric, True) else stats["high"] < 0
 
 
+def holm_claims(
+    col: Collected, paired: Mapping[str, Any], baseline: str, keys: Sequence[str]
+) -> dict[str, Any]:
+    """The family of "Hydra of variant v beats ``baseline`` on metric k across seeds" claims,
+    one per (variant, k) with a paired difference: the t-test p-value of the per-seed
+    differences (:func:`~tasks.study_report.stats.t_test_p`), Holm's step-down at
+    :data:`ALPHA`, and the claims kept: rejected by Holm *and* on the good side.
+    ``{"m", "tests": {"v|k": {...}}, "kept": {v: [k, ...]}}``."""
+    pvals: dict[str, float | None] = {}
+    side: dict[str, bool] = {}
+    for v in col.variants:
+        for key in keys:
+            st = paired.get(v, {}).get(baseline, {}).get(key)
+            if st is None:
+                continue
+            diffs = [r["value"] for r in st["per_seed"]]
+            pvals[f"{v}|{key}"] = t_test_p(diffs)
+            side[f"{v}|{key}"] = _beats(st, key.split(".", 1)[1])
+    tests = holm(pvals, ALPHA)
+    kept: dict[str, list[str]] = {}
+    for name, t in sorted(tests.items()):
+        v, key = name.split("|")
+        t["good_side"] = side[name]
+        t["kept"] = bool(t["rejected"] and side[name])
+        if t["kept"]:
+            kept.setdefault(v, []).append(key)
+    return {"m": len(pvals), "alpha": ALPHA, "tests": tests, "kept": kept}
+
+
 def beats_single(col: Collected, paired: Mapping[str, Any]) -> dict[str, Any]:
     """Per :data:`BEATS_SINGLE` metric, the variants that beat the single model across seeds
-    and the sentence the report prints about them."""
-    out = {}
+    after Holm's correction over every (variant, metric) comparison, and the sentence the report
+    prints about them (with the size of the family)."""
+    family = holm_claims(col, paired, "single", BEATS_SINGLE)
+    m = family["m"]
+    holm_note = f"Holm-corrected over {m} comparison{'s' if m != 1 else ''} at {ALPHA:g}"
+    mark = col.mark
+    out: dict[str, Any] = {"_family": family}
     for key in BEATS_SINGLE:
-        metric = key.split(".", 1)[1]
-        winners = []
-        for v in col.variants:
-            st = paired.get(v, {}).get("single", {}).get(key)
-            if st is not None and _beats(st, metric):
-                winners.append(v)
+        winners = [v for v in col.variants if key in family["kept"].get(v, [])]
         if winners:
             details = []
             for v in winners:
                 st = paired[v]["single"][key]
-                details.append(f"`{v}` ({diff_cell(st)}, n={st['n']})")
+                t = family["tests"][f"{v}|{key}"]
+                details.append(
+                    f"`{v}` ({diff_cell(st, key, mark)}, n={st['n']}, p_Holm={t['p_holm']:.3f})"
+                )
             sentence = (
                 f"Variants that beat the single model on {key} across seeds (Hydra - single, "
-                "mean [95%]): " + ", ".join(details) + "."
+                f"mean [95%], {holm_note}): " + ", ".join(details) + "."
             )
         else:
             n_max = max(
@@ -122,9 +162,34 @@ def beats_single(col: Collected, paired: Mapping[str, Any]) -> dict[str, Any]:
                 ),
                 default=0,
             )
-            why = " (n=1, no interval)" if n_max == 1 else ""
+            why = " (n=1, no interval)" if n_max == 1 else f" ({holm_note})"
             if "single" not in col.baselines:
                 why = " (no single model evaluated)"
             sentence = f"no variant beats the single model on {key} across seeds{why}."
         out[key] = {"variants": winners, "sentence": sentence}
+    return out
+
+
+def beats_twin(col: Collected, paired: Mapping[str, Any]) -> dict[str, Any]:
+    """Per variant, the :data:`TWIN_METRICS` on which its Hydra beats its own naive pruned twin
+    across seeds (Holm over every (variant, metric) comparison), and the sentence."""
+    family = holm_claims(col, paired, "naive_pruned", TWIN_METRICS)
+    m = family["m"]
+    out: dict[str, Any] = {"m": m, "alpha": ALPHA, "tests": family["tests"], "variants": {}}
+    for v in col.variants:
+        won = family["kept"].get(v, [])
+        if "naive_pruned" not in paired.get(v, {}):
+            sentence = f"`{v}`: no naive pruned twin evaluated, nothing to compare."
+        elif won:
+            cells = [diff_cell(paired[v]["naive_pruned"][k], k, col.mark) for k in won]
+            sentence = f"`hydra[{v}]` beats its naive pruned twin on " + ", ".join(
+                f"{k} ({c})" for k, c in zip(won, cells, strict=True)
+            )
+            sentence += f" across seeds (Holm over {m} comparisons)."
+        else:
+            sentence = (
+                f"`hydra[{v}]` does not beat its naive pruned twin on any of "
+                f"{', '.join(TWIN_METRICS)} across seeds (Holm over {m} comparisons)."
+            )
+        out["variants"][v] = {"metrics": won, "beats": bool(won), "sentence": sentence}
     return out

@@ -21,6 +21,8 @@ POINT_FILES = {
     "gate": "reports/gate.json",
     "params": "params.yaml",
 }
+#: Files a point may lack (written by a newer pipeline): field -> path.
+OPTIONAL_FILES = {"cost": "metrics/cost.json"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class PointResult:
 
     ``evaluation``: ``metrics/evaluate.json``; ``latency``: ``metrics/latency.json`` (model name ->
     median ms per batch); ``gate``: ``reports/gate.json``; ``params``: the resolved
-    ``params.yaml`` as a plain dict.
+    ``params.yaml`` as a plain dict; ``cost``: ``metrics/cost.json`` (every model timed side by
+    side in the run's process, :mod:`tasks.cost`), None for a point written before it existed.
     """
 
     variant: str
@@ -38,6 +41,7 @@ class PointResult:
     latency: dict[str, Any]
     gate: dict[str, Any]
     params: dict[str, Any]
+    cost: dict[str, Any] | None = None
 
 
 def load_point(folder: str | os.PathLike[str], variant: str, seed: int) -> PointResult:
@@ -48,8 +52,10 @@ def load_point(folder: str | os.PathLike[str], variant: str, seed: int) -> Point
     folder = Path(folder)
     where = f"study point {variant!r} seed {seed}"
     loaded: dict[str, Any] = {}
-    for field, rel in POINT_FILES.items():
+    for field, rel in {**POINT_FILES, **OPTIONAL_FILES}.items():
         path = folder / rel
+        if field in OPTIONAL_FILES and not path.is_file():
+            continue
         if not path.is_file():
             raise ValueError(f"{where}: {path} is missing; did that pipeline run finish?")
         text = path.read_text()

@@ -15,9 +15,9 @@ from tasks.study_report import markdown
 from tasks.study_report.collect import Collected, is_number, ood_summary
 from tasks.study_report.figures import pareto_panels
 from tasks.study_report.gates import baseline_gates, point_gate
-from tasks.study_report.paired import beats_single, paired_differences
+from tasks.study_report.paired import beats_single, beats_twin, paired_differences
 from tasks.study_report.points import PointResult, validate_points
-from tasks.study_report.recommend import recommend
+from tasks.study_report.recommend import cost_of, recommend
 from tasks.study_report.stats import CONFIDENCE
 
 
@@ -29,6 +29,7 @@ def write_study_report(
     wall_seconds: float | None = None,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
     gates: Sequence[GateCheck] | None = None,
+    confirm_seeds: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Write ``out_dir/study.md``, ``out_dir/study.json`` and ``out_dir/figures/*.png``
     atomically; returns the summary (the content of ``study.json``).
@@ -37,7 +38,9 @@ def write_study_report(
     ``models.hydra``. ``variants``: optional variant name -> its params overrides (for the header).
     ``command`` / ``wall_seconds``: how the study was run, for the header. ``gates``: judge every
     point and baseline with these checks instead of each point's own (``reports/gate.json`` and
-    ``params.gates``): what other gates would say on the same evidence.
+    ``params.gates``): what other gates would say on the same evidence. ``confirm_seeds``: the
+    held-out seeds; their points never enter the choice (sections 1-6 read the other points) and
+    are reported apart (section 7) for the chosen variant.
     """
     validate_points(points, title)
     if wall_seconds is not None and (not is_number(wall_seconds) or wall_seconds < 0):
@@ -46,11 +49,21 @@ def write_study_report(
         raise ValueError(
             f"variants must map variant name -> overrides, got {type(variants).__name__}"
         )
-    col = Collected(points)
+    held_out = set(confirm_seeds or ())
+    choosing = [p for p in points if p.seed not in held_out]
+    if not choosing:
+        raise ValueError("every point is at a confirmation seed: nothing to choose on")
+    col = Collected(choosing)
     point_gates = [point_gate(p, gates) for p in col.points]
     paired = paired_differences(col)
     beats = beats_single(col, paired)
-    rec = recommend(col, point_gates)
+    twin = beats_twin(col, paired)
+    rec = recommend(col, point_gates, twin)
+    confirm = None
+    if confirm_seeds:
+        confirm = confirmation(
+            [p for p in points if p.seed in held_out], sorted(held_out), rec, gates
+        )
     base_gates = baseline_gates(col, gates)
     ood = ood_summary(col)
     pareto, figures = pareto_panels(col)
@@ -82,6 +95,8 @@ def write_study_report(
         "ood_by_score": ood,
         "paired": paired,
         "beats_single": beats,
+        "beats_twin": twin,
+        "split": col.split,
         "pareto": pareto,
         "gates": {
             "points": point_gates,
@@ -89,16 +104,18 @@ def write_study_report(
             "checks": None if gates is None else [g.model_dump() for g in gates],
         },
         "recommendation": rec,
+        "confirmation": confirm,
         "files": {"markdown": "study.md", "json": "study.json", "figures": sorted(figures)},
     }
     sections = [
-        markdown.header(col, title, command, wall_seconds, variants),
+        markdown.header(col, title, command, wall_seconds, variants, sorted(held_out)),
         markdown.section_metrics(col),
         markdown.section_ood(col, ood),
         markdown.section_paired(col, paired),
         markdown.section_pareto(pareto),
         markdown.section_gates(point_gates, base_gates, gates),
-        markdown.section_recommendation(rec, beats),
+        markdown.section_recommendation(rec, beats, twin),
+        markdown.section_confirmation(confirm),
     ]
     study_md = "\n\n".join("\n".join(s) for s in sections) + "\n"
 
@@ -111,3 +128,40 @@ def write_study_report(
     atomic_write_bytes(out / "study.json", study_json.encode(), keep_suffix=False)
     atomic_write_bytes(out / "study.md", study_md.encode(), keep_suffix=False)
     return json.loads(study_json)
+
+
+def confirmation(
+    points: Sequence[PointResult],
+    seeds: list[int],
+    rec: Mapping[str, Any],
+    gates: Sequence[GateCheck] | None,
+) -> dict[str, Any]:
+    """What the held-out ``seeds`` say, computed from their ``points`` alone: the gates of every
+    point, and for the chosen variant (every variant when none was chosen) the paired
+    differences, the twin comparison and the cost. It never feeds back into ``rec``."""
+    chosen = rec.get("variant")
+    focus = [p for p in points if p.variant == chosen] if chosen else list(points)
+    out: dict[str, Any] = {
+        "seeds": seeds,
+        "variant": rec.get("variant"),
+        "points": [{"variant": p.variant, "seed": p.seed} for p in points],
+        "gates": [],
+        "paired": {},
+        "twin": {"m": 0, "variants": {}},
+        "cost": {},
+        "mark": "",
+        "split": "",
+    }
+    if not points:
+        return out
+    col = Collected(focus or points)
+    paired = paired_differences(col)
+    out.update(
+        gates=[point_gate(p, gates) for p in sorted(points, key=lambda p: (p.variant, p.seed))],
+        paired=paired,
+        twin=beats_twin(col, paired),
+        cost={v: cost_of(col, f"hydra[{v}]") for v in col.variants},
+        mark=col.mark,
+        split=markdown.split_sentence(col),
+    )
+    return out

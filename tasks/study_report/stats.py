@@ -57,3 +57,39 @@ def pareto_front(
         if not dominated:
             front.append((x, label))
     return [label for _, label in sorted(front)]
+
+
+def t_test_p(values: Sequence[float]) -> float | None:
+    """Two-sided p-value of the one-sample Student t-test of mean 0 (the test that the
+    :func:`mean_interval` at ``1 - p`` inverts); None for fewer than 2 values; 1.0 when every
+    value is the same (a zero-width interval is no evidence of a difference)."""
+    from scipy.stats import t
+
+    vals = [float(v) for v in values]
+    n = len(vals)
+    if n < 2:
+        return None
+    mean = math.fsum(vals) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1))
+    if sd == 0 or not math.isfinite(sd):
+        return 1.0
+    return float(2 * t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+
+
+def holm(pvalues: Mapping[str, float | None], alpha: float = 1 - CONFIDENCE) -> dict[str, Any]:
+    """Holm's step-down over the family ``pvalues`` (a None p-value is a comparison that could
+    not be made: it counts in the family and is never rejected): ``{key: {"p", "p_holm",
+    "rejected"}}`` with the Holm-adjusted p-values (monotone, capped at 1)."""
+    m = len(pvalues)
+    order = sorted(pvalues, key=lambda k: (math.inf if pvalues[k] is None else pvalues[k], k))
+    out: dict[str, Any] = {}
+    running, stopped = 0.0, False
+    for i, key in enumerate(order):
+        p = pvalues[key]
+        if p is None:
+            out[key] = {"p": None, "p_holm": None, "rejected": False}
+            continue
+        running = max(running, min(1.0, (m - i) * p))
+        stopped = stopped or running > alpha
+        out[key] = {"p": p, "p_holm": running, "rejected": not stopped}
+    return out

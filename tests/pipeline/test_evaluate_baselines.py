@@ -69,6 +69,11 @@ def test_mc_dropout_is_evaluated_like_every_baseline_and_reruns_are_byte_identic
     assert mc["temperature"] > 0 and mc["latency_ms"] > 0
     assert mc["calibrated"] != single["calibrated"]  # dropout on: not the base's numbers
     assert "mc_dropout" in ev["bootstrap"]
+    # every model timed side by side in this one process, as a ratio to single (tasks.cost)
+    cost = json.loads((root / "metrics" / "cost.json").read_text())
+    assert set(cost["models"]) == set(ev["models"]) and cost["models"]["single"]["ratio"] == 1.0
+    assert all(m["ratio_low"] <= m["ratio"] <= m["ratio_high"] for m in cost["models"].values())
+    assert cost["models"]["mc_dropout"]["flops_ratio"] == 3.0  # three passes of the base
     # a rerun: the same masks, the same bytes (the gate verdict is bound to this file's hash)
     caplog.set_level(logging.INFO, logger="hydra_ens")
     evaluate.run(cfg, root)

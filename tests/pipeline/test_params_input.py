@@ -67,13 +67,13 @@ def test_set_keeps_a_hand_set_gate_name():
     ("key", "words"),
     [
         (
-            "gates.9.metric",
-            "gates.9.metric: index 9 is past the end of gates (9 entries, allowed: 0..8)",
+            "gates.13.metric",
+            "gates.13.metric: index 13 is past the end of gates (13 entries, allowed: 0..12)",
         ),
-        ("gates.x.metric", "gates.x.metric: gates is a list, 'x' is not an index (allowed: 0..8)"),
+        ("gates.x.metric", "gates.x.metric: gates is a list, 'x' is not an index (allowed: 0..12)"),
         (
             "gates.-1.metric",
-            "gates.-1.metric: gates is a list, '-1' is not an index (allowed: 0..8)",
+            "gates.-1.metric: gates is a list, '-1' is not an index (allowed: 0..12)",
         ),
         ("seed.x", "seed.x: 'seed' is not a section"),
     ],

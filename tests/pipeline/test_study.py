@@ -22,6 +22,7 @@ import pytest
 import yaml
 from conftest import commit_project, git, kill_group
 
+from tasks.params import TWIN_GROUP, default_gates
 from tasks.study_spec import SHARED_STAGES
 
 STUB = Path(__file__).parent / "study_stub"
@@ -47,8 +48,10 @@ def _stub_project(dest: Path) -> Path:
     return dest
 
 
-def _spec(path: Path, variants: dict) -> Path:
+def _spec(path: Path, variants: dict, confirm: tuple[int, ...] = ()) -> Path:
     spec = {"name": "tiny", "profile": "quick", "variants": variants, "seeds": [0, 1]}
+    if confirm:
+        spec["confirm_seeds"] = list(confirm)
     path.write_text(yaml.safe_dump(spec))
     return path
 
@@ -240,10 +243,12 @@ def test_report_only_runs_nothing_and_lists_what_is_missing(first_study, cluster
 def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster):
     s = first_study
     # the failing override removed: the taylor points are stale (seed 0) or missing (seed 1);
-    # this run uses the default local cluster: the same flow, another cluster
+    # a held-out confirmation seed 2 is new for both variants; this run uses the default local
+    # cluster: the same flow, another cluster
     _spec(
         s["spec"],
         {"circuit": {"scoring.method": "circuit"}, "taylor": {"scoring.method": "taylor"}},
+        confirm=(2,),
     )
     env = {k: v for k, v in cluster["env"].items() if k != "STUB_SLOW_SECONDS"}
     env["HYDRA_ENS_STUDY_SCRATCH"] = str(s["root"] / "local-scratch")
@@ -251,16 +256,93 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out[-3000:]
     summary = _summary(s["project"])
-    assert sorted(summary["ran"]) == ["taylor-seed0", "taylor-seed1"]
+    assert sorted(summary["ran"]) == [
+        "circuit-seed2",
+        "taylor-seed0",
+        "taylor-seed1",
+        "taylor-seed2",
+    ]
     assert sorted(summary["up_to_date"]) == ["circuit-seed0", "circuit-seed1"]
-    assert all(u.get("reused_from_earlier") for u in summary["upstreams"].values())
+    # seeds 0 and 1 reuse their upstreams; the confirmation seed's is new
+    reused = sorted(bool(u.get("reused_from_earlier")) for u in summary["upstreams"].values())
+    assert reused == [False, True, True]
 
-    proc = _study(s["project"], s["spec"], env, "--workers", "1")
+    # nothing to run; the report re-judged with gates that hold each Hydra against its twin
+    gates = [{"metric": "accuracy", "split": "id_test", "threshold": 0.0}]
+    gates += [g for g in default_gates() if g.get("any_of") == TWIN_GROUP]
+    (s["root"] / "gates.yaml").write_text(yaml.safe_dump({"gates": gates}))
+    args = ("--workers", "1", "--gates-from", str(s["root"] / "gates.yaml"))
+    proc = _study(s["project"], s["spec"], env, *args)
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out[-3000:]
     summary = _summary(s["project"])
-    assert summary["ran"] == [] and len(summary["up_to_date"]) == 4
+    assert summary["ran"] == [] and len(summary["up_to_date"]) == 6
     assert summary["upstreams"] == {}
+
+
+def _exp_file(project: Path, name: str, rel: str) -> str:
+    from flows.study_points import experiment_refs
+
+    commit = git(project, "rev-parse", "HEAD").strip()
+    return git(project, "show", f"{experiment_refs(project, commit)[name]}:{rel}")
+
+
+def test_each_seed_drew_its_own_split(first_study):
+    """The replicate seed draws the data split: the prepare_data output of a seed (its md5 in
+    the point's dvc.lock) is the same for both variants and differs between seeds."""
+    project = first_study["project"]
+    md5 = {}
+    for v in ("circuit", "taylor"):
+        for seed in (0, 1, 2):
+            lock = yaml.safe_load(_exp_file(project, f"{v}-seed{seed}", "dvc.lock"))
+            outs = lock["stages"]["prepare_data"]["outs"]
+            md5[(v, seed)] = next(o["md5"] for o in outs if o["path"] == "data/prepared")
+    assert all(md5[("circuit", s)] == md5[("taylor", s)] for s in (0, 1, 2))
+    assert len({md5[("circuit", s)] for s in (0, 1, 2)}) == 3
+
+
+def test_the_report_holds_each_hydra_against_its_twin_with_costs_and_confirmation(first_study):
+    """The stub's ``circuit`` Hydra is separably better than its twin at seeds 0 and 1 (not at
+    the held-out seed 2); ``taylor``'s twin is the Hydra itself."""
+    project = first_study["project"]
+    report = project / "reports/studies/tiny"
+    summary = json.loads((report / "study.json").read_text())
+    md = (report / "study.md").read_text()
+    # paired rows against the twin and the control of the same variant
+    for v in ("circuit", "taylor"):
+        assert {"naive_pruned", "control"} <= set(summary["paired"][v])
+        assert f"### `hydra[{v}]` - `naive_pruned`" in md and f"### `hydra[{v}]` - `control`" in md
+    assert summary["split"]["per_seed"] and summary["split"]["data_seeds"] == [0, 1]
+    # cost: ratios to the point's single model with within-point intervals, one process a point
+    pids = set()
+    for name in ("circuit-seed0", "taylor-seed1"):
+        cost = json.loads(_exp_file(project, name, "metrics/cost.json"))
+        evaluation = json.loads(_exp_file(project, name, "metrics/evaluate.json"))
+        assert set(cost["models"]) == set(evaluation["models"]) and cost["reference"] == "single"
+        pids.add(cost["pid"])
+        for e in cost["models"].values():
+            assert e["ratio_low"] <= e["ratio"] <= e["ratio_high"] and e["flops"] > 0
+    assert len(pids) == 2  # each point timed its models in its own process
+    hydra = summary["models"]["hydra[circuit]"]["metrics"]
+    assert hydra["model.cost_ratio"]["n"] == 2 and hydra["model.cost_ratio"]["low"] is not None
+    assert hydra["model.cost_ratio_low"]["mean"] <= hydra["model.cost_ratio"]["mean"]
+    # the recommendation refuses the Hydra its twin matches
+    twin = summary["beats_twin"]["variants"]
+    assert twin["circuit"]["beats"] and not twin["taylor"]["beats"]
+    rec = summary["recommendation"]
+    assert rec["variant"] == "circuit", rec["sentence"]
+    taylor = next(r for r in rec["variants"] if r["variant"] == "taylor")
+    assert taylor["beats_twin"] is False and not taylor["passes_every_seed"]
+    assert "`hydra[taylor]` does not beat its naive pruned twin" in md
+    # the confirmation seed is reported apart and never entered the choice
+    assert summary["seeds"] == [0, 1]
+    assert all(set(r["seeds_passed"]) <= {0, 1} for r in rec["variants"])
+    conf = summary["confirmation"]
+    assert conf["seeds"] == [2] and conf["variant"] == "circuit"
+    gates = {(g["variant"], g["seed"]): g["passed"] for g in conf["gates"]}
+    assert gates == {("circuit", 2): False, ("taylor", 2): False}  # the twin catches both there
+    main, held = md.split("## 7. Confirmation on held-out seeds")
+    assert "| `circuit` | 2 | FAILED |" in held and "| `circuit` | 2 |" not in main
 
 
 def test_at_a_new_commit_the_upstream_starts_from_the_earlier_one(first_study, cluster):

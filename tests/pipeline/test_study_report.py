@@ -6,8 +6,10 @@ tasks/evaluate.py and tasks/gate.py write."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from tasks.study_report import (
     pareto_front,
     write_study_report,
 )
+from tasks.twin_gate import resolve_any_of
 
 SEEDS = (0, 1, 2)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -87,7 +90,12 @@ def entry(values: tuple[float, ...], parameters: int, members: int, ood_scores: 
 def bootstrap(hydra: dict, base: dict) -> dict:
     """Interval of width +-0.02 around the point difference, as evaluate.json records it."""
     out: dict = {}
-    for split, metrics in (("id_test", ("accuracy", "nll", "ece")), ("near_ood", ("auroc",))):
+    splits = (
+        ("id_test", ("accuracy", "nll", "ece")),
+        ("shift", ("nll",)),
+        ("near_ood", ("auroc",)),
+    )
+    for split, metrics in splits:
         for m in metrics:
             d = hydra["calibrated"][split][m] - base["calibrated"][split][m]
             rec = {"difference": d, "low": d - 0.02, "high": d + 0.02, "mean": d}
@@ -99,7 +107,8 @@ def gate_json(evaluation: dict, latency: dict) -> dict:
     ev = copy.deepcopy(evaluation)
     for name, e in ev["models"].items():
         e["latency_ms"] = latency[name]
-    checks = [evaluate_check(GateCheck(**g), ev, None) for g in PARAMS["gates"]]
+    gates = [GateCheck(**g) for g in PARAMS["gates"]]
+    checks = resolve_any_of(gates, [evaluate_check(g, ev, None) for g in gates], ev)
     failed = [c["name"] for c in checks if c["status"] == "failed"]
     return {
         "passed": not failed,
@@ -223,7 +232,19 @@ def test_per_seed_paired_differences(study):
     assert [r["value"] for r in nll_de["per_seed"]] == pytest.approx(
         [hydra_values("slow", s)[1] - DEEP[s][1] for s in SEEDS]
     )
-    assert set(summary["paired"]["slow"]) == {"single", "deep_ensemble", "mc_dropout"}
+    # the Hydra is paired with its own twin and control too
+    assert set(summary["paired"]["slow"]) == {
+        "single",
+        "naive_pruned",
+        "control",
+        "deep_ensemble",
+        "mc_dropout",
+    }
+    twin = summary["paired"]["slow"]["naive_pruned"]["id_test.nll"]
+    assert [r["value"] for r in twin["per_seed"]] == pytest.approx(
+        [hydra_values("slow", s)[1] - 0.5 for s in SEEDS]
+    )
+    assert "### `hydra[slow]` - `naive_pruned`" in md and "### `hydra[slow]` - `control`" in md
     # the per-point bootstrap: seed 1 of `fast` is 0.04 below the Deep Ensemble (interval
     # +-0.02 excludes 0, worse); NLL vs single within +-0.02 contains 0
     boot = summary["paired"]["fast"]["deep_ensemble"]["near_ood.auroc"]["bootstrap"]
@@ -231,7 +252,10 @@ def test_per_seed_paired_differences(study):
     assert boot[1]["direction"] == "worse"
     nll_boot = summary["paired"]["fast"]["single"]["id_test.nll"]["bootstrap"]
     assert {b["direction"] for b in nll_boot} == {"n.s."}
-    assert "### `hydra[fast]` - `single`" in md and "(b: worse)" in md
+    assert "### `hydra[fast]` - `single`" in md and " worse)" in md
+    # the within-seed bootstrap interval is printed beside each per-seed difference
+    d, lo = boot[1]["low"] + 0.02, boot[1]["low"]
+    assert f"{d:+.4f} (b: [{lo:+.4f}, {boot[1]['high']:+.4f}] worse)" in md
     assert f"{expected[1]:+.4f}" in md
     # FPR95 has no bootstrap interval in evaluate.json
     assert summary["paired"]["fast"]["single"]["near_ood.fpr_at_95_tpr"]["bootstrap"] == []
@@ -273,9 +297,11 @@ def test_beats_single_sentences(study):
     assert beats["near_ood.auroc"]["variants"] == ["slow"]
     assert beats["near_ood.fpr_at_95_tpr"]["variants"] == ["fast", "slow"]
     assert (
-        "beat the single model on near_ood.auroc across seeds (Hydra - single, mean [95%]): "
-        "`slow` (+0.0563" in md
+        "beat the single model on near_ood.auroc across seeds (Hydra - single, mean [95%], "
+        "Holm-corrected over 8 comparisons at 0.05): `slow` (+0.0563" in md
     )
+    family = beats["_family"]
+    assert family["m"] == 8 and len(family["tests"]) == 8
     assert "no variant beats the single model on near_ood.auroc" not in md
 
 
@@ -285,9 +311,12 @@ def test_baselines_as_candidates(study):
     single = base["single"]
     assert [r["seed"] for r in single["rows"]] == list(SEEDS)  # once per seed, not per run
     assert single["seeds_passed"] == []
+    # a strict improvement / an any_of group over single: no model improves on itself
     assert single["caught_by"] == {
+        "id_test.ece vs single": [0, 1, 2],
+        "id_test.nll vs single": [0, 1, 2],
         "near_ood.auroc vs deep_ensemble": [0, 1, 2],
-        "shift.nll vs single": [0, 1, 2],  # a strict improvement: no model improves on itself
+        "shift.nll vs single": [0, 1, 2],
     }
     checks = {c["name"]: c for c in single["rows"][0]["checks"]}
     assert checks["near_ood.auroc vs deep_ensemble"]["status"] == "failed"
@@ -299,15 +328,16 @@ def test_baselines_as_candidates(study):
     assert checks["far_ood.auroc vs 0.98"]["status"] == "passed"
     assert single["rows"][0]["not_applicable"] == [
         "id_test.accuracy vs single",
-        "id_test.ece vs single",
-        "id_test.nll vs single",
         "shift.accuracy vs single",
     ]
+    assert checks["id_test.nll vs single"]["note"].startswith("any_of 'beats single': better")
     # the Deep Ensemble passes; naive_pruned (per variant) is caught by accuracy and NLL too
     assert base["deep_ensemble"]["seeds_passed"] == list(SEEDS)
     caught = base["naive_pruned[fast]"]["caught_by"]
     assert {"id_test.accuracy vs single", "near_ood.auroc vs deep_ensemble"} <= set(caught)
-    assert "- `single` passes on 0 of 3 seeds; caught by: near_ood.auroc vs deep_ensemble" in md
+    assert "- `single` passes on 0 of 3 seeds; caught by: id_test.ece vs single" in md
+    # the naive pruned twin judged as the candidate fails its own any_of group
+    assert "id_test.nll vs naive_pruned" in base["naive_pruned[fast]"]["caught_by"]
     assert "- `deep_ensemble` passes on 3 of 3 seeds; no check catches it" in md
 
 
@@ -365,7 +395,10 @@ def test_missing_ood_by_score_and_one_seed(tmp_path):
     assert acc["n"] == 1 and acc["low"] is None and acc["high"] is None
     # no interval, so no variant can be said to beat the single model
     assert "no variant beats the single model on near_ood.auroc across seeds (n=1" in md
-    assert summary["recommendation"]["variant"] == "fast"  # cheapest, both pass seed 0
+    # both pass seed 0, but one seed cannot show a Hydra beating its twin across seeds
+    rec = summary["recommendation"]
+    assert rec["variant"] is None and rec["pruned_enough"] == "naive_pruned[slow]"
+    assert "the pruned model is enough" in rec["sentence"]
 
 
 def test_figures_are_pngs_linked_from_the_markdown(study):
@@ -373,6 +406,7 @@ def test_figures_are_pngs_linked_from_the_markdown(study):
     assert summary["files"]["figures"] == [
         "figures/pareto_near_ood_auroc.png",
         "figures/pareto_nll.png",
+        "figures/pareto_shift_nll.png",
     ]
     for rel in summary["files"]["figures"]:
         data = (out / rel).read_bytes()
@@ -438,3 +472,215 @@ def test_a_missing_point_counts_as_not_passing(tmp_path):
     assert summary["models"]["hydra[slow]"]["metrics"]["id_test.accuracy"]["n"] == 2
     # single still has all three seeds (the `fast` runs evaluated it)
     assert summary["models"]["single"]["metrics"]["id_test.accuracy"]["n"] == 3
+
+
+# --- issue 25: evidence you can bet on -------------------------------------------------------
+
+
+def with_cost(p: PointResult, hydra_ratio: float, flops: int, width: float = 0.05) -> PointResult:
+    """``p`` with a ``cost.json`` whose Hydra ratio to single is ``hydra_ratio`` [+-width]."""
+    models = {}
+    for name, lat in p.latency.items():
+        ratio = hydra_ratio if name == "hydra" else lat / p.latency["single"]
+        models[name] = {
+            "ratio": ratio,
+            "ratio_low": ratio - width,
+            "ratio_high": ratio + width,
+            "flops": flops if name == "hydra" else 1_000_000,
+            "parameters": p.evaluation["models"][name]["parameters"],
+        }
+    return dataclasses.replace(p, cost={"reference": "single", "pid": 1, "models": models})
+
+
+def twin_like_hydra(p: PointResult) -> PointResult:
+    """``p`` whose naive pruned twin is the Hydra itself (the evidence cannot separate them)."""
+    ev = copy.deepcopy(p.evaluation)
+    ev["models"]["naive_pruned"] = copy.deepcopy(ev["models"]["hydra"])
+    ev["bootstrap"]["naive_pruned"] = bootstrap(ev["models"]["hydra"], ev["models"]["hydra"])
+    return dataclasses.replace(p, evaluation=ev, gate=gate_json(ev, p.latency))
+
+
+def test_optional_failed_checks_count_under_other_gates(tmp_path):
+    """Failing before: with ``gates=`` an optional check that was compared and failed was
+    ignored, while tasks.gate (and the baselines' rows) count it."""
+    points = [make_point("fast", s) for s in SEEDS]
+    impossible = GateCheck(metric="accuracy", split="id_test", threshold=0.99, optional=True)
+    summary = write_study_report(points, tmp_path, "t", gates=[impossible])
+    assert all(not g["passed"] for g in summary["gates"]["points"])
+    assert summary["gates"]["points"][0]["failed"] == ["id_test.accuracy vs 0.99"]
+
+
+def test_a_shared_baseline_seed_passes_only_when_every_run_passed(tmp_path):
+    """Failing before: a shared baseline judged differently by two runs at a seed counted as
+    passed at that seed if any one run passed."""
+    points = [make_point(v, s) for v in ("fast", "slow") for s in SEEDS]
+    gate = GateCheck(metric="latency_ms", threshold=1e9)  # model-level: n/a for a baseline
+    by_run = GateCheck(metric="accuracy", split="id_test", baseline="mc_dropout", tolerance=0.0)
+    # in the `slow` run at seed 0, mc_dropout's accuracy is lower: the single model (as the
+    # candidate) passes by_run in that run only, and fails it in the `fast` run
+    p = next(q for q in points if (q.variant, q.seed) == ("slow", 0))
+    p.evaluation["models"]["mc_dropout"]["calibrated"]["id_test"]["accuracy"] = 0.5
+    summary = write_study_report(points, tmp_path, "t", gates=[gate, by_run])
+    single = summary["gates"]["baselines_as_candidates"]
+    rows = single["single"]["rows"] if "single" in single else []
+    at_0 = {r["in_run_of"]: r["passed"] for r in rows if r["seed"] == 0}
+    assert at_0 == {"fast": False, "slow": True}
+    assert 0 not in single["single"]["seeds_passed"]
+
+
+def test_a_zero_width_interval_is_no_evidence_of_a_difference(tmp_path):
+    """Failing before: three equal per-seed differences gave a zero-width interval, and any
+    nonzero difference counted as a win."""
+    from tasks.study_report.paired import _beats
+
+    st = {"n": 3, "mean": -0.01, "low": -0.01, "high": -0.01}
+    assert not _beats(st, "nll")
+    from tasks.study_report.stats import t_test_p
+
+    assert t_test_p([-0.01, -0.01, -0.01]) == 1.0
+    points = [make_point("fast", s) for s in SEEDS]
+    for p in points:  # Hydra ECE 0.001 below single at every seed
+        p.evaluation["models"]["hydra"]["calibrated"]["id_test"]["ece"] = 0.029
+    summary = write_study_report(points, tmp_path, "t")
+    assert summary["beats_single"]["id_test.ece"]["variants"] == []
+
+
+def test_displayed_intervals_stay_inside_the_metric_range(tmp_path):
+    """Failing before: an AUROC near 1 printed an interval past 1."""
+    from tasks.study_report.cells import diff_cell, stat_cell
+
+    assert stat_cell({"mean": 0.99, "low": 0.97, "high": 1.01}, "far_ood.auroc") == (
+        "0.9900 [0.9700, 1.0000]"
+    )
+    assert stat_cell({"mean": 0.01, "low": -0.02, "high": 0.04}, "nll") == "0.0100 [0.0000, 0.0400]"
+    assert diff_cell({"mean": 0.9, "low": 0.5, "high": 1.3}, "near_ood.auroc") == (
+        "+0.9000 [+0.5000, +1.0000]"
+    )
+    points = [make_point("fast", s) for s in SEEDS]
+    for s, p in zip(SEEDS, points, strict=True):
+        p.evaluation["models"]["hydra"]["calibrated"]["far_ood"]["auroc"] = (0.97, 1.0, 1.0)[s]
+    summary = write_study_report(points, tmp_path, "t")
+    assert summary["models"]["hydra[fast]"]["metrics"]["far_ood.auroc"]["high"] > 1.0
+    md = (tmp_path / "study.md").read_text()
+    far = next(ln for ln in md.split("### far_ood")[1].splitlines() if "`hydra[fast]`" in ln)
+    low = summary["models"]["hydra[fast]"]["metrics"]["far_ood.auroc"]["low"]
+    assert f"0.9900 [{low:.4f}, 1.0000]" in far
+    for lo, hi in re.findall(r"\[(\d\.\d{4}), (\d\.\d{4})\]", md.split("### model")[0]):
+        assert 0.0 <= float(lo) <= float(hi) <= 1.0
+
+
+def test_holm_matches_its_definition():
+    """Holm's step-down by hand: sorted p (d .005, a .01, c .03, b .04, e .2), m = 5, adjusted
+    max-accumulated (m - i) p: .025, .04, .09, max(.09, .08), .2; rejected at .05: d and a."""
+    from tasks.study_report.stats import holm
+
+    got = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005, "e": 0.2}, 0.05)
+    adjusted = {"d": 0.025, "a": 0.04, "c": 0.09, "b": 0.09, "e": 0.2}
+    assert {k: v["p_holm"] for k, v in got.items()} == pytest.approx(adjusted)
+    assert sorted(k for k, v in got.items() if v["rejected"]) == ["a", "d"]
+    assert holm({"a": 0.01, "x": None})["x"] == {"p": None, "p_holm": None, "rejected": False}
+
+
+def test_the_split_mark_follows_data_seed(tmp_path):
+    pinned = write_study_report([make_point("fast", s) for s in SEEDS], tmp_path / "a", "t")
+    md = (tmp_path / "a" / "study.md").read_text()
+    assert not pinned["split"]["per_seed"] and "Conditional on one data split" in md
+    assert md.count(" ¹") > 50  # beside every interval
+    drawn = []
+    for s in SEEDS:
+        p = make_point("fast", s)
+        drawn.append(dataclasses.replace(p, params={**p.params, "data": {"seed": s}}))
+    summary = write_study_report(drawn, tmp_path / "b", "t")
+    md = (tmp_path / "b" / "study.md").read_text()
+    assert summary["split"]["per_seed"] and " ¹" not in md
+    assert "drawn per seed (`data.seed` follows the seed)" in md
+
+
+def test_the_recommendation_refuses_a_hydra_its_twin_matches(tmp_path):
+    """`slow` passes every gate the points were judged with, but its naive pruned twin is the
+    same model: it is not named; the report says the pruned model is enough and its cost."""
+    points = [with_cost(make_point("slow", s), 2.8, 9_000_000) for s in SEEDS]
+    points = [twin_like_hydra(p) for p in points]
+    points += [with_cost(make_point("fast", s, near_gap=-0.05), 1.7, 5_000_000) for s in SEEDS]
+    summary = write_study_report(points, tmp_path, "t")
+    rec = summary["recommendation"]
+    assert rec["variant"] is None
+    assert summary["beats_twin"]["variants"]["slow"]["beats"] is False
+    # the default gates' twin group fails it on every seed too
+    slow_gates = [g for g in summary["gates"]["points"] if g["variant"] == "slow"]
+    assert all("id_test.nll vs naive_pruned" in g["failed"] for g in slow_gates)
+    md = (tmp_path / "study.md").read_text()
+    assert "`hydra[slow]` does not beat its naive pruned twin" in md
+
+
+def test_pruned_enough_when_the_gates_pass_but_the_twin_is_not_beaten(tmp_path):
+    """Gates without the twin group pass `slow`; the across-seed twin comparison still refuses
+    it, and the sentence names the naive pruned model and both costs."""
+    points = [twin_like_hydra(with_cost(make_point("slow", s), 2.8, 9_000_000)) for s in SEEDS]
+    loose = [GateCheck(metric="accuracy", split="id_test", threshold=0.5)]
+    rec = write_study_report(points, tmp_path, "t", gates=loose)["recommendation"]
+    assert rec["variant"] is None and rec["pruned_enough"] == "naive_pruned[slow]"
+    assert "the pruned model is enough: `naive_pruned[slow]`" in rec["sentence"]
+    assert "costs 0.47x single" in rec["sentence"] and "2.80x single" in rec["sentence"]
+
+
+def test_cost_ties_inside_the_interval_are_broken_by_flops():
+    """`fast` is 5% cheaper by latency ratio: inside the intervals' half-width (0.2) a tie,
+    broken by FLOPs (`slow` has fewer), then parameters; with narrow intervals `fast` wins."""
+    from tasks.study_report.recommend import cheapest
+
+    def row(v: str, ratio: float, half: float, flops: int, parameters: int) -> dict:
+        cost = {"ratio": ratio, "half_width": half, "flops": flops, "parameters": parameters}
+        return {"variant": v, "cost": cost}
+
+    best, tied = cheapest([row("fast", 1.50, 0.2, 9, 1), row("slow", 1.58, 0.2, 7, 1)])
+    assert best["variant"] == "slow" and tied == ["fast"]
+    best, tied = cheapest([row("fast", 1.50, 0.01, 9, 1), row("slow", 1.58, 0.01, 7, 1)])
+    assert best["variant"] == "fast" and tied == []
+    best, _ = cheapest([row("fast", 1.50, 0.2, 9, 5), row("slow", 1.58, 0.2, 9, 3)])
+    assert best["variant"] == "slow"  # equal FLOPs: fewer parameters
+
+
+def test_cost_ratios_come_from_cost_json_else_the_same_runs_latency(tmp_path):
+    p = with_cost(make_point("fast", 0), 1.7, 5_000_000)
+    q = make_point("slow", 0)  # written before cost.json: latency.json of the same run
+    summary = write_study_report([p, q], tmp_path, "t")
+    m = summary["models"]
+    assert m["hydra[fast]"]["metrics"]["model.cost_ratio"]["mean"] == pytest.approx(1.7)
+    assert m["hydra[fast]"]["metrics"]["model.flops"]["mean"] == 5_000_000
+    assert m["hydra[slow]"]["metrics"]["model.cost_ratio"]["mean"] == pytest.approx(9.0 / 3.2)
+    assert "model.cost_ratio_low" not in m["hydra[slow]"]["metrics"]
+    md = (tmp_path / "study.md").read_text()
+    assert "| `hydra[fast]` | 1 | 1.70 (n=1, no interval) | s0: [1.65, 1.75] |" in md
+    nums = summary["pareto"]["near_ood.auroc"]["points"]
+    assert [q["number"] for q in nums] == list(range(1, len(nums) + 1))
+    assert nums[0]["x"] == pytest.approx(1.7)
+
+
+def test_confirmation_seeds_are_reported_apart_and_never_change_the_choice(tmp_path):
+    choosing = [make_point(v, s) for v in ("fast", "slow") for s in SEEDS]
+    alone = write_study_report(choosing, tmp_path / "a", "t")
+    assert alone["recommendation"]["variant"] == "slow" and alone["confirmation"] is None
+    # held-out seeds on which `slow` fails and `fast` passes everything
+    held = [make_point("slow", s, near_gap=-0.05) for s in (0, 1)]
+    held += [make_point("fast", s) for s in (0, 2)]
+    held = [dataclasses.replace(p, seed=p.seed + 10) for p in held]
+    summary = write_study_report(choosing + held, tmp_path / "b", "t", confirm_seeds=[10, 11, 12])
+    assert summary["recommendation"] == alone["recommendation"]
+    assert summary["seeds"] == list(SEEDS)
+    conf = summary["confirmation"]
+    assert conf["seeds"] == [10, 11, 12] and conf["variant"] == "slow"
+    assert {(g["variant"], g["seed"]) for g in conf["gates"]} == {
+        ("slow", 10),
+        ("slow", 11),
+        ("fast", 10),
+        ("fast", 12),
+    }
+    assert not any(g["passed"] for g in conf["gates"] if g["variant"] == "slow")
+    assert set(conf["paired"]) == {"slow"}  # the chosen variant's differences only
+    md = (tmp_path / "b" / "study.md").read_text()
+    main, confirm = md.split("## 7. Confirmation on held-out seeds")
+    assert "10" not in main.split("## 1.")[0].split("Confirmation seeds")[0]
+    assert "| `slow` | 10 | FAILED |" in confirm and "| `slow` | 10 |" not in main
+    with pytest.raises(ValueError, match="nothing to choose on"):
+        write_study_report(held, tmp_path / "c", "t", confirm_seeds=[10, 11, 12])

@@ -1,0 +1,90 @@
+"""Cost of every model a run evaluates, measured side by side in one process: ``metrics/cost.json``.
+
+Every model (Hydra, single, naive pruned, control, Deep Ensemble, MC Dropout: the candidates of
+``evaluate``) is timed on the same batch, backend and precision, in ``evaluate.cost_rounds``
+interleaved rounds (:func:`hydra_ops.cost.interleaved_ms`), and reported as a ratio to the same
+run's single model with a 95% bootstrap interval over rounds
+(:func:`hydra_ops.cost.ratio_interval`), beside its FLOPs per batch
+(``torch.utils.flop_counter``) and parameter count. Ratios within one process are what a
+recommendation can rank: absolute latencies of two runs differ by more than the gaps between
+models (the text study saw one model at 875-1,221 ms across runs).
+
+``metrics/cost.json``::
+
+    {"reference": "single", "rounds": R, "batch": B, "device": "...", "precision": "fp32",
+     "pid": 1234, "models": {name: {"median_ms", "ratio", "ratio_low", "ratio_high", "flops",
+     "flops_ratio", "parameters", "parameters_ratio"}}}
+
+Like ``metrics/latency.json`` it is a fact of this run on this machine, kept out of
+``metrics/evaluate.json`` (the evaluation a gate verdict is bound to).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from hydra_ops.cost import count_flops, interleaved_ms, ratio_interval
+
+log = logging.getLogger("hydra_ens")
+
+#: The model every ratio is taken to.
+REFERENCE = "single"
+#: Where ``evaluate`` writes it (relative to the project).
+COST_FILE = "cost.json"
+
+
+def measure_cost(
+    models: Sequence[tuple[str, Callable[[], Any], int]],
+    rounds: int,
+    device: torch.device | None = None,
+    batch: int | None = None,
+    precision: str | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The cost record of ``models`` (``(name, call, parameters)``, ``call()`` one forward pass
+    of the model on the timing batch), all timed in this process; ratios to :data:`REFERENCE`
+    when it is among them, else to the first model."""
+    if not models:
+        raise ValueError("measure_cost needs at least one model")
+    calls = {name: call for name, call, _ in models}
+    params = {name: int(p) for name, _, p in models}
+    reference = REFERENCE if REFERENCE in calls else models[0][0]
+    flops = {name: count_flops(call) for name, call in calls.items()}
+    times = interleaved_ms(calls, rounds, device, seed)
+    out: dict[str, Any] = {}
+    for name in sorted(calls):
+        ratio = ratio_interval(times[name], times[reference], seed=seed)
+        out[name] = {
+            "median_ms": sorted(times[name])[len(times[name]) // 2],
+            "ratio": ratio["ratio"],
+            "ratio_low": ratio["low"],
+            "ratio_high": ratio["high"],
+            "flops": flops[name],
+            "flops_ratio": flops[name] / flops[reference] if flops[reference] else None,
+            "parameters": params[name],
+            "parameters_ratio": params[name] / params[reference] if params[reference] else None,
+        }
+        log.info(
+            "cost %-14s %.2fx %s [%.2f, %.2f], %.3g FLOPs, %s parameters",
+            name,
+            ratio["ratio"],
+            reference,
+            ratio["low"],
+            ratio["high"],
+            flops[name],
+            f"{params[name]:,}",
+        )
+    return {
+        "reference": reference,
+        "rounds": rounds,
+        "batch": batch,
+        "device": None if device is None else str(device),
+        "precision": precision,
+        "pid": os.getpid(),
+        "models": out,
+    }
