@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
+from tasks.custody import check_chain
 from tasks.lineage import judged_hashes
 from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
 
@@ -169,6 +170,7 @@ def _prod_metrics(cfg: PipelineConfig, root: Path) -> dict[str, Any] | str | Non
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
+    check_chain(cfg, root, ev)  # never judge an evaluation of another model, artifact or params
     prod = _prod_metrics(cfg, root) if any(c.baseline == "prod" for c in cfg.gates) else None
     checks = [evaluate_check(c, ev, prod) for c in cfg.gates]
     failed = [c["name"] for c in checks if c["status"] == "failed"]
