@@ -88,7 +88,8 @@ def check_compiled_source(
     """Refuse a compiled artifact (its ``compiled.json`` as ``compiled``) whose recorded source
     is not the calibrated model whose files hash to ``model_files``. ``where``: how to name the
     two folders, e.g. ``"models/compiled <- models/hydra"``."""
-    recorded = (compiled.get("source") or {}).get("sha256")
+    source = compiled.get("source")
+    recorded = source.get("sha256") if isinstance(source, dict) else None
     if not isinstance(recorded, dict) or not recorded:
         raise ValueError(
             f"{where}: compiled.json records no source model (the sha256 of the calibrated "
@@ -114,7 +115,7 @@ def check_scored(
     for role in SCORED_ROLES:
         if role not in current:
             continue
-        was = scored.get(role) or {}
+        was = scored.get(role) if isinstance(scored.get(role), dict) else {}
         now = current[role]
         key = "md5" if role == "params" else "sha256"
         if was.get(key) != now[key]:

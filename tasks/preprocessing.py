@@ -128,6 +128,31 @@ def _image_array(path: str, channels: int) -> np.ndarray:
         raise ValueError(f"input {path!r} is not a readable image ({err})") from None
 
 
+def _malformed(record: dict[str, Any]) -> str | None:
+    """What is wrong with a ``preprocessing.json`` record's fields (None when nothing)."""
+
+    def positive_int(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    if record.get("modality") == "image":
+        if not positive_int(record.get("image_size")) or record.get("channels") not in (1, 3):
+            return "image_size must be a positive int and channels 1 or 3"
+        return None
+    if record.get("modality") != "text":
+        return f"modality must be 'text' or 'image', got {record.get('modality')!r}"
+    tokenizer = record.get("tokenizer")
+    if not positive_int(record.get("max_length")):
+        return "max_length must be a positive int"
+    if (
+        not isinstance(tokenizer, dict)
+        or tokenizer.get("folder") != TOKENIZER_DIR
+        or not isinstance(tokenizer.get("sha256"), dict)
+        or not tokenizer["sha256"]
+    ):
+        return f"tokenizer must name the folder {TOKENIZER_DIR!r} and the sha256 of its files"
+    return None
+
+
 def load_preprocessing(directory: Path) -> Preprocessing:
     """The preprocessing of the bundle ``directory``: ``preprocessing.json`` validated and, for
     text, the bundled tokenizer with every file's sha256 checked (one-line ValueError)."""
@@ -146,19 +171,19 @@ def load_preprocessing(directory: Path) -> Preprocessing:
         ) from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ValueError(f"bundle {directory}: {PREPROCESSING_FILE} format must be {FORMAT!r}")
-    if record.get("modality") == "image":
+    if problem := _malformed(record):
+        raise ValueError(f"bundle {directory}: {PREPROCESSING_FILE}: {problem}")
+    if record["modality"] == "image":
         if record.get("normalisation") != NORMALISATION or record.get("resize") != RESIZE:
             raise ValueError(
                 f"bundle {directory}: {PREPROCESSING_FILE} records a normalisation this code "
                 f"does not apply ({record.get('normalisation')!r}, {record.get('resize')!r})"
             )
         return Preprocessing(record)
-    if record.get("modality") != "text":
-        raise ValueError(f"bundle {directory}: {PREPROCESSING_FILE} modality must be text or image")
     from transformers import AutoTokenizer
 
-    folder = directory / record["tokenizer"]["folder"]
-    if not folder.is_dir() or folder.parent != directory:
+    folder = directory / TOKENIZER_DIR
+    if not folder.is_dir():
         raise ValueError(f"bundle {directory}: the tokenizer folder {folder.name!r} is missing")
     if _files(folder) != record["tokenizer"]["sha256"]:
         raise ValueError(
