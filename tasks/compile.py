@@ -14,8 +14,8 @@ is measured against the fp32 eager model on the check batches and the fastest th
 ``precision_reason`` say why, e.g. why fp32 was kept; or ``fp32``, ``bf16``, ``fp16``); the check
 uses the tolerance of the precision that ships (``check.tolerance``), and evaluate scores the
 artifact itself, beside the eager model (:mod:`tasks.candidates`). The gate judges that check
-against that same tolerance (``threshold: compile_tolerance``); with ``eager`` there is nothing to check and the gate reports the compile
-checks as ``not applicable``.
+against that same tolerance (``threshold: compile_tolerance``); with ``eager`` there is nothing
+to check and the gate reports the compile checks as ``not applicable``.
 
 Cached (``models/compiled``): the artifact and its ``compiled.json`` (backend, precision, device,
 library versions, the check, and ``source``: the sha256 of every file of the calibrated model it
