@@ -404,7 +404,7 @@ def predict(
         return
     title = (
         f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
-        f"{rows[0]['answered_by']}"
+        f"{rows[0]['answered_by']}; preprocessing: {rows[0]['preprocessing']}"
     )
     console.print(prediction_table(rows, title))
     console.print(info["legend"], highlight=False, soft_wrap=True, markup=False)

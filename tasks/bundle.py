@@ -6,6 +6,9 @@
                   temperature and the OOD verdict thresholds are in hydra.json)
     compiled/     its compiled artifact (backend, precision, device, versions, the agreement
                   check in compiled.json; only compiled.json when the backend is eager)
+    preprocessing.json, tokenizer/
+                  how inputs become model inputs (max_length and the tokenizer, or image size,
+                  channels, normalisation): what ``predict`` uses (:mod:`tasks.preprocessing`)
     gate.json     the gate verdict, with the hashes of what it judged
     evaluate.json the metrics of Hydra and every baseline, with paired-bootstrap intervals
     MODEL_CARD.md what the model is, data, metrics vs baselines, gates, lineage, how to call it
@@ -40,9 +43,11 @@ from tasks.common import (
     write_json,
     write_text,
 )
+from tasks.custody import check_chain
 from tasks.lineage import judged_hashes, stale_roles
 from tasks.model_card import render_card
 from tasks.params import PipelineConfig
+from tasks.preprocessing import write_preprocessing
 
 log = logging.getLogger("hydra_ens")
 
@@ -89,6 +94,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     if stale := stale_roles(recorded, current):
         raise ValueError(stale_verdict_message(stale, recorded, current))
     ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
+    check_chain(cfg, root, ev)  # compiled <- models/hydra, evaluate.json <- what is there now
     # the facts the card needs; the format is checked where the model is loaded (load_hydra)
     hydra_cfg = read_json(root / HYDRA / "hydra.json", "calibrated model")
     compiled = read_json(root / COMPILED / "compiled.json", "compile output")
@@ -96,6 +102,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     with publish_dir(root / BUNDLE) as tmp:
         shutil.copytree(root / HYDRA, tmp / "model")
         shutil.copytree(root / COMPILED, tmp / "compiled")
+        write_preprocessing(cfg, tmp)
         write_json(tmp / "gate.json", gate)
         write_json(tmp / "evaluate.json", ev)
         facts = {

@@ -1,6 +1,9 @@
 """The models ``evaluate`` compares: the Hydra that ships and the baselines that make it trusted.
 
-``hydra`` (``models/hydra``, at the precision it ships), ``single``, ``naive_pruned`` (the base
+``hydra``: the compiled artifact that ships (``models/compiled``, whatever backend and precision
+compile kept), beside the eager calibrated model it was compiled from (``models/hydra``, fp32) so
+evaluate can report how far apart they are; with ``compile.backend: eager`` the eager model is
+what ships and is scored as it is. ``single``, ``naive_pruned`` (the base
 pruned to the top-k heads), ``deep_ensemble``, ``mc_dropout`` (when enabled) and, when members were
 fine-tuned, ``control``. ``single``, ``deep_ensemble`` and ``mc_dropout`` come from
 :func:`tasks.baseline_models.seed_baselines` (the seed's models alone, whatever the variant).
@@ -44,25 +47,64 @@ def shipped_logits(
     return lambda b: run_logits(at_shipped, [cast_batch(b, shipped)], device=runtime.device)
 
 
+class ShippedHydra(Candidate):
+    """The Hydra candidate: ``fn`` runs what ships; ``eager`` (None when the eager model is what
+    ships) runs the fp32 eager model it was compiled from; ``scored_by`` says which ran."""
+
+    def __init__(
+        self,
+        fn: Callable[[dict], torch.Tensor],
+        parameters: int,
+        k: int,
+        scored_by: str,
+        eager: Callable[[dict], torch.Tensor] | None,
+    ):
+        super().__init__("hydra", fn, parameters, k)
+        self.scored_by, self.eager = scored_by, eager
+
+    @torch.no_grad()
+    def eager_logits(self, data_batches: list[dict]) -> torch.Tensor | None:
+        """``[N, M, C]`` of the eager model on ``data_batches`` (None when it is what ships)."""
+        if self.eager is None:
+            return None
+        return torch.cat([self.eager(b).float() for b in data_batches])
+
+
+def shipped_hydra(
+    cfg: PipelineConfig, root: Path, hydra: nn.Module, runtime: Runtime
+) -> ShippedHydra:
+    """The Hydra candidate of ``root`` (module docstring). The compiled artifact is loaded with
+    its hash verified and runs on the device it was compiled for; the eager model on
+    ``runtime``."""
+    from hydra_ops.compile import load_compiled
+
+    compiled = read_json(root / COMPILED / "compiled.json", "compile output")
+    params, k = int(hydra.num_parameters(effective=True)), cfg.members.num_members
+    if compiled["backend"] == "eager":
+        fn = shipped_logits(hydra, compiled.get("precision"), runtime)
+        return ShippedHydra(fn, params, k, "eager (compile.backend: eager)", None)
+    artifact = load_compiled(root / COMPILED)
+    scored_by = f"compiled {artifact.backend} ({artifact['precision']} on {artifact.device})"
+    log.info("evaluate hydra: scoring the shipped artifact, %s", scored_by)
+
+    def eager(b: dict) -> torch.Tensor:
+        return run_logits(hydra, [b], device=runtime.device, precision="fp32")
+
+    return ShippedHydra(lambda b: artifact(b).float(), params, k, scored_by, eager)
+
+
 def build_candidates(
     cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
 ) -> tuple[list[Candidate], float]:
-    """The candidates, every model on ``runtime`` (None: CPU fp32), and Hydra's temperature."""
+    """The candidates, every baseline on ``runtime`` (None: CPU fp32), and Hydra's temperature
+    (the first candidate is the :class:`ShippedHydra`)."""
     from hydra_ops.serialization import load_hydra
     from tasks.merge import load_members
 
     rt = runtime or Runtime()
     hydra = load_hydra(root / HYDRA)
     temperature = float(hydra.temperature)
-    shipped = read_json(root / COMPILED / "compiled.json", "compile output").get("precision")
-    cands = [
-        Candidate(
-            "hydra",
-            shipped_logits(hydra, shipped, rt),
-            int(hydra.num_parameters(effective=True)),
-            cfg.members.num_members,
-        )
-    ]
+    cands: list[Candidate] = [shipped_hydra(cfg, root, hydra, rt)]
     shared = {c.name: c for c in seed_baselines(cfg, root, rt)}
     cands.append(shared.pop("single"))
     naive_plan = load_plans(root / PLANS / "naive_plan.json")[0]

@@ -3,33 +3,42 @@
 ``hydra_ops.compile.compile_model`` builds the artifact of ``models/hydra`` for
 ``compile.backend`` (``auto``: TensorRT on CUDA when importable, else the fastest CPU backend
 measured on the first check batch; ``eager``: no compilation, recorded as such) and
-``hydra_ops.compile.verify_compiled`` re-checks the loaded artifact against the eager model on
-held-out test inputs (max abs difference of ensemble probabilities, argmax agreement).
+``hydra_ops.compile.verify_compiled_by_split`` re-checks the loaded artifact against the eager
+model on held-out examples of every split evaluate scores (ID test, shift, near-OOD, far-OOD; up
+to ``compile.check_examples`` each, none of them the trace example), text at several sequence
+lengths (:func:`check_batches`): max abs difference of ensemble probabilities and argmax
+agreement, overall and per split.
 ``compile.precision`` (default ``auto``: each (backend, precision) candidate the device runs fast
 is measured against the fp32 eager model on the check batches and the fastest that agrees within
 ``tolerance_fp32`` / ``tolerance_low_precision`` and ``min_agreement`` ships; one log line and
 ``precision_reason`` say why, e.g. why fp32 was kept; or ``fp32``, ``bf16``, ``fp16``); the check
-uses the tolerance of the precision that ships (``check.tolerance``), and evaluate judges the
-Hydra at that precision. The gate judges that check against that same tolerance (``threshold:
-compile_tolerance``); with ``eager`` there is nothing to check and the gate reports the compile
-checks as ``not applicable``.
+uses the tolerance of the precision that ships (``check.tolerance``), and evaluate scores the
+artifact itself, beside the eager model (:mod:`tasks.candidates`). The gate judges that check
+against that same tolerance (``threshold: compile_tolerance``); with ``eager`` there is nothing
+to check and the gate reports the compile checks as ``not applicable``.
 
 Cached (``models/compiled``): the artifact and its ``compiled.json`` (backend, precision, device,
-library versions, the check). Run facts that differ between two runs of the same params (build
+library versions, the check, and ``source``: the sha256 of every file of the calibrated model it
+was compiled from, which evaluate, gate, bundle and ``predict`` check; :mod:`tasks.custody`).
+Run facts that differ between two runs of the same params (build
 seconds, the timings of ``auto``'s trials, the creation time) go to ``metrics/compile.json``
 only, so the cached output hashes the same every time the same backend is chosen.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from hydra_ops.data import Split, split_batches, text_tokenizer
 from tasks.common import COMPILED, HYDRA, METRICS, publish_dir, stage_main, write_json
+from tasks.custody import source_record
 from tasks.data import batches, split
 from tasks.params import PipelineConfig
 
@@ -59,20 +68,76 @@ def _split_run_facts(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     return meta, facts
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.compile import METADATA_FILE, compile_model, precision_name, verify_compiled
-    from hydra_ops.serialization import load_hydra, read_hydra_config
+#: The splits compile's check draws held-out examples from: every split evaluate scores.
+CHECK_SPLITS = ("test", "shift", "near_ood", "far_ood")
 
-    hydra = load_hydra(root / HYDRA)
-    test = split(root, "test")
-    check = batches(
-        cfg, test, cfg.evaluate.batch_size, with_labels=False, limit=cfg.compile.check_examples
+
+def check_lengths(max_length: int) -> tuple[int, ...]:
+    """The token lengths text check batches are cut at, longest first: ``max_length``, its half
+    and its quarter (at least 8; distinct values only)."""
+    return tuple(sorted({max_length, max(8, max_length // 2), max(8, max_length // 4)})[::-1])
+
+
+def _part(data: Split, start: int, stop: int) -> Split:
+    """Examples ``start:stop`` of ``data`` as a split of their own."""
+    return dataclasses.replace(
+        data,
+        labels=data.labels[start:stop],
+        texts=None if data.texts is None else data.texts[start:stop],
+        images=None if data.images is None else data.images[start:stop],
     )
+
+
+def check_batches(cfg: PipelineConfig, root: Path) -> tuple[dict, dict[str, list[dict]]]:
+    """``(example, held-out)``: the batch the artifact is traced and timed on, and
+    ``{split: batches}`` of held-out examples that compile's check compares with the eager model.
+
+    The example is the first ``evaluate.batch_size`` ID test examples (at most half the split, so
+    some stay held out). Held out: up to ``compile.check_examples`` examples of every split of
+    :data:`CHECK_SPLITS` that the example does not hold, in batches of ``evaluate.batch_size``;
+    text examples are cut at each length of :func:`check_lengths` in turn (a contiguous share
+    each), so the dynamic sequence dimension is checked at several lengths, not one.
+    """
+    size = cfg.evaluate.batch_size
+    test = split(root, "test")
+    n_example = min(size, max(1, len(test) // 2))
+    example = batches(cfg, test, n_example, with_labels=False, limit=n_example)[0]
+    tokenizer = text_tokenizer(cfg.model.path) if test.texts is not None else None
+    lengths = check_lengths(cfg.model.max_length) if tokenizer is not None else (None,)
+    heldout: dict[str, list[dict]] = {}
+    for name in CHECK_SPLITS:
+        data = split(root, name)
+        start = n_example if name == "test" else 0
+        part = _part(data, start, start + cfg.compile.check_examples)
+        bounds = np.linspace(0, len(part), len(lengths) + 1).astype(int)
+        heldout[name] = [
+            b
+            for length, lo, hi in zip(lengths, bounds[:-1], bounds[1:], strict=True)
+            if hi > lo
+            for b in split_batches(
+                _part(part, lo, hi),
+                size,
+                tokenizer=tokenizer,
+                max_length=length or cfg.model.max_length,
+                image_size=cfg.model.vit.image_size,
+                with_labels=False,
+            )
+        ]
+    return example, {k: v for k, v in heldout.items() if v}
+
+
+def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.compile import (
+        METADATA_FILE,
+        compile_model,
+        precision_name,
+        verify_compiled_by_split,
+    )
+    from hydra_ops.serialization import load_hydra
+
+    source = source_record(root)  # hashed before loading: the record names what was loaded
+    hydra = load_hydra(root / HYDRA)
     requested = cfg.compile.backend
-    source = {
-        "path": HYDRA.as_posix(),
-        "weights_sha256": read_hydra_config(root / HYDRA)["weights_sha256"],
-    }
     facts: dict[str, Any] = {}
     with publish_dir(root / COMPILED) as tmp:
         if requested == "eager":
@@ -86,21 +151,22 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
                 "check": None,
             }
         else:
+            example, heldout = check_batches(cfg, root)
             artifact = compile_model(
                 hydra,
                 backend=requested,
-                example_inputs=check[0],
+                example_inputs=example,
                 out_dir=tmp,
                 precision=cfg.compile.precision,
-                heldout_inputs=check[1:],
+                heldout_inputs=[b for group in heldout.values() for b in group],
                 tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
                 min_agreement=cfg.compile.min_agreement,
             )
             # the shipped artifact against the fp32 eager model, at its precision's tolerance
-            result = verify_compiled(
+            result = verify_compiled_by_split(
                 artifact,
                 hydra,
-                check,
+                heldout,
                 tolerance=cfg.compile.tolerance(artifact["precision"]),
                 min_agreement=cfg.compile.min_agreement,
             )
@@ -121,6 +187,10 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             None if check_result is None else check_result["argmax_agreement"]
         ),
         "check_examples": None if check_result is None else check_result["num_examples"],
+        "check_splits": None
+        if check_result is None
+        else {k: v["num_examples"] for k, v in check_result["splits"].items()},
+        "check_seq_lengths": None if check_result is None else check_result["seq_lengths"],
         "tolerance": cfg.compile.tolerance(meta["precision"]),
         "precision_reason": meta.get("precision_reason"),
         "torch": torch.__version__,
@@ -131,13 +201,17 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         log.info("compile: backend eager (requested): nothing compiled, compile checks n/a")
     else:
         log.info(
-            "compile: backend %s (requested %s, %s on %s), max |dp| %.2e, argmax agreement %.4f",
+            "compile: backend %s (requested %s, %s on %s), max |dp| %.2e, argmax agreement %.4f "
+            "on %d held-out examples of %s at lengths %s",
             meta["backend"],
             requested,
             meta["precision"],
             meta["device"],
             check_result["max_abs_diff_probs"],
             check_result["argmax_agreement"],
+            check_result["num_examples"],
+            ", ".join(check_result["splits"]),
+            check_result["seq_lengths"] or "n/a (images)",
         )
     return meta
 

@@ -38,9 +38,10 @@ from hydra_ops.runtime import Runtime, move_batch
 from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
-from tasks.candidates import build_candidates
+from tasks.candidates import ShippedHydra, build_candidates
 from tasks.common import (
     COMPILED,
+    HYDRA,
     LATENCY_FILE,
     METRICS,
     PLOTS,
@@ -51,9 +52,12 @@ from tasks.common import (
     write_text,
 )
 from tasks.cost import COST_FILE, measure_cost
+from tasks.custody import check_compiled_source, scored_record
 from tasks.params import PipelineConfig
 from tasks.report import render_report
 from tasks.scorecard import (
+    COMPARED_SPLITS,
+    compiled_vs_eager,
     hydra_verdicts,
     ood_by_score,
     paired_intervals,
@@ -64,15 +68,27 @@ from tasks.scorecard import (
 log = logging.getLogger("hydra_ens")
 
 
-def compile_fields(compiled: dict[str, Any]) -> dict[str, Any]:
+def compile_fields(
+    compiled: dict[str, Any], compared: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The Hydra's compile facts from ``compiled.json``: the check of the shipped artifact against
     the eager model (``None`` for ``eager``: nothing compiled, nothing checked), its backend and
     precision, and ``compile_tolerance``, the tolerance compile checked it with (its precision's),
-    which the gate's ``threshold: compile_tolerance`` applies."""
+    which the gate's ``threshold: compile_tolerance`` applies.
+
+    ``compared``: evaluate's own comparison of the two on every split
+    (:func:`tasks.scorecard.compiled_vs_eager`); the gate then judges the worst of compile's
+    held-out check and every split: the largest max |dp| and the lowest argmax agreement.
+    """
     check = compiled.get("check")
+    diff = check and check["max_abs_diff_probs"]
+    agreement = check and check["argmax_agreement"]
+    if check and compared:
+        diff = max([diff, *(c["max_abs_diff_probs"] for c in compared.values())])
+        agreement = min([agreement, *(c["argmax_agreement"] for c in compared.values())])
     return {
-        "compile_max_abs_diff": check and check["max_abs_diff_probs"],
-        "compile_argmax_agreement": check and check["argmax_agreement"],
+        "compile_max_abs_diff": diff,
+        "compile_argmax_agreement": agreement,
         "compile_backend": compiled["backend"],
         "compile_tolerance": check and check.get("tolerance"),
         "compile_precision": compiled.get("precision"),
@@ -92,9 +108,12 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         prepared.batches(cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False)[0],
         rt.device,
     )
+    # what is scored, hashed before it is loaded; the artifact must come from this model
+    scored = scored_record(cfg, root)
+    compiled = read_json(root / COMPILED / "compiled.json", "compile output")
+    check_compiled_source(compiled, scored["model"]["sha256"], f"{COMPILED} <- {HYDRA}")
     candidates, hydra_t = build_candidates(cfg, root, rt)
     stored = load_baseline_logits(root, {s: len(d) for s, d in data.items()})
-    compiled = read_json(root / COMPILED / "compiled.json", "compile output")
 
     outputs: dict[str, dict[str, torch.Tensor]] = {}
     verdict_thresholds: dict[str, Any] = {}
@@ -126,8 +145,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "raw": split_metrics(cfg, outputs[cand.name], labels, 1.0),
             "ood_by_score": ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
         }
-        if cand.name == "hydra":
-            entry.update(compile_fields(compiled))
+        if isinstance(cand, ShippedHydra):
+            entry.update(_shipped_fields(cfg, cand, batched, outputs["hydra"], compiled))
             entry["verdicts"], entry["verdict_fractions"], verdict_thresholds = hydra_verdicts(
                 root, outputs["hydra"], temps["hydra"]
             )
@@ -171,6 +190,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "counts": {s: len(d) for s, d in data.items()},
         "models": models,
         "bootstrap": bootstrap,
+        "scored": scored,
     }
     # latency is a fact of this run on this machine: kept beside the evaluation, not in it, so
     # the evaluation a gate verdict is bound to hashes the same for the same models
@@ -190,6 +210,33 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     write_json(root / PLOTS / "roc.json", roc)
     write_text(root / REPORTS / "evaluate.md", render_report({**result, **report_extra}))
     return result
+
+
+def _shipped_fields(
+    cfg: PipelineConfig,
+    hydra: ShippedHydra,
+    batched: dict[str, list[dict]],
+    shipped: dict[str, torch.Tensor],
+    compiled: dict[str, Any],
+) -> dict[str, Any]:
+    """The Hydra entry's compile fields, with ``scored_by`` and, when a compiled artifact ships,
+    ``compiled_vs_eager`` (per split, against the eager model it was compiled from)."""
+    fields: dict[str, Any] = {"scored_by": hydra.scored_by}
+    compared = None
+    if hydra.eager is not None:
+        eager = {s: hydra.eager_logits(batched[s]) for s, _ in COMPARED_SPLITS}
+        tolerance = cfg.compile.tolerance(compiled.get("precision") or "fp32")
+        compared = compiled_vs_eager(shipped, eager, tolerance, cfg.compile.min_agreement)
+        fields["compiled_vs_eager"] = compared
+        worst = max(compared.values(), key=lambda c: c["max_abs_diff_probs"])
+        log.info(
+            "evaluate hydra: %s vs eager on every split: max |dp| %.2e, lowest argmax agreement "
+            "%.4f",
+            hydra.scored_by,
+            worst["max_abs_diff_probs"],
+            min(c["argmax_agreement"] for c in compared.values()),
+        )
+    return {**compile_fields(compiled, compared), **fields}
 
 
 def _without_latency(entry: dict[str, Any]) -> dict[str, Any]:

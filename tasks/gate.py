@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
+from tasks.custody import check_chain
 from tasks.lineage import judged_hashes
 from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
 from tasks.twin_gate import resolve_any_of
@@ -221,6 +222,7 @@ def decide(
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
+    check_chain(cfg, root, ev)  # never judge an evaluation of another model, artifact or params
     prod, seen = prod_seen(cfg, root) if compares_with_prod(cfg) else (None, None)
     verdict = {**decide(cfg, ev, prod), "judged": judged}
     if seen is not None:

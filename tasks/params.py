@@ -46,6 +46,8 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 CLASSIFICATION_METRICS = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc", "augrc")
 OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 MODEL_METRICS = ("parameters", "latency_ms", "compile_max_abs_diff", "compile_argmax_agreement")
+#: The checks of the shipped artifact against the eager model: no gate list may drop them.
+COMPILE_CHECKS = ("compile_argmax_agreement", "compile_max_abs_diff")
 METRICS = CLASSIFICATION_METRICS + OOD_METRICS + MODEL_METRICS
 SPLITS = ("id_test", "shift", "near_ood", "far_ood", "model")
 BASELINES = ("single", "naive_pruned", "deep_ensemble", "mc_dropout", "control", "prod")
@@ -225,6 +227,8 @@ class CompileConfig(_Strict):
     min_agreement: float = Field(default=1.0, ge=0, le=1)
     """Minimum ensemble argmax agreement with the fp32 eager model."""
     check_examples: int = Field(default=64, ge=1)
+    """Held-out examples per split (ID test, shift, near-OOD, far-OOD) compile's check compares
+    with the eager model, text at several lengths (tasks.compile.check_batches)."""
 
     def tolerance(self, precision: str) -> float:
         """The max |dp| allowed for an artifact of ``precision`` (``fp32``/``bf16``/``fp16``)."""
@@ -589,6 +593,19 @@ class PipelineConfig(_Strict):
     def finetune_members(self) -> bool:
         enabled = self.members.finetune.enabled
         return self.scoring.method == "taylor" if enabled == "auto" else bool(enabled)
+
+    @field_validator("gates")
+    @classmethod
+    def _keeps_compile_checks(cls, gates: list[GateCheck]) -> list[GateCheck]:
+        # the artifact that ships must be judged against the eager model it came from
+        missing = [m for m in COMPILE_CHECKS if not any(g.metric == m for g in gates)]
+        if missing:
+            raise ValueError(
+                f"must keep the compile agreement checks, missing {', '.join(missing)} "
+                "(e.g. {metric: compile_argmax_agreement, threshold: 1.0} and {metric: "
+                "compile_max_abs_diff, threshold: compile_tolerance})"
+            )
+        return gates
 
     @property
     def deep_ensemble_size(self) -> int:

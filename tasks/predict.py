@@ -1,7 +1,10 @@
 """``hydra-ens predict``: the prod model, resolved through the registry, on texts or image files.
 
 One row per input, every number from the ONE calibrated prediction the gates judged
-(``hydra_ops.uncertainty.calibrated_uncertainty``): the predicted class, its probability, the
+(``hydra_ops.uncertainty.calibrated_uncertainty``) on inputs prepared with the bundle's own
+preprocessing (:mod:`tasks.preprocessing`: tokenizer and ``max_length``, or image size, channels
+and normalisation; a workspace ``params.yaml`` that disagrees is ignored, and every row says
+which preprocessing and version answered): the predicted class, its probability, the
 entropy of that prediction, the mutual information and member disagreement, the OOD score of the
 evaluate stage, and a verdict (``ok`` / ``uncertain`` / ``likely_ood``) from the thresholds the
 calibrate stage fitted on ID validation scores (``hydra_ops.ood_thresholds``). The row schema
@@ -15,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from hydra_ops.ood_thresholds import VERDICT_LABELS, OodThresholds, verdicts
 from tasks.params import PipelineConfig
+from tasks.preprocessing import Preprocessing
 
 SCHEMA_VERSION = 1
 """Version of the row schema; bumped when a field is removed, renamed or changes meaning."""
@@ -39,6 +42,7 @@ ROW_FIELDS = (
     "ood_score",
     "ood_score_kind",
     "verdict",
+    "preprocessing",
 )
 """Keys of every row, in order."""
 
@@ -74,6 +78,7 @@ def rows_from_member_logits(
     default_score_kind: str = "msp",
     answered_by: str = "eager",
     model_version: str | None = None,
+    preprocessing: str | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of ``hydra-ens predict`` (pure: no model, no files).
 
@@ -89,6 +94,8 @@ def rows_from_member_logits(
         default_score_kind: the score when ``thresholds`` is ``None``.
         answered_by: which runtime produced ``member_logits`` (``Served.answered_by``).
         model_version: the registry version (e.g. ``v0.0.3``), echoed.
+        preprocessing: what made the model inputs (``Preprocessing.describe()`` of the bundle),
+            echoed.
 
     Returns:
         N dicts with the keys :data:`ROW_FIELDS` (types and units in docs/pipeline.md).
@@ -130,6 +137,7 @@ def rows_from_member_logits(
                 "ood_score": float(unc.ood_score[i]),
                 "ood_score_kind": kind,
                 "verdict": found[i],
+                "preprocessing": preprocessing,
             }
         )
     return rows
@@ -155,35 +163,10 @@ def legend(
     )
 
 
-def _image_array(path: str, channels: int) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            im = im.convert("L" if channels == 1 else "RGB")
-            return np.asarray(im, dtype=np.uint8)
-    except (OSError, UnidentifiedImageError) as err:
-        raise ValueError(f"input {path!r} is not a readable image ({err})") from None
-
-
-def _batch(cfg: PipelineConfig, inputs: list[str]) -> dict[str, torch.Tensor]:
-    from hydra_ops.data import text_tokenizer
-    from hydra_ops.models import make_text_batches, prepare_images
-
-    if cfg.modality == "text":
-        return next(
-            make_text_batches(
-                inputs,
-                None,
-                text_tokenizer(cfg.model_dir),
-                cfg.model.max_length,
-                batch_size=len(inputs),
-            )
-        )
-    channels = 1 if cfg.data.channels == 1 else 3
-    arrays = [_image_array(p, channels) for p in inputs]
-    size = cfg.model.vit.image_size
-    return {"pixel_values": torch.cat([prepare_images(a[None], size) for a in arrays])}
+def _batch(preprocessing: Preprocessing, inputs: list[str]) -> dict[str, torch.Tensor]:
+    """The batch of ``inputs`` made with the bundle's own preprocessing (its tokenizer and
+    ``max_length``, or image size, channels and normalisation), never ``params.yaml``'s."""
+    return preprocessing.batch(inputs)
 
 
 def _member_logits(served: Any, batch: dict[str, torch.Tensor], runtime: Any) -> torch.Tensor:
@@ -215,7 +198,7 @@ def predict(
     served = load_served(bundle_dir)
     stored = served.metadata.get("ood_thresholds")
     thresholds = OodThresholds.from_metadata(stored) if stored is not None else None
-    member_logits = _member_logits(served, _batch(cfg, inputs), runtime)
+    member_logits = _member_logits(served, _batch(served.preprocessing, inputs), runtime)
     rows = rows_from_member_logits(
         inputs,
         member_logits,
@@ -225,6 +208,7 @@ def predict(
         default_score_kind=cfg.evaluate.ood_score,
         answered_by=served.answered_by,
         model_version=prod.get("version"),
+        preprocessing=served.preprocessing.describe(),
     )
     kind = rows[0]["ood_score_kind"]
     text = legend(member_logits.shape[2], member_logits.shape[1], kind, thresholds)

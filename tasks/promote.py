@@ -35,6 +35,7 @@ from tasks.common import (
     stage_main,
     write_json,
 )
+from tasks.custody import check_chain
 from tasks.gate import compares_with_prod, decide, prod_seen
 from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
 from tasks.params import PipelineConfig
@@ -108,21 +109,6 @@ def recompute_verdict(cfg: PipelineConfig, root: Path, gate: dict[str, Any]) -> 
     return again
 
 
-def check_scored(recorded: dict[str, Any], ev: dict[str, Any]) -> None:
-    """When evaluate records what it scored (``scored``: ``{"path", "md5"}`` entries, or one),
-    each must be an artifact the verdict judged, at the judged md5 (ValueError otherwise)."""
-    scored = ev.get("scored")
-    entries = scored if isinstance(scored, list) else [scored] if isinstance(scored, dict) else []
-    by_path = {r["path"]: r["md5"] for r in recorded.values() if isinstance(r, dict)}
-    for entry in entries:
-        path, md5 = entry.get("path"), entry.get("md5")
-        if path in by_path and md5 is not None and md5 != by_path[path]:
-            raise ValueError(
-                f"metrics/evaluate.json scored {path} {str(md5)[:8]}, but the gate judged "
-                f"{by_path[path][:8]}; rerun: hydra-ens run"
-            )
-
-
 def check_bundle(root: Path, gate: dict[str, Any], verdict: str) -> dict[str, Any]:
     """``models/bundle``'s manifest, after checking the bundle against what was judged rather
     than against itself: its model and compiled folders hash to the judged md5s, its verdict and
@@ -153,7 +139,8 @@ def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
     1. ``reports/gate.json`` exists and records what it judged;
     2. the judged artifacts and params are still what is on disk (:mod:`tasks.lineage`);
-    3. what evaluate scored (when it says) is what was judged;
+    3. the compiled artifact was compiled from the judged model, and evaluate scored exactly
+       that artifact, model, data and params (:func:`tasks.custody.check_chain`);
     4. the verdict follows from ``metrics/evaluate.json`` and the gates in params, against the
        prod version it saw (:func:`recompute_verdict`);
     5. the bundle holds what was judged (:func:`check_bundle`);
@@ -172,7 +159,7 @@ def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     current = judged_hashes(cfg, root)
     if stale := stale_roles(recorded, current):
         raise ValueError(stale_verdict_message(stale, recorded, current))
-    check_scored(recorded, read_json(root / EVALUATION, "evaluate output"))
+    check_chain(cfg, root, read_json(root / EVALUATION, "evaluate output"))
     verdict = recompute_verdict(cfg, root, gate)
     check_bundle(root, gate, verdict["verdict"])
     locked = [JUDGED[r] for r in JUDGED] + [p for p in OPTIONAL_LOCKED if (root / p).exists()]

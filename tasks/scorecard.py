@@ -26,6 +26,13 @@ BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
 BOOTSTRAP_OOD = ("auroc",)
 CLASSIFICATION_SPLITS = (("test", "id_test"), ("shift", "shift"))
 OOD_SPLITS = ("near_ood", "far_ood")
+#: The splits evaluate compares the shipped artifact with the eager model on: (split, metric key).
+COMPARED_SPLITS = (
+    ("test", "id_test"),
+    ("shift", "shift"),
+    ("near_ood", "near_ood"),
+    ("far_ood", "far_ood"),
+)
 #: The splits ``verdicts`` counts: (evaluation split, metric key).
 VERDICT_SPLITS = (("test", "id_test"), ("near_ood", "near_ood"), ("far_ood", "far_ood"))
 
@@ -150,6 +157,28 @@ def hydra_verdicts(
         counts[key] = verdict_counts(scores, thresholds)
         fractions[key] = {v: c / len(scores) for v, c in counts[key].items()}
     return counts, fractions, thresholds.to_metadata()
+
+
+def compiled_vs_eager(
+    shipped: dict[str, torch.Tensor],
+    eager: dict[str, torch.Tensor],
+    tolerance: float,
+    min_agreement: float,
+) -> dict[str, dict[str, Any]]:
+    """Per split of :data:`COMPARED_SPLITS`: how far the shipped artifact's member logits are
+    from the eager model's (:func:`hydra_ops.compile.compare_logits`: ``max_abs_diff_probs`` of
+    the ensemble probabilities without temperature, ``max_abs_diff_logits``, ``argmax_agreement``
+    of the ensemble argmax, ``passed`` within ``tolerance`` and ``min_agreement``) and
+    ``num_examples``."""
+    from hydra_ops.compile import compare_logits
+
+    keep = ("max_abs_diff_probs", "max_abs_diff_logits", "argmax_agreement", "passed")
+    result: dict[str, dict[str, Any]] = {}
+    for split, key in COMPARED_SPLITS:
+        compared = compare_logits(eager[split], shipped[split], tolerance, min_agreement)
+        result[key] = {"num_examples": int(shipped[split].shape[0])}
+        result[key].update({k: compared[k] for k in keep})
+    return result
 
 
 def plot_rows(

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.bundle import verify_bundle
 from tasks.common import read_json
+from tasks.custody import check_bundle
+from tasks.preprocessing import Preprocessing, load_preprocessing
 
 if TYPE_CHECKING:
     import torch
@@ -29,6 +31,8 @@ class Served:
     metadata: dict[str, Any]
     answered_by: str
     _compiled: Callable[[dict], torch.Tensor] | None = field(default=None, repr=False)
+    #: how inputs become model inputs, as shipped (:mod:`tasks.preprocessing`)
+    preprocessing: Preprocessing | None = None
 
     def member_logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         import torch
@@ -92,8 +96,9 @@ def load_served(directory: Path, prefer_compiled: bool = True) -> Served:
         expected_config_sha256=manifest["files"]["model/hydra.json"],
         expected_weights_sha256=manifest["files"]["model/model.safetensors"],
     )
+    check_bundle(directory)  # compiled/ <- model/, evaluate.json <- both
     metadata = dict(read_hydra_config(directory / "model").get("metadata", {}))
     runner, answered_by = (None, "eager (requested)")
     if prefer_compiled:
         runner, answered_by = _compiled_runner(directory / "compiled")
-    return Served(directory, hydra, metadata, answered_by, runner)
+    return Served(directory, hydra, metadata, answered_by, runner, load_preprocessing(directory))

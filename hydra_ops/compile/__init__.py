@@ -9,6 +9,8 @@ Public API (the pipeline's ``tasks/compile`` stage codes against this)::
     load_compiled(out_dir, device=None) -> CompiledArtifact
     verify_compiled(artifact, model, heldout_inputs, *, tolerance=None, min_agreement=1.0,
                     out_path=None) -> dict
+    verify_compiled_by_split(artifact, model, {split: batches}, *, tolerance=None,
+                             min_agreement=1.0) -> dict   # overall + per split, seq lengths
     available_backends() -> dict[str, str | None]   # backend -> None if usable, else the reason
     median_latency_ms(call, repeats, device=None) -> (warm-up output, median ms)
 
@@ -84,7 +86,7 @@ from .precision import (
     precision_name,
     precision_unavailable_reason,
 )
-from .verify import compare_logits, default_tolerance, verify_compiled
+from .verify import compare_logits, default_tolerance, verify_compiled, verify_compiled_by_split
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -128,4 +130,5 @@ __all__ = [
     "register_backend",
     "tensorrt_unavailable_reason",
     "verify_compiled",
+    "verify_compiled_by_split",
 ]

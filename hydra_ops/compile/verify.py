@@ -92,17 +92,8 @@ def verify_compiled(
     batches = _batches(heldout_inputs)
     if not batches:
         raise ValueError("heldout_inputs must hold at least one batch")
-    _, dtype = model_device_dtype(model)
-    shipped = artifact.get("precision") if isinstance(artifact, Mapping) else None
-    tol = default_tolerance(shipped or dtype) if tolerance is None else float(tolerance)
-    model.eval()
-    names = getattr(artifact, "input_names", None)
-    eager_out, compiled_out = [], []
-    for batch in batches:
-        tensors = arrange_inputs(batch, names or input_names_of(batch))
-        eager_out.append(model(*tensors).float().cpu())
-        compiled_out.append(artifact(*tensors).float().cpu())
-    eager, compiled = torch.cat(eager_out), torch.cat(compiled_out)
+    tol = _tolerance(artifact, model, tolerance)
+    eager, compiled, _ = _both_outputs(artifact, model, batches)
     compared = compare_logits(eager, compiled, tol, min_agreement)
     result = {
         "backend": getattr(artifact, "backend", "callable"),
@@ -116,3 +107,83 @@ def verify_compiled(
         target.parent.mkdir(parents=True, exist_ok=True)
         write_json(target, result)
     return result
+
+
+def _tolerance(artifact: Any, model: nn.Module, tolerance: float | None) -> float:
+    """The tolerance given, else the default of the artifact's ``precision`` (else the model's
+    dtype)."""
+    if tolerance is not None:
+        return float(tolerance)
+    _, dtype = model_device_dtype(model)
+    shipped = artifact.get("precision") if isinstance(artifact, Mapping) else None
+    return default_tolerance(shipped or dtype)
+
+
+def _both_outputs(
+    artifact: Callable[..., Tensor], model: nn.Module, batches: list[Any]
+) -> tuple[Tensor, Tensor, list[int]]:
+    """``(eager [N, M, C], compiled [N, M, C], sorted distinct sequence lengths)`` on CPU in
+    fp32 over ``batches`` (image batches have no sequence length: ``[]``)."""
+    model.eval()
+    names = getattr(artifact, "input_names", None)
+    eager_out, compiled_out, lengths = [], [], set()
+    for batch in batches:
+        tensors = arrange_inputs(batch, names or input_names_of(batch))
+        if not tensors[0].is_floating_point():
+            lengths.add(int(tensors[0].shape[1]))
+        eager_out.append(model(*tensors).float().cpu())
+        compiled_out.append(artifact(*tensors).float().cpu())
+    return torch.cat(eager_out), torch.cat(compiled_out), sorted(lengths)
+
+
+@torch.no_grad()
+def verify_compiled_by_split(
+    artifact: Callable[..., Tensor],
+    model: nn.Module,
+    groups: Mapping[str, Sequence[Any]],
+    *,
+    tolerance: float | None = None,
+    min_agreement: float = 1.0,
+) -> dict[str, Any]:
+    """:func:`verify_compiled` over held-out batches grouped by split, every group at once and
+    each on its own.
+
+    Args:
+        groups: ``{split: [batch, ...]}`` (batches as :func:`verify_compiled` takes them; text
+            batches may differ in sequence length). At least one non-empty group.
+
+    Returns:
+        :func:`verify_compiled`'s record over all groups together (``passed`` needs every
+        example within ``tolerance`` and the overall agreement), plus ``seq_lengths`` (distinct
+        text lengths checked) and ``splits``: ``{split: {"num_examples", "seq_lengths",
+        "max_abs_diff_probs", "argmax_agreement", "passed"}}``.
+    """
+    if not 0.0 <= min_agreement <= 1.0:
+        raise ValueError(f"min_agreement must be in [0, 1], got {min_agreement!r}")
+    groups = {name: list(b) for name, b in groups.items() if len(b)}
+    if not groups:
+        raise ValueError("groups must hold at least one batch")
+    tol = _tolerance(artifact, model, tolerance)
+    per: dict[str, dict[str, Any]] = {}
+    eager_all, compiled_all, lengths_all = [], [], set()
+    for name, batches in groups.items():
+        eager, compiled, lengths = _both_outputs(artifact, model, batches)
+        compared = compare_logits(eager, compiled, tol, min_agreement)
+        per[name] = {
+            "num_examples": int(eager.shape[0]),
+            "seq_lengths": lengths,
+            **{k: compared[k] for k in ("max_abs_diff_probs", "argmax_agreement", "passed")},
+        }
+        eager_all.append(eager)
+        compiled_all.append(compiled)
+        lengths_all.update(lengths)
+    eager, compiled = torch.cat(eager_all), torch.cat(compiled_all)
+    return {
+        "backend": getattr(artifact, "backend", "callable"),
+        "num_examples": int(eager.shape[0]),
+        **compare_logits(eager, compiled, tol, min_agreement),
+        "tolerance": tol,
+        "min_agreement": float(min_agreement),
+        "seq_lengths": sorted(lengths_all),
+        "splits": per,
+    }

@@ -196,6 +196,27 @@ def test_verify_flags_a_wrong_artifact(hydra):
         hc.verify_compiled(wrong, hydra, heldout(), min_agreement=2.0)
 
 
+def test_verify_by_split_checks_every_split_and_length_on_its_own(hydra, export_dir):
+    """Held-out batches per split at two sequence lengths: the overall record and each split's;
+    an artifact wrong on short inputs only fails that split (and the whole check)."""
+    short = {k: v[:, :4] for k, v in tiny_inputs("bert", 4, seed=13).items()}
+    groups = {"test": heldout(), "far_ood": [short]}
+    report = hc.verify_compiled_by_split(hc.load_compiled(export_dir), hydra, groups)
+    assert report["passed"] and report["num_examples"] == 3 + 5 + 4
+    assert report["seq_lengths"] == [4, 9]
+    assert {s: r["num_examples"] for s, r in report["splits"].items()} == {"test": 8, "far_ood": 4}
+    assert report["splits"]["far_ood"]["seq_lengths"] == [4]
+
+    def wrong_when_short(*x):
+        return -hydra(*x) if x[0].shape[1] == 4 else hydra(*x)
+
+    report = hc.verify_compiled_by_split(wrong_when_short, hydra, groups)
+    assert report["splits"]["test"]["passed"] and not report["splits"]["far_ood"]["passed"]
+    assert not report["passed"]
+    with pytest.raises(ValueError, match="at least one batch"):
+        hc.verify_compiled_by_split(wrong_when_short, hydra, {"test": []})
+
+
 def test_missing_mask_is_filled_exactly(hydra):
     ids = tiny_inputs("bert", 3, padded=False)["input_ids"]
     names = ["input_ids", "attention_mask", "token_type_ids"]

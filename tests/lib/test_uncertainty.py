@@ -406,6 +406,7 @@ def served_stub(monkeypatch):
         metadata={"ood_thresholds": thresholds_msp().to_metadata()},
         answered_by="eager (no compiled artifact)",
         member_logits=lambda batch: logits,
+        preprocessing=SimpleNamespace(describe=lambda: "bundle tokenizer stub, max_length 8"),
     )
     prod = {"version": "v0.0.7", "tag": "hydra@v0.0.7"}
     monkeypatch.setattr(tasks.registry, "resolve_prod_dir", lambda root, n, s: (root, prod))

@@ -22,6 +22,7 @@ from tiny_models import make_members, member_plans
 from hydra_ops.merge import merge_members
 from hydra_ops.serialization import save_hydra
 from tasks import bundle, gate
+from tasks.custody import scored_record, source_record
 from tasks.params import load_params, resolve_params, write_params
 
 DVC = str(Path(sys.executable).parent / "dvc")
@@ -29,12 +30,13 @@ GATES = [
     {"metric": "accuracy", "split": "id_test", "threshold": 0.5},
     {"metric": "nll", "split": "id_test", "baseline": "prod", "tolerance": 1.0, "optional": True},
     {"metric": "compile_max_abs_diff", "threshold": 1e-4},
+    {"metric": "compile_argmax_agreement", "threshold": 1.0},
 ]
 DVC_YAML = """\
 stages:
   train:  # stands in for prepare_data .. evaluate
     cmd: python -c "raise SystemExit('a stand-in, the test writes these outputs')"
-    outs: [models/hydra, models/compiled]
+    outs: [data/prepared, models/hydra, models/compiled]
     metrics:
       - metrics/evaluate.json: {cache: false}
   gate:
@@ -90,13 +92,19 @@ def write(path: Path, obj) -> None:
 
 
 def train(root: Path, seed: int, acc: float = 0.95) -> None:
-    """The stand-in stage's outputs: a tiny Hydra (seeded), eager compiled record, metrics."""
+    """The stand-in stage's outputs: a data manifest, a tiny Hydra (seeded), an eager compiled
+    record of that model, and metrics that record what they scored (:mod:`tasks.custody`)."""
     torch.manual_seed(seed)
     hydra = merge_members(make_members("bert", member_plans(2), fine_tuned=True))
     hydra.set_temperature(1.0 + seed)
     save_hydra(hydra, root / "models" / "hydra", metadata={"seed": seed})
-    write(root / "models" / "compiled" / "compiled.json", {"backend": "eager", "check": None})
-    write(root / "metrics" / "evaluate.json", evaluation(acc))
+    write(root / "data" / "prepared" / "manifest.json", {"source": "stand-in"})
+    compiled = {"backend": "eager", "check": None, "source": source_record(root)}
+    write(root / "models" / "compiled" / "compiled.json", compiled)
+    write(
+        root / "metrics" / "evaluate.json",
+        {**evaluation(acc), "scored": scored_record(cfg(root), root)},
+    )
 
 
 def cfg(root: Path):

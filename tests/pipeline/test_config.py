@@ -107,7 +107,10 @@ def test_defaults_match_the_issue():
 
 
 def test_numeric_string_thresholds_still_parse():
-    cfg = validate_params({"gates": [{"metric": "compile_max_abs_diff", "threshold": "1e-4"}]})
+    agreement = {"metric": "compile_argmax_agreement", "threshold": 1.0}
+    cfg = validate_params(
+        {"gates": [{"metric": "compile_max_abs_diff", "threshold": "1e-4"}, agreement]}
+    )
     assert (
         cfg.gates[0].threshold == 1e-4
         and cfg.gates[0].name == "model.compile_max_abs_diff vs 0.0001"

@@ -467,8 +467,11 @@ def _run_compile_stage(tmp_path, monkeypatch, caplog, sets: dict, times: list[fl
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
     check_batches = [tiny_inputs("bert", 4, seed=11), tiny_inputs("bert", 5, seed=12)]
-    monkeypatch.setattr(compile_stage, "split", lambda root, name: None)
-    monkeypatch.setattr(compile_stage, "batches", lambda *a, **k: check_batches)
+    monkeypatch.setattr(
+        compile_stage,
+        "check_batches",
+        lambda cfg, root: (check_batches[0], {"test": check_batches[1:]}),
+    )
 
     def fixed(call, repeats, device=None):
         with torch.no_grad():

@@ -32,6 +32,8 @@ GATES = [
     {"metric": "accuracy", "split": "id_test", "threshold": 0.5},
     {"metric": "compile_max_abs_diff", "threshold": 1e-4},
 ]
+#: Every gate list keeps the compile agreement checks (params validation refuses one without).
+AGREEMENT = {"metric": "compile_argmax_agreement", "threshold": 1.0}
 
 
 def git(root: Path, *args: str) -> str:
@@ -70,8 +72,9 @@ def project(tmp_path: Path) -> Path:
     git(root, "init", "-q", "-b", "main")
     git(root, "config", "user.email", "tests@hydra-ens.invalid")
     git(root, "config", "user.name", "hydra-ens tests")
-    write_params(resolve_params("quick", {"gates": GATES}), root / "params.yaml")
+    write_params(resolve_params("quick", {"gates": [*GATES, AGREEMENT]}), root / "params.yaml")
     (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _write(root / "data" / "prepared" / "manifest.json", {"synthetic": True})
     _save_model(root, 0)
     _write(root / "models" / "compiled" / "compiled.json", {"backend": "eager", "check": None})
     _write(root / "metrics" / "evaluate.json", _evaluation(0.95))
@@ -86,6 +89,16 @@ def _cfg(root: Path):
     return load_params(root / "params.yaml")
 
 
+def _stamp(root: Path) -> None:
+    """What compile and evaluate record of the model there now (this project skips both)."""
+    from tasks.custody import scored_record, source_record
+
+    compiled = root / "models" / "compiled" / "compiled.json"
+    _write(compiled, {**json.loads(compiled.read_text()), "source": source_record(root)})
+    ev = root / "metrics" / "evaluate.json"
+    _write(ev, {**json.loads(ev.read_text()), "scored": scored_record(_cfg(root), root)})
+
+
 def _gate_and_bundle(root: Path) -> dict:
     """The gate and bundle stages, and the dvc.lock entries DVC would write for them (the
     promotion is checked against the lock it commits; a real ``dvc commit``:
@@ -94,6 +107,8 @@ def _gate_and_bundle(root: Path) -> dict:
 
     from tasks.lineage import dvc_md5
 
+
+    _stamp(root)
     verdict = gate.run(_cfg(root), root)
     bundle.run(_cfg(root), root)
     outs = {
@@ -115,8 +130,12 @@ def _gate_and_bundle(root: Path) -> dict:
 def test_eager_compile_checks_are_not_applicable_never_passed(project):
     verdict = _gate_and_bundle(project)
     statuses = {c["metric"]: c["status"] for c in verdict["checks"]}
-    assert statuses == {"accuracy": "passed", "compile_max_abs_diff": "not applicable"}
-    assert verdict["passed"] and verdict["counts"]["not applicable"] == 1
+    assert statuses == {
+        "accuracy": "passed",
+        "compile_max_abs_diff": "not applicable",
+        "compile_argmax_agreement": "not applicable",
+    }
+    assert verdict["passed"] and verdict["counts"]["not applicable"] == 2
 
 
 @pytest.mark.parametrize(("precision", "tolerance"), [("fp32", 1e-4), ("bf16", 2e-2)])
@@ -124,6 +143,7 @@ def test_gate_json_shows_the_compile_tolerance_it_applied(project, precision, to
     gates = [
         {"metric": "compile_max_abs_diff", "threshold": "compile_tolerance"},  # the default
         {"metric": "compile_max_abs_diff", "threshold": 1e-4, "name": "pinned"},
+        AGREEMENT,
     ]
     write_params(resolve_params("quick", {"gates": gates}), project / "params.yaml")
     ev = _evaluation(0.95)
@@ -134,6 +154,7 @@ def test_gate_json_shows_the_compile_tolerance_it_applied(project, precision, to
         "compile_tolerance": tolerance,
     }
     _write(project / "metrics" / "evaluate.json", ev)
+    _stamp(project)
     gate.run(_cfg(project), project)
     report = json.loads((project / "reports" / "gate.json").read_text())
     by_name = {c["name"]: c for c in report["checks"]}
@@ -272,15 +293,21 @@ def _fill_cache_from_first_bundle(project: Path, cache: Path, md5: str) -> None:
 
 def test_a_broken_registry_fails_the_prod_check_instead_of_skipping_it(project):
     cfg = _cfg(project).model_copy(
-        update={"gates": [GateCheck(metric="accuracy", baseline="prod", tolerance=0.1)]}
+        update={
+            "gates": [
+                GateCheck(metric="accuracy", baseline="prod", tolerance=0.1),
+                *(GateCheck(**g) for g in (GATES[1], AGREEMENT)),
+            ]
+        }
     )
     write_params(cfg, project / "params.yaml")
     # a stage tag that points at a commit holding no registered version
     git(project, "tag", "-a", "hydra#prod#1", "-m", "assign", "HEAD")
     with pytest.raises(RegistryError, match="holds no registered hydra version"):
         prod_version(project, "hydra", "prod")
+    _stamp(project)
     verdict = gate.run(_cfg(project), project)
-    (check,) = verdict["checks"]
+    check = verdict["checks"][0]
     assert check["status"] == "failed" and "registry unreadable" in check["note"]
 
 

@@ -8,7 +8,7 @@ is built and run once for the module (``hydra@v0.0.1`` in ``prod``); each test w
 Holes 2 (a verdict judging one model and shipping another), 4 (preprocessing shipped in the
 bundle) and 8 (the compiled artifact scored) are built and tested with the compile, evaluate and
 predict stages; ``promote`` reads evaluate's ``scored`` record where it is present
-(:func:`tasks.promote.check_scored`).
+(:func:`tasks.custody.check_chain`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tasks import gate
-from tasks.params import GateCheck, write_params
+from tasks.params import ConfigError, GateCheck, write_params
 from tasks.registry import (
     RECORD_HEADER,
     RegistryError,
@@ -318,7 +318,16 @@ def test_9_a_version_restores_from_a_new_clone_with_an_s3_remote(project, tmp_pa
 # 10. Zero checks do not pass; a clone without the registry's tags says so
 def test_10_zero_applicable_checks_fail_with_their_own_line(project):
     before = state(project)
-    cfg = pp.cfg(project).model_copy(update={"gates": []})
+    empty = pp.cfg(project).model_copy(update={"gates": []})
+    write_params(empty, project / "params.yaml")
+    with pytest.raises(ConfigError, match="must keep the compile agreement checks"):
+        pp.cfg(project)  # an empty gate list never validates
+    # the compile checks alone, on an eager artifact: every check not applicable
+    only_compile = [
+        {"metric": "compile_argmax_agreement", "threshold": 1.0},
+        {"metric": "compile_max_abs_diff", "threshold": "compile_tolerance"},
+    ]
+    cfg = empty.model_copy(update={"gates": [GateCheck(**g) for g in only_compile]})
     write_params(cfg, project / "params.yaml")
     pp.train(project, seed=2)
     verdict = pp.gate_and_bundle(project)
