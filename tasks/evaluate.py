@@ -50,6 +50,7 @@ from tasks.common import (
     write_json,
     write_text,
 )
+from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.params import PipelineConfig
 from tasks.report import render_report
 from tasks.scorecard import (
@@ -124,6 +125,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "calibrated": split_metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
             "raw": split_metrics(cfg, outputs[cand.name], labels, 1.0),
             "ood_by_score": ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
+            "diversity": model_diversity(outputs[cand.name], labels),
         }
         if cand.name == "hydra":
             entry.update(compile_fields(compiled))
@@ -168,6 +170,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "ood_score": cfg.evaluate.ood_score,
         "ood_validation_set": manifest.ood_val_provenance,
         "counts": {s: len(d) for s, d in data.items()},
+        "plan_overlap": plan_overlap_summary(cfg, root),
         "models": models,
         "bootstrap": bootstrap,
     }
