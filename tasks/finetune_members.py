@@ -103,6 +103,10 @@ def _unit_fingerprint(
             "max_length": cfg.model.max_length,
             "seed": member_seed(cfg, m),
             "frozen_layers": cfg.shared_layers,
+            # a member's shard depends on how many shards there are
+            **(
+                {"shards": cfg.members.num_members} if cfg.members.finetune.data == "shards" else {}
+            ),
             # CPU fp32 units keep the fingerprint they had before the runtime setting
             **({} if runtime.is_default else {"runtime": runtime.tag}),
         }

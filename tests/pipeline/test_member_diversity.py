@@ -160,6 +160,9 @@ def test_each_mechanism_changes_the_member_fingerprint(default_project):
         fp(**{"members.finetune.objective": "ncl", "members.finetune.ncl_strength": 1.0}),
     }
     assert len(prints) == 5
+    # shard m of 3 is not shard m of 4
+    four = {"members.finetune.data": "shards", "members.num_members": 4}
+    assert fp(**four) != fp(**{"members.finetune.data": "shards"})
     assert fp(**{"members.finetune.data": "full", "members.finetune.objective": "ce"}) == fp()
 
 
