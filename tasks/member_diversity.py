@@ -12,12 +12,13 @@ layers. :func:`diversity_table` renders them beside the near-OOD AUROC of every 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from tasks.common import PLANS
 from tasks.params import PipelineConfig
+
+if TYPE_CHECKING:  # the report (and the flow process that renders it) runs without torch
+    import torch
 
 #: (evaluation split, report key, with labels)
 DIVERSITY_SPLITS = (("test", "id_test", True), ("near_ood", "near_ood", False))
@@ -86,8 +87,7 @@ def diversity_table(result: dict[str, Any]) -> str:
             name,
             str(entry["members"]),
             f"{_cell(ident['disagreement'])} / {_cell(near['disagreement'])}",
-            f"{_cell(ident['probability_correlation'])} / "
-            f"{_cell(near['probability_correlation'])}",
+            f"{_cell(ident['probability_correlation'])} / {_cell(near['probability_correlation'])}",
             _cell(ident.get("correctness_correlation")),
             _cell(jaccard),
             *[_cell((by_score.get(k) or {}).get("auroc")) for k in kinds],
