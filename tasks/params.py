@@ -560,7 +560,7 @@ class PipelineConfig(_Strict):
     @property
     def heads_per_member(self) -> int:
         """Heads per pruned layer of a member; with a per-member list, the largest."""
-        return max(self.member_head_budgets)
+        return max(self.member_head_budgets, default=1)  # [] is refused by the cross-checks
 
     @property
     def member_head_budgets(self) -> list[int]:

@@ -176,6 +176,10 @@ def test_per_member_sizes_are_checked_against_the_members():
             "quick",
             sets={**SETS, "members.heads_per_layer": [1, 2, 1], "members.strategy": "circuits"},
         )
+    with pytest.raises(ConfigError, match=r"members\.heads_per_layer"):
+        resolve_params("quick", sets={**SETS, "members.heads_per_layer": []})
+    with pytest.raises(ConfigError, match=r"members\.heads_per_layer.*5 > the model's 4 heads"):
+        resolve_params("quick", sets={**SETS, "members.heads_per_layer": [1, 5, 2]})
     cfg = resolve_params("quick", sets={**SETS, "members.heads_per_layer": [1, 3, 2]})
     assert cfg.member_head_budgets == [1, 3, 2] and cfg.heads_per_member == 3
 
