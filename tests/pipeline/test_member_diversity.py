@@ -292,3 +292,27 @@ def test_evaluate_reports_member_diversity_for_every_multi_member_model(diverse_
     assert len(rows) == 1 and f"{overlap['jaccard_mean_pruned_layers']:.3f}" in rows[0]
     section = report.split("## Member diversity")[1].split("\n## ")[0]
     assert "| deep_ensemble | 2 |" in section and "| single |" not in section
+
+
+def test_the_report_section_shows_undefined_figures_and_skips_old_evaluations():
+    from tasks.member_diversity import diversity_section, diversity_table
+
+    split = {"disagreement": 0.25, "probability_correlation": 0.5}
+    entry = {
+        "members": 3,
+        "diversity": {
+            "id_test": {**split, "correctness_correlation": None},
+            "near_ood": {**split, "disagreement": 0.75},
+        },
+        "ood_by_score": {"near_ood": {"msp": {"auroc": 0.8}, "disagreement": {"auroc": 0.6}}},
+    }
+    result = {
+        "models": {"hydra": entry, "single": {"members": 1, "diversity": None}},
+        "plan_overlap": {"jaccard_mean_pruned_layers": 0.125},
+    }
+    table = diversity_table(result).splitlines()
+    assert table[0].endswith("| near AUROC msp | near AUROC disagreement |")
+    assert table[2] == "| hydra | 3 | 0.250 / 0.750 | 0.500 / 0.500 | - | 0.125 | 0.800 | 0.600 |"
+    assert len(table) == 3  # the one-member model has no row
+    # an evaluate.json from before the diversity figures: no section, the rest of the report stays
+    assert diversity_section({"models": {"hydra": {"members": 3}}}) == []
