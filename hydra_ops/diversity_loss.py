@@ -48,23 +48,28 @@ def anchored_ncl_penalty(logits: Tensor, anchor_probs: Tensor) -> Tensor:
     return -(probs - anchor_probs.to(probs.dtype)).square().sum(dim=-1).mean()
 
 
-def anchored_ncl_term(anchor: nn.Module, strength: float) -> Callable[[Tensor, Batch], Tensor]:
+def anchored_ncl_term(
+    anchor: nn.Module, strength: float, precision: str = "fp32"
+) -> Callable[[Tensor, Batch], Tensor]:
     """The loss term ``strength * anchored_ncl_penalty(logits, softmax(anchor(batch)))`` for
     :func:`hydra_ops.training.fine_tune`'s ``loss_term``.
 
     ``anchor`` runs in eval mode without grad (no dropout, no RNG drawn), on the batch's device
-    (moved there on first use); its parameters are frozen. Shape: (logits [B, C], batch) -> scalar.
+    (moved there on first use), in ``precision`` (the fine-tune's: ``fp32``, or ``bf16`` /
+    ``fp16`` autocast); its parameters are frozen. Shape: (logits [B, C], batch) -> scalar.
     """
     if not (isinstance(strength, int | float) and strength >= 0):
         raise ValueError(f"strength must be a number >= 0, got {strength!r}")
+    from hydra_ops.runtime import autocast
     from hydra_ops.training import model_logits
 
     anchor.eval().requires_grad_(False)
 
     def term(logits: Tensor, batch: Batch) -> Tensor:
-        with torch.no_grad():
+        with torch.no_grad(), autocast(logits.device, precision):
             anchor.to(logits.device)
-            anchor_probs = model_logits(anchor, batch).float().softmax(dim=-1)
+            anchor_logits = model_logits(anchor, batch)
+        anchor_probs = anchor_logits.float().softmax(dim=-1)
         return float(strength) * anchored_ncl_penalty(logits, anchor_probs)
 
     return term

@@ -78,15 +78,15 @@ def member_train_batches(cfg: PipelineConfig, root: Path, m: int, rt: Runtime):
     return epoch_batches
 
 
-def _loss_term(cfg: PipelineConfig, root: Path):
+def _loss_term(cfg: PipelineConfig, root: Path, rt: Runtime):
     """The fine-tune's extra loss term: None (cross-entropy alone) or the NCL penalty against
-    the fine-tuned base (``members.finetune.objective: ncl``)."""
+    the fine-tuned base (``members.finetune.objective: ncl``), run in the fine-tune's precision."""
     ft = cfg.members.finetune
     if ft.objective == "ce":
         return None
     from hydra_ops.diversity_loss import anchored_ncl_term
 
-    return anchored_ncl_term(load_model(root / BASE), ft.ncl_strength)
+    return anchored_ncl_term(load_model(root / BASE), ft.ncl_strength, rt.precision)
 
 
 def _unit_fingerprint(
@@ -147,7 +147,7 @@ def build_member(
                 frozen_layers=cfg.shared_layers or None,
                 device=rt.device,
                 precision=rt.precision,
-                loss_term=_loss_term(cfg, root),
+                loss_term=_loss_term(cfg, root, rt),
             )
             # the unit's done.json and checkpoint are cached: timings only to the log
             train, timings = split_timings(report.to_dict())

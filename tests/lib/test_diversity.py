@@ -217,6 +217,20 @@ def test_ncl_objective_changes_the_member_weights_and_strength_zero_does_not():
         anchored_ncl_term(base, -1.0)
 
 
+def test_ncl_anchor_runs_in_the_fine_tunes_precision():
+    base = tiny_model("bert")
+    seen: list[torch.dtype] = []
+    anchor = copy.deepcopy(base)
+    query = anchor.bert.encoder.layer[0].attention.self.query
+    query.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    batch = _labelled(1)
+    logits = base(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        value = anchored_ncl_term(anchor, 0.5, precision)(logits.float(), batch)
+        assert seen[-1] == dtype and value.dtype == torch.float32
+        assert -1.0 <= value.item() <= 0.0  # strength 0.5 times a penalty in [-2, 0]
+
+
 # ----- per-member head budgets -------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", ["overlap_penalty", "gumbel_topk"])
 def test_per_member_budgets_give_plans_of_the_given_sizes(strategy):
