@@ -25,7 +25,9 @@ Strategies (``select_members(..., strategy=...)``):
 ``overlap_penalty``, 0.5 for ``circuits``), resolved by :func:`resolve_penalty` only.
 
 Invariants of every returned plan: ``k_l`` heads in layer ``l`` (``1 <= k_l <= H``), heads sorted,
-indices into the unpruned model's heads.
+indices into the unpruned model's heads. The budget ``k_l`` is the same for every member, or one
+per member (``heads_per_layer`` as M per-layer budgets: per-member pruning ratios, which every
+strategy but ``circuits`` takes; the circuit search keeps one size for all).
 """
 
 from __future__ import annotations
@@ -152,17 +154,40 @@ def _standardise(row: Tensor) -> Tensor:
     return (row - row.mean()) / std
 
 
+def _member_budgets(
+    heads_per_layer: int | Sequence[int] | Sequence[Sequence[int]] | None,
+    num_layers: int,
+    num_heads: int,
+    num_members: int,
+) -> list[list[int]]:
+    """One per-layer budget per member: a nested sequence gives each member its own (per-member
+    pruning ratios), anything else the same budget to every member."""
+    if (
+        isinstance(heads_per_layer, Sequence)
+        and heads_per_layer
+        and all(isinstance(b, Sequence) for b in heads_per_layer)
+    ):
+        if len(heads_per_layer) != num_members:
+            raise ValueError(
+                f"heads_per_layer has {len(heads_per_layer)} per-member budgets but "
+                f"num_members={num_members}"
+            )
+        return [_budget(b, num_layers, num_heads, num_members) for b in heads_per_layer]
+    same = _budget(heads_per_layer, num_layers, num_heads, num_members)  # type: ignore[arg-type]
+    return [same] * num_members
+
+
 def _select_topk(scores: Tensor, budget: list[int]) -> list[HeadPlan]:
     return [HeadPlan(tuple(tuple(_top(scores[i], k)) for i, k in enumerate(budget)))]
 
 
 def _select_gumbel(
-    scores: Tensor, num_members: int, budget: list[int], seed: int, temperature: float
+    scores: Tensor, budgets: list[list[int]], seed: int, temperature: float
 ) -> list[HeadPlan]:
     gen = torch.Generator().manual_seed(seed)
     z = torch.stack([_standardise(row) for row in scores]) / temperature
     plans = []
-    for _ in range(num_members):
+    for budget in budgets:
         # Gumbel(0, 1) noise: -log(-log(U)), U ~ Uniform(0, 1) bounded away from 0 and 1.
         u = torch.rand(z.shape, generator=gen, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
         perturbed = z - torch.log(-torch.log(u))
@@ -170,15 +195,13 @@ def _select_gumbel(
     return plans
 
 
-def _select_overlap(
-    scores: Tensor, num_members: int, budget: list[int], penalty: float
-) -> list[HeadPlan]:
+def _select_overlap(scores: Tensor, budgets: list[list[int]], penalty: float) -> list[HeadPlan]:
     counts = torch.zeros_like(scores)
     span = scores.max(dim=1).values - scores.min(dim=1).values
     # Just over the range, so that penalty=1 ranks a held head strictly below every free head.
     scale = torch.where(span > 0, span, torch.ones_like(span)) * (1 + 1e-6)
     plans = []
-    for _ in range(num_members):
+    for budget in budgets:
         adjusted = scores - penalty * counts * scale[:, None]
         kept = []
         for layer, k in enumerate(budget):
@@ -192,7 +215,7 @@ def _select_overlap(
 def _select_circuits(
     circuits: list[HeadPlan] | None,
     num_members: int,
-    budget: list[int],
+    budgets: list[list[int]],
     num_heads: int,
     penalty: float,
     searched_with: Any,
@@ -216,7 +239,7 @@ def _select_circuits(
             f"allowed 1..{len(circuits)} (or rescore with num_circuits={num_members})"
         )
     chosen = list(circuits[:num_members])
-    for i, plan in enumerate(chosen):
+    for i, (plan, budget) in enumerate(zip(chosen, budgets, strict=True)):
         plan.validate_for([num_heads] * len(budget))
         if plan.num_kept() != budget:
             raise ValueError(
@@ -229,7 +252,7 @@ def _select_circuits(
 def select_members(
     scores: Tensor | HeadScores,
     num_members: int,
-    heads_per_layer: int | Sequence[int] | None = None,
+    heads_per_layer: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
     strategy: str = "overlap_penalty",
     seed: int = 0,
     *,
@@ -242,7 +265,9 @@ def select_members(
         scores: [L, H] float tensor, higher = more important, finite; or a ``HeadScores``.
         num_members: M >= 1.
         heads_per_layer: heads each member keeps per layer, an int for all layers or one int per
-            layer, each in 1..H. ``None``: ``default_heads_per_layer(H, M)`` (4 for H=12, M=3).
+            layer, each in 1..H; or M such budgets, one per member (per-member pruning ratios:
+            member ``m`` keeps ``heads_per_layer[m][l]`` heads of layer ``l``). ``None``:
+            ``default_heads_per_layer(H, M)`` (4 for H=12, M=3).
         strategy: one of ``STRATEGIES`` (see the module docstring).
         seed: seeds ``gumbel_topk``; the other strategies are deterministic and ignore it.
         temperature: > 0, for ``gumbel_topk`` (relative to per-layer standardised scores).
@@ -252,7 +277,7 @@ def select_members(
             differ: the circuits must be rescored).
 
     Returns:
-        M plans of ``L`` layers; plan ``m`` keeps ``heads_per_layer[l]`` heads in layer ``l``.
+        M plans of ``L`` layers; plan ``m`` keeps its budget's ``k_l`` heads in layer ``l``.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is unknown; allowed: {', '.join(STRATEGIES)}")
@@ -260,7 +285,7 @@ def select_members(
         raise ValueError(f"num_members must be an int >= 1, got {num_members!r}")
     tensor, circuits = _as_score_tensor(scores)
     num_layers, num_heads = tensor.shape
-    budget = _budget(heads_per_layer, num_layers, num_heads, num_members)
+    budgets = _member_budgets(heads_per_layer, num_layers, num_heads, num_members)
     if strategy == "topk":
         if num_members != 1:
             raise ValueError(
@@ -268,19 +293,19 @@ def select_members(
                 f"{num_members}; for diverse members use 'overlap_penalty', 'gumbel_topk' or "
                 "'circuits'"
             )
-        return _select_topk(tensor, budget)
+        return _select_topk(tensor, budgets[0])
     if strategy == "gumbel_topk":
         if not (
             isinstance(temperature, int | float) and math.isfinite(temperature) and temperature > 0
         ):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-        return _select_gumbel(tensor, num_members, budget, int(seed), float(temperature))
+        return _select_gumbel(tensor, budgets, int(seed), float(temperature))
     resolved = resolve_penalty(strategy, penalty)
     if strategy == "overlap_penalty":
-        return _select_overlap(tensor, num_members, budget, resolved)
+        return _select_overlap(tensor, budgets, resolved)
     meta = getattr(scores, "meta", None) or {}
     searched_with = meta.get("overlap_penalty")
-    return _select_circuits(circuits, num_members, budget, num_heads, resolved, searched_with)
+    return _select_circuits(circuits, num_members, budgets, num_heads, resolved, searched_with)
 
 
 def diversity_report(

@@ -130,6 +130,7 @@ def fine_tune(
     max_grad_norm: float | None = 1.0,
     device: str | torch.device = "cpu",
     precision: str = "fp32",
+    loss_term: Callable[[torch.Tensor, Batch], torch.Tensor] | None = None,
 ) -> TrainReport:
     """Train ``model`` in place with cross-entropy on ``batch["labels"]``.
 
@@ -150,6 +151,9 @@ def fine_tune(
         precision: ``fp32`` (no autocast: the default CPU fp32 result is unchanged), ``bf16`` or
             ``fp16``: the forward runs under ``torch.autocast``, the loss in float32; fp16 adds a
             ``torch.amp.GradScaler`` (its skipped steps still advance the schedule).
+        loss_term: ``(logits [B, C] float32, batch on the device) -> scalar`` added to each
+            step's cross-entropy (e.g. :func:`hydra_ops.diversity_loss.anchored_ncl_term`); the
+            reported losses include it. None: cross-entropy alone, as before.
 
     Returns:
         :class:`TrainReport` with per-epoch mean loss and wall time. The model is left in eval mode.
@@ -234,6 +238,8 @@ def fine_tune(
                 with forward_context():
                     logits = model_logits(model, batch)
                 loss = F.cross_entropy(logits.float(), labels)
+                if loss_term is not None:
+                    loss = loss + loss_term(logits.float(), batch)
                 optimizer.zero_grad(set_to_none=True)
                 if scaler is None:
                     loss.backward()

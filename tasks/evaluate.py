@@ -53,6 +53,7 @@ from tasks.common import (
 )
 from tasks.cost import COST_FILE, measure_cost
 from tasks.custody import check_compiled_source, scored_record
+from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.params import PipelineConfig
 from tasks.report import render_report
 from tasks.scorecard import (
@@ -144,6 +145,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             "calibrated": split_metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
             "raw": split_metrics(cfg, outputs[cand.name], labels, 1.0),
             "ood_by_score": ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
+            "diversity": model_diversity(outputs[cand.name], labels),
         }
         if isinstance(cand, ShippedHydra):
             entry.update(_shipped_fields(cfg, cand, batched, outputs["hydra"], compiled))
@@ -188,6 +190,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "ood_score": cfg.evaluate.ood_score,
         "ood_validation_set": manifest.ood_val_provenance,
         "counts": {s: len(d) for s, d in data.items()},
+        "plan_overlap": plan_overlap_summary(cfg, root),
         "models": models,
         "bootstrap": bootstrap,
         "scored": scored,

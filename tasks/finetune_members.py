@@ -9,6 +9,12 @@ merge can share them. The circuit
 variant skips this stage's work and writes only ``index.json`` (``finetuned: false``); the merge
 then prunes copies of the base.
 
+Diversity mechanisms (off by default; docs/diversity.md): ``members.finetune.data`` gives member
+``m`` (and ``control_m``) a bootstrap resample or the ``m``-th disjoint shard of the training split
+(:mod:`hydra_ops.member_data`), and ``members.finetune.objective: ncl`` adds the
+negative-correlation penalty against the fine-tuned base's predictions on each batch
+(:mod:`hydra_ops.diversity_loss`).
+
 Each member is a resumable unit (:mod:`tasks.resumable`): a killed run restarts only unfinished
 members. ``python -m tasks.finetune_members --member m`` builds one member (what the Prefect flow
 maps over); without ``--member`` every member is built (or verified) and the index written.
@@ -27,7 +33,7 @@ from hydra_ops.plans import load_plans
 from hydra_ops.runtime import Runtime
 from hydra_ops.training import fine_tune
 from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
-from tasks.data import train_batches
+from tasks.data import batches, split, train_batches
 from tasks.params import PipelineConfig
 from tasks.resumable import ensure_unit, finalise
 
@@ -40,6 +46,47 @@ def _training_runtime(cfg: PipelineConfig) -> Runtime:
 
 def member_seed(cfg: PipelineConfig, m: int) -> int:
     return cfg.finetune_seed + cfg.members.finetune.seed_offset + m
+
+
+def member_train_batches(cfg: PipelineConfig, root: Path, m: int, rt: Runtime):
+    """``epoch -> batches`` of member ``m``'s training data: :func:`tasks.data.train_batches`
+    itself for ``members.finetune.data: full``; otherwise the member's subset
+    (:func:`hydra_ops.member_data.member_indices`), shuffled per epoch the same way."""
+    seed, mode = member_seed(cfg, m), cfg.members.finetune.data
+    if mode == "full":
+        return train_batches(cfg, root, seed, pin_memory=rt.pin_memory)
+    from hydra_ops.member_data import member_indices, subset
+
+    train = split(root, "train")
+    # shards: one permutation for all members (seed of member 0), so the shards are disjoint
+    draw_seed = member_seed(cfg, 0) if mode == "shards" else seed
+    indices = member_indices(train.labels, cfg.members.num_members, m, mode, draw_seed)
+    mine = subset(train, indices)
+    log.info("member %d: %s data, %d of %d examples", m, mode, len(mine), len(train))
+
+    def epoch_batches(epoch: int) -> list[dict]:
+        return batches(
+            cfg,
+            mine,
+            cfg.finetune.batch_size,
+            shuffle=True,
+            seed=seed + epoch,
+            pin_memory=rt.pin_memory,
+            random_shift=cfg.finetune.random_shift,
+        )
+
+    return epoch_batches
+
+
+def _loss_term(cfg: PipelineConfig, root: Path, rt: Runtime):
+    """The fine-tune's extra loss term: None (cross-entropy alone) or the NCL penalty against
+    the fine-tuned base (``members.finetune.objective: ncl``), run in the fine-tune's precision."""
+    ft = cfg.members.finetune
+    if ft.objective == "ce":
+        return None
+    from hydra_ops.diversity_loss import anchored_ncl_term
+
+    return anchored_ncl_term(load_model(root / BASE), ft.ncl_strength, rt.precision)
 
 
 def _unit_fingerprint(
@@ -56,6 +103,10 @@ def _unit_fingerprint(
             "max_length": cfg.model.max_length,
             "seed": member_seed(cfg, m),
             "frozen_layers": cfg.shared_layers,
+            # a member's shard depends on how many shards there are
+            **(
+                {"shards": cfg.members.num_members} if cfg.members.finetune.data == "shards" else {}
+            ),
             # CPU fp32 units keep the fingerprint they had before the runtime setting
             **({} if runtime.is_default else {"runtime": runtime.tag}),
         }
@@ -86,7 +137,7 @@ def build_member(
                 model = load_pruned(root / BASE, unit_plan)
             report = fine_tune(
                 model,
-                train_batches(cfg, root, seed, pin_memory=rt.pin_memory),
+                member_train_batches(cfg, root, m, rt),
                 epochs=ft.epochs,
                 lr=cfg.member_lr,
                 weight_decay=cfg.finetune.weight_decay,
@@ -96,6 +147,7 @@ def build_member(
                 frozen_layers=cfg.shared_layers or None,
                 device=rt.device,
                 precision=rt.precision,
+                loss_term=_loss_term(cfg, root, rt),
             )
             # the unit's done.json and checkpoint are cached: timings only to the log
             train, timings = split_timings(report.to_dict())

@@ -183,12 +183,33 @@ class MemberFinetuneConfig(_Strict):
     """``None``: half of the base fine-tune's learning rate."""
     seed_offset: int = 100
     max_parallel: int = Field(default=1, ge=1)
+    data: Literal["full", "bootstrap", "shards"] = "full"
+    """Each member's (and its control's) training data (:mod:`hydra_ops.member_data`): the whole
+    split, a bootstrap resample per member, or one of M disjoint class-stratified shards."""
+    objective: Literal["ce", "ncl"] = "ce"
+    """``ncl``: cross-entropy plus ``ncl_strength`` times the negative-correlation penalty
+    against the fine-tuned base's predictions (:mod:`hydra_ops.diversity_loss`)."""
+    ncl_strength: float = Field(default=0.5, ge=0)
+    """The penalty's weight (``objective: ncl`` only); docs/diversity.md has each one's cost."""
+
+    @model_serializer(mode="wrap")
+    def _omit_off_mechanisms(self, handler: Any) -> dict[str, Any]:
+        # the diversity mechanisms are left out of the dump while off, so default runs keep their
+        # params.yaml and member unit fingerprints
+        out = handler(self)
+        if self.data == "full":
+            out.pop("data", None)
+        if self.objective == "ce":
+            out.pop("objective", None)
+            out.pop("ncl_strength", None)
+        return out
 
 
 class MembersConfig(_Strict):
     num_members: int = Field(default=3, ge=1)
-    heads_per_layer: int | None = Field(default=None, ge=1)
-    """Heads each member keeps per layer; ``None`` = ``max(1, heads // num_members)``."""
+    heads_per_layer: Annotated[int, Field(ge=1)] | list[Annotated[int, Field(ge=1)]] | None = None
+    """Heads each member keeps per pruned layer: one int for every member, or a list with one int
+    per member (per-member pruning ratios); ``None`` = ``max(1, heads // num_members)``."""
     strategy: Literal["topk", "gumbel_topk", "overlap_penalty", "circuits"] | None = None
     """``None`` = ``circuits`` for the circuit scorer, ``overlap_penalty`` otherwise."""
     temperature: float = Field(default=1.0, gt=0)
@@ -579,9 +600,17 @@ class PipelineConfig(_Strict):
 
     @property
     def heads_per_member(self) -> int:
-        if self.members.heads_per_layer is not None:
-            return self.members.heads_per_layer
-        return max(1, self.model_heads // self.members.num_members)
+        """Heads per pruned layer of a member; with a per-member list, the largest."""
+        return max(self.member_head_budgets, default=1)  # [] is refused by the cross-checks
+
+    @property
+    def member_head_budgets(self) -> list[int]:
+        """Heads per pruned layer of each member (``members.heads_per_layer`` resolved)."""
+        k = self.members.heads_per_layer
+        if isinstance(k, list):
+            return list(k)
+        m = self.members.num_members
+        return [k if k is not None else max(1, self.model_heads // m)] * m
 
     @property
     def strategy(self) -> str:
@@ -659,6 +688,23 @@ class PipelineConfig(_Strict):
                     f"{self.heads_per_member} > the model's {self.model_heads} heads per layer",
                 )
             )
+        budgets = self.members.heads_per_layer
+        if isinstance(budgets, list):
+            if len(budgets) != self.members.num_members:
+                problems.append(
+                    (
+                        "members.heads_per_layer",
+                        f"has {len(budgets)} entries, one per member needs "
+                        f"members.num_members = {self.members.num_members}",
+                    )
+                )
+            elif len(set(budgets)) > 1 and self.strategy == "circuits":
+                problems.append(
+                    (
+                        "members.heads_per_layer",
+                        "per-member sizes need a strategy other than circuits",
+                    )
+                )
         if shape_known and self.shared_layers >= self.model_layers:
             problems.append(
                 ("merge.shared_layers", f"must be < the model's {self.model_layers} layers")

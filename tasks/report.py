@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks.member_diversity import diversity_section
 from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS
 
 
@@ -125,6 +126,7 @@ def render_report(result: dict[str, Any]) -> str:
                 if all("ood_by_score" in e for e in result["models"].values())
                 else []
             )
+            + diversity_section(result)
             + (
                 ["## `hydra-ens predict` verdicts (Hydra, calibrated)", verdict_table(result)]
                 if "verdicts" in hydra

@@ -4,7 +4,10 @@ baseline's plan (top-k, one member, same per-layer budget) and the plans' divers
 With ``merge.shared_layers = k > 0`` the first ``k`` layers of every member plan, and of the naive
 plan, keep all heads (the merge runs them once, unpruned, as a shared trunk; the circuit scorer does
 not search them); the plans' later layers are those of the configured scorer and strategy.
-``jaccard_mean_pruned_layers`` is the plans' overlap over the layers that are pruned."""
+``jaccard_mean_pruned_layers`` is the plans' overlap over the layers that are pruned.
+
+``members.heads_per_layer`` as a list gives each member its own size (per-member pruning ratios);
+the naive plan then keeps the members' mean size, rounded."""
 
 from __future__ import annotations
 
@@ -24,13 +27,17 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.selection import diversity_report, select_members
 
     scores = HeadScores.load(root / SCORES / "scores.safetensors")
-    m, k, shared = cfg.members.num_members, cfg.heads_per_member, cfg.shared_layers
-    # the trunk's layers keep every head; the others keep k per member
+    m, shared = cfg.members.num_members, cfg.shared_layers
+    sizes = cfg.member_head_budgets
+    # the trunk's layers keep every head; the others keep k_m per member (members.heads_per_layer)
+    budgets = [[scores.num_heads] * shared + [k] * (scores.num_layers - shared) for k in sizes]
+    # the naive twin: one member of the members' (mean) size
+    k = sizes[0] if len(set(sizes)) == 1 else round(sum(sizes) / m)
     budget = [scores.num_heads] * shared + [k] * (scores.num_layers - shared)
     plans = select_members(
         scores,
         m,
-        budget,
+        budgets,
         cfg.strategy,
         cfg.members_seed,
         temperature=cfg.members.temperature,
@@ -49,18 +56,18 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     summary = {
         "strategy": cfg.strategy,
         "num_members": m,
-        "heads_per_layer": k,
+        "heads_per_layer": k if len(set(sizes)) == 1 else sizes,
         "shared_layers": shared,
         **diversity,
         "jaccard_mean_pruned_layers": sum(pruned_jaccard) / len(pruned_jaccard),
     }
     write_json(root / METRICS / "diversity.json", summary)
     log.info(
-        "select_members: %d plans (%s, %d heads/layer), mean pairwise Jaccard %.3f "
+        "select_members: %d plans (%s, %s heads/layer), mean pairwise Jaccard %.3f "
         "(%.3f over the pruned layers)",
         m,
         cfg.strategy,
-        k,
+        summary["heads_per_layer"],
         diversity["jaccard_mean"],
         summary["jaccard_mean_pruned_layers"],
     )
