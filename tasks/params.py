@@ -37,7 +37,7 @@ from hydra_ops.atomic import atomic_write_bytes
 from hydra_ops.data.spec import DataSpec, OODSource, near_ood_problem
 from hydra_ops.shapes import VIT_DEFAULTS, text_model_shape
 
-IMAGE_SOURCES = ("mnist5k", "digits")
+IMAGE_SOURCES = ("mnist5k", "digits", "fashion-mnist")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 #: Metrics a gate may name. Classification metrics apply to ``id_test`` and ``shift``; OOD metrics
@@ -82,7 +82,7 @@ def _text_model_shape(path: str | None) -> tuple[int, int]:
 
 
 def data_modality(data: DataSpec) -> str:
-    """``"image"`` for mnist5k/digits and folders of images, else ``"text"``."""
+    """``"image"`` for the built-in image sources and folders of images, else ``"text"``."""
     if data.name in IMAGE_SOURCES:
         return "image"
     if data.name == "folder" and data.path and Path(data.path).is_dir():
