@@ -781,11 +781,20 @@ def apply_sets(
     changing ``data.name`` swaps the source defaults (``mnist5k`` brings its ViT shape and
     epochs, a text source drops them); every value the user changed by hand is kept.
     """
+    from tasks.source_defaults import source_defaults
+
     current_raw = to_raw(validate_params(current, source="params.yaml", root=root))
     profile, data = current_raw["profile"], current_raw["data"]
     # the file's own resolution: its profile and data section over the defaults
     reference = to_raw(resolve_params(profile, {"data": data}, root=root))
-    changed = _changed(current_raw, reference) | {"data": data}
+    # its data values at the source's defaults (e.g. fashion-mnist's max_per_split) follow too
+    data_reference = deep_merge(
+        deep_merge(DataSpec().to_dict(), source_defaults({"data": data}).get("data", {})),
+        PROFILES[profile].get("data", {}),
+    )
+    changed = _changed(current_raw, reference) | {
+        "data": _changed(data, data_reference) | {"name": data["name"]}
+    }
     return resolve_params(profile, changed, sets, root=root)
 
 

@@ -29,7 +29,7 @@ def grouped_stratified_split(
     group_label = labels[first]
     mixed = np.flatnonzero(group_label[inverse] != labels)
     if mixed.size:
-        raise ValueError(f"group {groups[mixed[0]]!r} holds examples of more than one class")
+        raise ValueError(f"group {str(groups[mixed[0]])!r} holds examples of more than one class")
     try:
         parts = stratified_split(group_label, fractions, seed, names=names)
     except ValueError as exc:
