@@ -56,6 +56,7 @@ STAGES = (
     "calibrate",
     "compile",
     "evaluate",
+    "report",
     "gate",
     "bundle",
     "promote",

@@ -19,9 +19,12 @@ For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OO
 many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
 thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
 
-Outputs: ``metrics/evaluate.json`` (DVC metrics), ``plots/reliability.json`` and ``plots/roc.json``
-(DVC plots), ``reports/evaluate.md`` (the Markdown table). What is computed from each model's
-member logits (metrics, OOD per score, bootstrap, verdicts, plot rows) is :mod:`tasks.scorecard`.
+Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key.json`` (the few
+numbers per model DVC shows as metrics, :mod:`tasks.key_metrics`), ``plots/reliability.json``,
+``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.score_histograms`),
+``reports/evaluate.md`` (the Markdown tables; stage ``report`` draws the figures). What is
+computed from each model's member logits (metrics, OOD per score, bootstrap, verdicts, plot rows)
+is :mod:`tasks.scorecard`.
 """
 
 from __future__ import annotations
@@ -50,8 +53,10 @@ from tasks.common import (
     write_json,
     write_text,
 )
+from tasks.key_metrics import KEY_METRICS_FILE, key_metrics
 from tasks.params import PipelineConfig
-from tasks.report import render_report
+from tasks.report import latency_setup, render_report
+from tasks.score_histograms import score_histograms
 from tasks.scorecard import (
     hydra_verdicts,
     ood_by_score,
@@ -177,12 +182,21 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         root / METRICS / "evaluate.json",
         {**result, "models": {n: _without_latency(e) for n, e in models.items()}},
     )
-    write_json(root / METRICS / LATENCY_FILE, {n: e["latency_ms"] for n, e in models.items()})
-    report_extra = {"verdict_thresholds": verdict_thresholds}
+    latency = {n: e["latency_ms"] for n, e in models.items()}
+    write_json(root / METRICS / LATENCY_FILE, latency)
+    # what DVC shows as metrics: the few numbers per model that decide (tasks.key_metrics)
+    write_json(root / METRICS / KEY_METRICS_FILE, key_metrics(models, latency))
+    report_extra = {
+        "verdict_thresholds": verdict_thresholds,
+        "latency_setup": latency_setup(cfg, str(rt.device), rt.precision, models, compiled),
+    }
 
     reliability, roc = plot_rows(cfg, outputs, temps, labels)
     write_json(root / PLOTS / "reliability.json", reliability)
     write_json(root / PLOTS / "roc.json", roc)
+    write_json(
+        root / PLOTS / "histograms.json", score_histograms(cfg.evaluate.ood_score, outputs, temps)
+    )
     write_text(root / REPORTS / "evaluate.md", render_report({**result, **report_extra}))
     return result
 

@@ -1,0 +1,50 @@
+"""The few numbers per model that decide, from the evaluation: what DVC tracks as metrics (so that
+``dvc metrics show`` and ``dvc exp show`` fit a screen) and what the cost-vs-quality figure draws.
+The wide tables (every metric, raw and calibrated, OOD by score, bootstrap intervals, verdicts)
+stay in ``metrics/evaluate.json``, an output DVC versions but does not show as metrics.
+
+Per model, calibrated: ``accuracy``, ``nll`` and ``ece`` on ID test, ``near_auroc`` and
+``far_auroc`` (the OOD score of ``evaluate.ood_score``), ``shift_nll``, and ``latency_x``, the
+model's latency over the single model's (both timed by evaluate on the same batch and machine;
+absent when either was not timed). Rounded to :data:`DIGITS` decimals: more is noise at these
+split sizes, and every column stays narrow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: ``key: (metric group in evaluate.json, metric)`` of every key number but the latency ratio.
+KEYS: dict[str, tuple[str, str]] = {
+    "accuracy": ("id_test", "accuracy"),
+    "nll": ("id_test", "nll"),
+    "ece": ("id_test", "ece"),
+    "near_auroc": ("near_ood", "auroc"),
+    "far_auroc": ("far_ood", "auroc"),
+    "shift_nll": ("shift", "nll"),
+}
+LATENCY_KEY = "latency_x"
+#: The file under ``metrics/`` that evaluate writes them to.
+KEY_METRICS_FILE = "key.json"
+#: Decimals kept.
+DIGITS = 4
+#: The model latency ratios are relative to.
+REFERENCE = "single"
+
+
+def key_metrics(
+    models: dict[str, dict[str, Any]], latency_ms: dict[str, float]
+) -> dict[str, dict[str, float]]:
+    """``{model: {key: value}}`` from evaluate's ``models`` entries (``calibrated`` metrics) and
+    ``{model: median ms}``; ``latency_x`` = ms / the reference model's ms."""
+    ref = latency_ms.get(REFERENCE)
+    result: dict[str, dict[str, float]] = {}
+    for name, entry in models.items():
+        values = {
+            key: round(float(entry["calibrated"][split][metric]), DIGITS)
+            for key, (split, metric) in KEYS.items()
+        }
+        if ref and latency_ms.get(name) is not None:
+            values[LATENCY_KEY] = round(latency_ms[name] / ref, 3)
+        result[name] = values
+    return result
