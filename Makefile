@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: install run test lint bench clean
+.PHONY: install browser run test lint bench clean
 
 install: $(STAMP)
 
@@ -26,8 +26,16 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/hydra-ens run
 
+## Chromium from Debian's packages, for the tests that open the run report in a headless browser
+## (they skip, saying why, where it cannot be installed: no root or no apt-get).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	    >/dev/null; } || echo "note: chromium is not installed; the browser tests will skip"
+
 ## Install everything and run the whole test suite (lint included).
-test: install
+test: install browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 

@@ -96,6 +96,13 @@ def ensure_project(root: Path) -> list[str]:
         dvc(root, "remote", "add", *([] if default else ["-d"]), REMOTE_NAME, REMOTE_DIR)
         kept = f" (the default stays {default!r})" if default else ""
         done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/{kept}")
+    config = root / ".dvc" / "config"
+    if "html_template" not in (config.read_text() if config.is_file() else ""):
+        # `dvc plots show` renders offline: the report stage's page template inlines vega
+        from tasks.run_report import DVC_TEMPLATE
+
+        dvc(root, "config", "plots.html_template", f"../{DVC_TEMPLATE.as_posix()}")
+        done.append(f"dvc plots show renders offline (plots.html_template: {DVC_TEMPLATE})")
     return done
 
 

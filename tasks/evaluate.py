@@ -19,8 +19,8 @@ For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OO
 many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
 thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
 
-Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key.json`` (the few
-numbers per model DVC shows as metrics, :mod:`tasks.key_metrics`), ``plots/reliability.json``,
+Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key/<model>.json`` (the
+few numbers per model DVC shows as metrics, :mod:`tasks.key_metrics`), ``plots/reliability.json``,
 ``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.score_histograms`),
 ``reports/evaluate.md`` (the Markdown tables; stage ``report`` draws the figures). What is
 computed from each model's member logits (metrics, OOD per score, bootstrap, verdicts, plot rows)
@@ -53,7 +53,7 @@ from tasks.common import (
     write_json,
     write_text,
 )
-from tasks.key_metrics import KEY_METRICS_FILE, key_metrics
+from tasks.key_metrics import KEY_METRICS_DIR, key_metrics, write_key_metrics
 from tasks.params import PipelineConfig
 from tasks.report import latency_setup, render_report
 from tasks.score_histograms import score_histograms
@@ -185,7 +185,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     latency = {n: e["latency_ms"] for n, e in models.items()}
     write_json(root / METRICS / LATENCY_FILE, latency)
     # what DVC shows as metrics: the few numbers per model that decide (tasks.key_metrics)
-    write_json(root / METRICS / KEY_METRICS_FILE, key_metrics(models, latency))
+    write_key_metrics(root / METRICS / KEY_METRICS_DIR, key_metrics(models, latency))
     report_extra = {
         "verdict_thresholds": verdict_thresholds,
         "latency_setup": latency_setup(cfg, str(rt.device), rt.precision, models, compiled),

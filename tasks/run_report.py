@@ -36,6 +36,23 @@ DVC_TEMPLATE = REPORTS / "dvc_plots_template.html"
 HISTOGRAMS = PLOTS / "histograms.json"
 
 
+#: ``name: caption`` of every figure, in page order (``{score}``: the OOD score's kind).
+CAPTIONS = {
+    "reliability": "Reliability diagram: accuracy against confidence on ID test, one curve per "
+    "model (calibrated; the dashed diagonal is perfect calibration)",
+    "roc": "ROC curves: near-OOD and far-OOD against ID test under the OOD score `{score}`, one "
+    "curve per model (calibrated)",
+    "ood_score_histograms": "OOD score histograms: `{score}` on ID test, near-OOD and far-OOD, "
+    "per model (fraction of each split per bin; the less they overlap, the better the detector)",
+    "disagreement_histograms": "Member disagreement histograms: the fraction of members voting "
+    "against the ensemble's class, on ID test, near-OOD and far-OOD, per model with several "
+    "members",
+    "cost_quality": f"Cost vs quality: latency relative to {REFERENCE} (log scale) against "
+    "near-OOD AUROC and shift NLL, one point per model (what the latency timed: the table's "
+    "`latency timed` column)",
+}
+
+
 def build_figures(
     evaluation: dict[str, Any],
     reliability: list[dict[str, Any]],
@@ -43,82 +60,66 @@ def build_figures(
     histograms: list[dict[str, Any]],
 ) -> list[Figure]:
     """Every figure of the report, in page order, as PNG. ``evaluation``: ``metrics/evaluate.json``
-    with ``latency_ms`` merged in (:func:`tasks.common.load_evaluation`)."""
+    with ``latency_ms`` merged in (:func:`tasks.common.load_evaluation`). No disagreement figure
+    when no model has several members; no cost figure when nothing was timed."""
     from tasks import figures as fig
 
     models = evaluation["models"]
     calibrated = {name: e["calibrated"] for name, e in models.items()}
     score = evaluation["ood_score"]
-    out = [
-        Figure(
-            "reliability",
-            "Reliability diagram: accuracy against confidence on ID test, one curve per model "
-            "(calibrated; the dashed diagonal is perfect calibration)",
-            fig.png_bytes(
-                fig.reliability_figure(
-                    reliability, {n: c["id_test"]["ece"] for n, c in calibrated.items()}
-                )
-            ),
+    drawn = {
+        "reliability": lambda: fig.reliability_figure(
+            reliability, {n: c["id_test"]["ece"] for n, c in calibrated.items()}
         ),
-        Figure(
-            "roc",
-            f"ROC curves: near-OOD and far-OOD against ID test under the OOD score `{score}`, "
-            "one curve per model (calibrated)",
-            fig.png_bytes(
-                fig.roc_figure(
-                    roc,
-                    {
-                        s: {n: c[s]["auroc"] for n, c in calibrated.items()}
-                        for s in ("near_ood", "far_ood")
-                    },
-                )
-            ),
+        "roc": lambda: fig.roc_figure(
+            roc,
+            {s: {n: c[s]["auroc"] for n, c in calibrated.items()} for s in ("near_ood", "far_ood")},
         ),
-        Figure(
-            "ood_score_histograms",
-            f"OOD score histograms: `{score}` on ID test, near-OOD and far-OOD, per model "
-            "(fraction of each split per bin; the better the detector, the less they overlap)",
-            fig.png_bytes(
-                fig.histogram_figure(histograms, "ood_score", f"OOD score `{score}` per split")
-            ),
+        "ood_score_histograms": lambda: fig.histogram_figure(
+            histograms, "ood_score", f"OOD score `{score}` per split"
         ),
-    ]
+    }
     if any(r["score"] == "disagreement" for r in histograms):
-        out.append(
-            Figure(
-                "disagreement_histograms",
-                "Member disagreement histograms: the fraction of members voting against the "
-                "ensemble's class, on ID test, near-OOD and far-OOD, per model with several "
-                "members",
-                fig.png_bytes(
-                    fig.histogram_figure(
-                        histograms, "disagreement", "Member disagreement per split"
-                    )
-                ),
-            )
+        drawn["disagreement_histograms"] = lambda: fig.histogram_figure(
+            histograms, "disagreement", "Member disagreement per split"
         )
     latency = {n: e["latency_ms"] for n, e in models.items() if e.get("latency_ms") is not None}
-    keys = key_metrics(models, latency)
     points = {
         name: {
             "latency_ratio": k[LATENCY_KEY],
             "near_ood_auroc": k["near_auroc"],
             "shift_nll": k["shift_nll"],
         }
-        for name, k in keys.items()
+        for name, k in key_metrics(models, latency).items()
         if LATENCY_KEY in k
     }
     if points:
-        out.append(
-            Figure(
-                "cost_quality",
-                f"Cost vs quality: latency relative to {REFERENCE} (log scale) against near-OOD "
-                "AUROC and shift NLL, one point per model (what the latency timed: the table's "
-                "`latency` columns)",
-                fig.png_bytes(fig.cost_quality_figure(points, REFERENCE)),
-            )
-        )
-    return out
+        drawn["cost_quality"] = lambda: fig.cost_quality_figure(points, REFERENCE)
+    return [
+        Figure(name, CAPTIONS[name].format(score=score), fig.png_bytes(drawn[name]()))
+        for name in CAPTIONS
+        if name in drawn
+    ]
+
+
+def artifact_markdown(root: Path) -> str | None:
+    """Markdown for the Prefect artifact: where the HTML page is, then every figure of
+    ``reports/figures`` inlined as a data URI (the artifact is then the report, with no file
+    server); None before the report stage ran."""
+    from tasks.html_report import data_uri
+
+    pngs = {name: root / FIGURES / f"{name}.png" for name in CAPTIONS}
+    pngs = {name: p for name, p in pngs.items() if p.is_file()}
+    if not pngs:
+        return None
+    lines = [
+        "# Run report",
+        f"The self-contained page (figures and tables, opens offline): `{(root / HTML)}`; "
+        "the tables alone: the `hydra-metrics` artifact.",
+    ]
+    for name, png in pngs.items():
+        lines += [f"## {CAPTIONS[name].split(':')[0]}", f"![{name}]({data_uri(png.read_bytes())})"]
+    return "\n\n".join(lines) + "\n"
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
