@@ -98,7 +98,7 @@ def ensure_project(root: Path) -> list[str]:
         done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/{kept}")
     config = root / ".dvc" / "config"
     if "html_template" not in (config.read_text() if config.is_file() else ""):
-        # `dvc plots show` renders offline: the report stage's page template inlines vega
+        # `dvc plots show` renders offline: the run_report stage's page template inlines vega
         from tasks.run_report import DVC_TEMPLATE
 
         dvc(root, "config", "plots.html_template", f"../{DVC_TEMPLATE.as_posix()}")

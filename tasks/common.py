@@ -56,7 +56,7 @@ STAGES = (
     "calibrate",
     "compile",
     "evaluate",
-    "report",
+    "run_report",
     "gate",
     "bundle",
     "promote",

@@ -22,7 +22,7 @@ thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
 Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key/<model>.json`` (the
 few numbers per model DVC shows as metrics, :mod:`tasks.key_metrics`), ``plots/reliability.json``,
 ``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.score_histograms`),
-``reports/evaluate.md`` (the Markdown tables; stage ``report`` draws the figures). What is
+``reports/evaluate.md`` (the Markdown tables; stage ``run_report`` draws the figures). What is
 computed from each model's member logits (metrics, OOD per score, bootstrap, verdicts, plot rows)
 is :mod:`tasks.scorecard`.
 """

@@ -1,5 +1,5 @@
-"""Stage ``report``: the run report a person looks at, drawn from what ``evaluate`` wrote (no model
-runs here, no torch: editing a figure reruns this stage alone).
+"""Stage ``run_report``: the run report a person looks at, drawn from what ``evaluate`` wrote (no
+model runs here, no torch: editing a figure reruns this stage alone).
 
 Outputs:
 
@@ -105,7 +105,7 @@ def build_figures(
 def artifact_markdown(root: Path) -> str | None:
     """Markdown for the Prefect artifact: where the HTML page is, then every figure of
     ``reports/figures`` inlined as a data URI (the artifact is then the report, with no file
-    server); None before the report stage ran."""
+    server); None before stage run_report ran."""
     from tasks.html_report import data_uri
 
     pngs = {name: root / FIGURES / f"{name}.png" for name in CAPTIONS}
@@ -146,7 +146,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("report", run)
+    stage_main("run_report", run)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 DVC's page loads vega, vega-lite and vega-embed from a CDN (its ``{scripts}`` placeholder), so
 offline it is blank. This template has no ``{scripts}`` placeholder: the three libraries are
 inlined in one ``<script>`` (the bundle of ``vl-convert-python``, a PyPI package that ships them),
-and DVC fills only ``{plot_divs}`` (and ``{refresh_tag}``). The ``report`` stage writes it to
+and DVC fills only ``{plot_divs}`` (and ``{refresh_tag}``). The ``run_report`` stage writes it to
 ``reports/dvc_plots_template.html``; the project's ``.dvc/config`` names it
 (``plots.html_template``, set by ``hydra-ens run``), so a plain ``dvc plots show`` uses it, and
 ``dvc plots show --html-template reports/dvc_plots_template.html`` does the same anywhere.
