@@ -1,5 +1,5 @@
 """Stage ``run_report`` (figures, the self-contained HTML page, the offline ``dvc plots show``
-page) on a synthetic evaluation: member logits drawn at random with an ID signal, run through the same
+page) on a synthetic evaluation: member logits drawn at random with an ID signal, run through the
 functions ``evaluate`` uses (metrics, plot rows, histograms, key metrics, the Markdown report), so
 no model runs. The pages are opened in a real headless Chromium (Debian's package; ``make test``
 installs it) whose every host name fails to resolve: every figure decodes, and ``dvc plots show``
