@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from hydra_ops.data import split_labels
-from hydra_ops.runtime import Runtime, move_batch
+from hydra_ops.runtime import Runtime, describe_device, move_batch
 from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
@@ -188,7 +188,9 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     write_key_metrics(root / METRICS / KEY_METRICS_DIR, key_metrics(models, latency))
     report_extra = {
         "verdict_thresholds": verdict_thresholds,
-        "latency_setup": latency_setup(cfg, str(rt.device), rt.precision, models, compiled),
+        "latency_setup": latency_setup(
+            cfg, describe_device(rt.device), rt.precision, models, compiled
+        ),
     }
 
     reliability, roc = plot_rows(cfg, outputs, temps, labels)

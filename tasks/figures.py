@@ -146,12 +146,20 @@ def histogram_figure(rows: list[dict[str, Any]], score: str, title: str) -> Figu
     groups = _by(mine, "model", "split")
     for ax, name in zip(axes.flat, names, strict=False):
         kind = next(r["kind"] for r in mine if r["model"] == name)
-        for split, (label, color) in SPLIT_STYLE.items():
+        for j, (split, (label, color)) in enumerate(SPLIT_STYLE.items()):
             bins = sorted(groups.get((name, split), []), key=lambda r: r["lo"])
             if not bins:
                 continue
-            edges = [b["lo"] for b in bins] + [bins[-1]["hi"]]
-            ax.stairs([b["fraction"] for b in bins], edges, label=label, color=color, lw=1.8)
+            fractions = [b["fraction"] for b in bins]
+            if kind == "disagreement":  # a few discrete values: the splits' bars side by side
+                width = (bins[0]["hi"] - bins[0]["lo"]) / (len(SPLIT_STYLE) + 1)
+                centers = [b["center"] + (j - 1) * width for b in bins]
+                ax.bar(centers, fractions, width=width, label=label, color=color)
+                ax.set_xticks([b["center"] for b in bins])
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.2g}"))
+            else:
+                edges = [b["lo"] for b in bins] + [bins[-1]["hi"]]
+                ax.stairs(fractions, edges, label=label, color=color, lw=1.8)
         ax.set_title(name, color=model_style(name)["color"], fontweight="bold")
         ax.set_xlabel(f"{kind} (higher = more OOD)")
         ax.set_ylabel("fraction of split")

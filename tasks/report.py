@@ -60,7 +60,7 @@ def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
     setup = result.get("latency_setup")
     header = ["model", *[f"{s}.{m}" for s, m in cols], "T", "parameters", "latency_ms"]
     if setup:
-        header.append(f"latency timed (batch {setup['batch']}, {setup['device']})")
+        header.append(f"latency timed (batch {setup['batch']})")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, entry in result["models"].items():
         row = [name] + [_fmt(entry[variant][s][m]) for s, m in cols]

@@ -107,7 +107,7 @@ def write_evaluation(root: Path) -> dict:
     with_latency = {
         **result,
         "models": {n: {**e, "latency_ms": LATENCY[n]} for n, e in models.items()},
-        "latency_setup": latency_setup(cfg, "cpu", "fp32", models, COMPILED),
+        "latency_setup": latency_setup(cfg, "cpu (AVX2, 2 threads)", "fp32", models, COMPILED),
     }
     write_text(root / REPORTS / "evaluate.md", render_report(with_latency))
     return result
@@ -245,7 +245,8 @@ def test_key_metrics_are_the_evaluations_numbers(project):
 def test_the_report_says_what_each_latency_timed(project):
     cfg = resolve_params("quick")
     md = (project / REPORTS / "evaluate.md").read_text()
-    assert f"latency timed (batch {cfg.evaluate.latency_batch}, cpu)" in md
+    assert f"latency timed (batch {cfg.evaluate.latency_batch})" in md
+    assert f"over a batch of {cfg.evaluate.latency_batch} ID-test examples, on cpu (AVX" in md
     rows = {line.split(" | ")[0].strip("| "): line for line in md.splitlines() if "eager" in line}
     assert rows["hydra"].endswith("| eager bf16, 3 members in one pass |")
     assert rows["single"].endswith("| eager fp32 |")
