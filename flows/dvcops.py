@@ -103,6 +103,13 @@ def ensure_project(root: Path) -> list[str]:
         # written relative by an older release: a clone resolved it to its own empty folder
         dvc(root, "remote", "modify", REMOTE_NAME, "url", local)
         done.append(f"dvc remote {REMOTE_NAME}: url {local} (was relative)")
+    config = root / ".dvc" / "config"
+    if "html_template" not in (config.read_text() if config.is_file() else ""):
+        # `dvc plots show` renders offline: the run_report stage's page template inlines vega
+        from tasks.run_report import DVC_TEMPLATE
+
+        dvc(root, "config", "plots.html_template", f"../{DVC_TEMPLATE.as_posix()}")
+        done.append(f"dvc plots show renders offline (plots.html_template: {DVC_TEMPLATE})")
     if committed := commit_dvc_setup(root, force=bool(done)):
         done.append(committed)
     return done

@@ -12,7 +12,8 @@ Design (see docs/pipeline.md):
 * ``finetune_members`` (Taylor variant): the members are mapped Prefect tasks, each running
   ``python -m tasks.finetune_members --member m``; each member is a resumable, hash-verified
   unit, so the stage's own ``dvc repro`` that follows only verifies them and records the lock.
-* Prefect artifacts: the metrics table (Markdown + table artifact) and the gate verdict.
+* Prefect artifacts: the metrics table (Markdown + table artifact), the run report's figures
+  (``hydra-report``, inlined; the page itself is ``reports/evaluate.html``) and the gate verdict.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def _locked_outs(root: Path, stage: str) -> dict[str, str]:
 def _publish_artifacts(root: Path) -> dict[str, Any]:
     from tasks.common import load_evaluation
     from tasks.report import metrics_table
+    from tasks.run_report import HTML, artifact_markdown
 
     summary: dict[str, Any] = {}
     ev_path, gate_path = root / METRICS / "evaluate.json", root / REPORTS / "gate.json"
@@ -125,6 +127,14 @@ def _publish_artifacts(root: Path) -> dict[str, Any]:
             key="hydra-metrics-table", table=rows, description="calibrated metrics per model"
         )
         summary["metrics_table"] = metrics_table(ev)
+    report = artifact_markdown(root)
+    if report is not None:
+        create_markdown_artifact(
+            key="hydra-report",
+            markdown=report,
+            description="the run report's figures (reliability, ROC, histograms, cost vs quality)",
+        )
+        summary["report"] = str(root / HTML)
     if gate_path.is_file():
         gate = json.loads(gate_path.read_text())
         promo_path = root / REGISTRY / "promotion.json"

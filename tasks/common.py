@@ -56,6 +56,7 @@ STAGES = (
     "calibrate",
     "compile",
     "evaluate",
+    "run_report",
     "gate",
     "bundle",
     "promote",

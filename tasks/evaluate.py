@@ -19,9 +19,12 @@ For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OO
 many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
 thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
 
-Outputs: ``metrics/evaluate.json`` (DVC metrics), ``plots/reliability.json`` and ``plots/roc.json``
-(DVC plots), ``reports/evaluate.md`` (the Markdown table). What is computed from each model's
-member logits (metrics, OOD per score, bootstrap, verdicts, plot rows) is :mod:`tasks.scorecard`.
+Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key/<model>.json`` (the
+few numbers per model DVC shows as metrics, :mod:`tasks.key_metrics`), ``plots/reliability.json``,
+``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.score_histograms`),
+``reports/evaluate.md`` (the Markdown tables; stage ``run_report`` draws the figures). What is
+computed from each model's member logits (metrics, OOD per score, bootstrap, verdicts, plot rows)
+is :mod:`tasks.scorecard`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 import torch
 
 from hydra_ops.data import split_labels
-from hydra_ops.runtime import Runtime, move_batch
+from hydra_ops.runtime import Runtime, describe_device, move_batch
 from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
@@ -54,8 +57,10 @@ from tasks.common import (
 from tasks.cost import COST_FILE, measure_cost
 from tasks.custody import check_compiled_source, scored_record
 from tasks.member_diversity import model_diversity, plan_overlap_summary
+from tasks.key_metrics import KEY_METRICS_DIR, key_metrics, write_key_metrics
 from tasks.params import PipelineConfig
-from tasks.report import render_report
+from tasks.report import latency_setup, render_report
+from tasks.score_histograms import score_histograms
 from tasks.scorecard import (
     COMPARED_SPLITS,
     compiled_vs_eager,
@@ -201,16 +206,27 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         root / METRICS / "evaluate.json",
         {**result, "models": {n: _without_latency(e) for n, e in models.items()}},
     )
-    write_json(root / METRICS / LATENCY_FILE, {n: e["latency_ms"] for n, e in models.items()})
+    latency = {n: e["latency_ms"] for n, e in models.items()}
+    write_json(root / METRICS / LATENCY_FILE, latency)
     timed = [(c.name, lambda c=c: c.fn(latency_batch), c.parameters) for c in candidates]
     ev_cfg = cfg.evaluate
     cost = measure_cost(timed, ev_cfg.cost_rounds, rt.device, ev_cfg.latency_batch, rt.precision)
     write_json(root / METRICS / COST_FILE, cost)
-    report_extra = {"verdict_thresholds": verdict_thresholds}
+    # what DVC shows as metrics: the few numbers per model that decide (tasks.key_metrics)
+    write_key_metrics(root / METRICS / KEY_METRICS_DIR, key_metrics(models, latency))
+    report_extra = {
+        "verdict_thresholds": verdict_thresholds,
+        "latency_setup": latency_setup(
+            cfg, describe_device(rt.device), rt.precision, models, compiled
+        ),
+    }
 
     reliability, roc = plot_rows(cfg, outputs, temps, labels)
     write_json(root / PLOTS / "reliability.json", reliability)
     write_json(root / PLOTS / "roc.json", roc)
+    write_json(
+        root / PLOTS / "histograms.json", score_histograms(cfg.evaluate.ood_score, outputs, temps)
+    )
     write_text(root / REPORTS / "evaluate.md", render_report({**result, **report_extra}))
     return result
 

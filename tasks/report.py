@@ -7,19 +7,61 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.member_diversity import diversity_section
-from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS
+from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
 
 
 def _fmt(v: float) -> str:
     return f"{v:.4f}" if abs(v) < 100 else f"{v:,.0f}"
 
 
+def _precision(name: str | None) -> str:
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(name or "", name or "")
+
+
+def latency_setup(
+    cfg: PipelineConfig,
+    device: str,
+    precision: str,
+    models: dict[str, dict[str, Any]],
+    compiled: dict[str, Any],
+) -> dict[str, Any]:
+    """What ``latency_ms`` timed, for the report: ``{batch, repeats, device, timed: {model: how},
+    compiled: {backend, precision}}``. Every model runs eager in evaluate's process, one after the
+    other, on ``device`` in the runtime's ``precision``, except Hydra, which runs at the precision
+    its compiled artifact ships in (weights and inputs cast; compile checked the two agree); a
+    model of K independent members (Deep Ensemble, control) runs its K models in turn, MC Dropout
+    its K passes."""
+    shipped = _precision(compiled.get("precision"))
+    timed = {}
+    for name, entry in models.items():
+        if name == "hydra":
+            how = f"eager {shipped if shipped and shipped != 'fp32' else precision}"
+            how += f", {entry['members']} members in one pass"
+        else:
+            how = f"eager {precision}"
+            if entry["members"] > 1:
+                unit = "passes" if name == "mc_dropout" else "models"
+                how += f", {entry['members']} {unit} in turn"
+        timed[name] = how
+    return {
+        "batch": cfg.evaluate.latency_batch,
+        "repeats": cfg.evaluate.latency_repeats,
+        "device": device,
+        "timed": timed,
+        "compiled": {"backend": compiled.get("backend"), "precision": shipped or None},
+    }
+
+
 def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
-    """Markdown table: one row per model, columns split/metric (+ parameters, latency)."""
+    """Markdown table: one row per model, columns split/metric (+ parameters, latency and, when
+    ``result`` has :func:`latency_setup`'s ``latency_setup``, what the latency timed)."""
     cols = [("id_test", m) for m in CLASSIFICATION_METRICS]
     cols += [("shift", m) for m in ("accuracy", "nll", "ece")]
     cols += [(s, m) for s in ("near_ood", "far_ood") for m in OOD_METRICS]
+    setup = result.get("latency_setup")
     header = ["model", *[f"{s}.{m}" for s, m in cols], "T", "parameters", "latency_ms"]
+    if setup:
+        header.append(f"latency timed (batch {setup['batch']})")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, entry in result["models"].items():
         row = [name] + [_fmt(entry[variant][s][m]) for s, m in cols]
@@ -27,8 +69,35 @@ def metrics_table(result: dict[str, Any], variant: str = "calibrated") -> str:
         latency = entry.get("latency_ms")
         shown = "-" if latency is None else f"{latency:.1f}"
         row += [f"{t:.3f}", f"{entry['parameters']:,}", shown]
+        if setup:
+            row.append(setup["timed"].get(name, "-"))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def latency_note(setup: dict[str, Any]) -> str:
+    """One paragraph: what ``latency_ms`` is, and what it is not (the compiled artifact)."""
+    compiled = setup["compiled"]
+    note = (
+        f"`latency_ms`: the median of {setup['repeats']} timed calls of one forward pass over a "
+        f"batch of {setup['batch']} ID-test examples, on {setup['device']}, every model eager in "
+        "the same process one after the other (column `latency timed`: at which precision). "
+        "A figure measured on another machine, precision or batch (the README's, `benchmarks/`) "
+        "does not compare with these."
+    )
+    precisions = {how.split(",")[0] for how in setup["timed"].values()}
+    if len(precisions) > 1:
+        note += (
+            " The rows ran at different precisions (" + ", ".join(sorted(precisions)) + "): the "
+            "Hydra at the precision it ships in, the others at the runtime's, so a ratio between "
+            "them also measures the precision."
+        )
+    if compiled.get("backend") and compiled["backend"] != "eager":
+        note += (
+            f" The Hydra ships compiled ({compiled['backend']}, {compiled['precision']}); that "
+            "artifact's own timings are compile's (`metrics/compile.json`), not this column."
+        )
+    return note
 
 
 def ood_score_table(result: dict[str, Any]) -> str:
@@ -110,6 +179,9 @@ def render_report(result: dict[str, Any]) -> str:
                 + f". Shipped artifact: {_compiled_note(hydra)}.",
                 "## Calibrated (temperature scaling fitted on validation)",
                 metrics_table(result, "calibrated"),
+            ]
+            + ([latency_note(result["latency_setup"])] if "latency_setup" in result else [])
+            + [
                 "## Raw",
                 metrics_table(result, "raw"),
                 "## Paired bootstrap: Hydra minus each baseline (calibrated)",

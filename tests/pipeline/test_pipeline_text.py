@@ -152,8 +152,14 @@ def test_report_has_every_metric(project):
     # the quick profile ships the eager model: the compile check is not applicable, not passed
     statuses = [c["status"] for c in gate["checks"]]
     assert statuses == ["passed", "passed", "skipped", "not applicable", "not applicable"]
-    for plot in ("reliability.json", "roc.json"):
+    for plot in ("reliability.json", "roc.json", "histograms.json"):
         assert json.loads((project / "plots" / plot).read_text())
+    # stage run_report: the figures, the page, the key numbers DVC shows as metrics
+    assert sorted(p.stem for p in (project / "metrics" / "key").iterdir()) == sorted(ev["models"])
+    figures = {p.name for p in (project / "reports" / "figures").iterdir()}
+    assert {"reliability.png", "roc.png", "cost_quality.png"} <= figures
+    assert "data:image/png;base64," in (project / "reports" / "evaluate.html").read_text()
+    assert "html_template" in (project / ".dvc" / "config").read_text()
 
 
 def test_status_and_predict_use_the_registry(project):
