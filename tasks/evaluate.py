@@ -56,8 +56,8 @@ from tasks.common import (
 )
 from tasks.cost import COST_FILE, measure_cost
 from tasks.custody import check_compiled_source, scored_record
-from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.key_metrics import KEY_METRICS_DIR, key_metrics, write_key_metrics
+from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.params import PipelineConfig
 from tasks.report import latency_setup, render_report
 from tasks.score_histograms import score_histograms
