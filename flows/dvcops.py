@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flows.dvclinks import cache_dir, ensure_cache_links, link_remote_to_cache
+
 REMOTE_NAME, REMOTE_DIR = "local", ".dvc-remote"
 #: Set when the user interrupted the run (the CLI's SIGINT/SIGTERM handler): no new stage or
 #: member process starts and no failure is retried.
@@ -96,6 +98,7 @@ def ensure_project(root: Path) -> list[str]:
         dvc(root, "remote", "add", *([] if default else ["-d"]), REMOTE_NAME, REMOTE_DIR)
         kept = f" (the default stays {default!r})" if default else ""
         done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/{kept}")
+    done += ensure_cache_links(root)  # one copy of each output (flows.dvclinks)
     return done
 
 
@@ -352,4 +355,10 @@ def _wait_ended(procs: list, timeout: float) -> list:
 
 def push(root: Path) -> str:
     r = dvc(root, "push", "-q", check=False)
-    return "pushed" if r.returncode == 0 else f"push failed: {r.stderr.strip()[:200]}"
+    if r.returncode != 0:
+        return f"push failed: {r.stderr.strip()[:200]}"
+    local = remote_url(root, REMOTE_NAME)
+    if local and Path(local).resolve() == (root / REMOTE_DIR).resolve():
+        # the project's own remote on this disk shares the cache's bytes (flows.dvclinks)
+        link_remote_to_cache(root / REMOTE_DIR, cache_dir(root))
+    return "pushed"
