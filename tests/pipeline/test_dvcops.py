@@ -272,6 +272,6 @@ def test_the_local_remote_does_not_take_over_the_projects_default(tmp_path):
     dvcops.dvc(root, "init", "-q")
     dvcops.dvc(root, "remote", "add", "-d", "store", "s3://bucket/prefix")
     done = dvcops.ensure_project(root)
-    assert done == ["dvc remote local -> .dvc-remote/ (the default stays 'store')"]
+    assert done[0] == "dvc remote local -> .dvc-remote/ (the default stays 'store')"
     assert dvcops.dvc(root, "config", "core.remote").stdout.strip() == "store"
     assert dvcops.has_remote(root, dvcops.REMOTE_NAME)
