@@ -10,8 +10,9 @@ stage's metrics) and, when something was measured, the timings.
   CUDA): the stage then runs the exact fp32 code path it ran before this module.
 - With native bf16, ``auto`` times both precisions on the stage's real model and batch
   (:func:`time_training_steps`: a few full training steps, forward + backward + AdamW, on a copy of
-  the model; :func:`time_inference`: forward passes without grad, plus the agreement of the bf16
-  logits with the fp32 ones on the same batches, :func:`hydra_ops.compile.verify.compare_logits`).
+  the model; :func:`hydra_ops.inference_probe.time_inference`: forward passes without grad, plus
+  the agreement of the bf16 logits with the fp32 ones on the same batches,
+  :func:`hydra_ops.compile.verify.compare_logits`).
   The two precisions alternate step by step (and which goes first alternates too), so load from
   elsewhere on the machine falls on both. bf16 is chosen only when its median is faster by
   ``margin`` (:data:`DEFAULT_MARGIN`: at least 1.15x) and, for inference, its logits agree with
@@ -50,7 +51,6 @@ __all__ = [
     "decide_inference_precision",
     "decide_training_precision",
     "model_signature",
-    "time_inference",
     "time_training_steps",
 ]
 
@@ -184,7 +184,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _alternating(
+def alternating_timings(
     run: Callable[[str], None], device: torch.device, steps: int, warmup: int
 ) -> Timings:
     """Time ``run(precision)`` for fp32 and bf16 in turn (the first of each pair alternates)."""
@@ -242,45 +242,7 @@ def time_training_steps(
             loss.backward()
             optimizer.step()
 
-        return _alternating(step, device, steps, warmup)
-
-
-@torch.no_grad()
-def time_inference(
-    model: nn.Module,
-    batches: Sequence[Batch],
-    device: torch.device | str,
-    *,
-    tolerance: float,
-    min_agreement: float,
-    steps: int = DEFAULT_STEPS,
-    warmup: int = 1,
-) -> tuple[Timings, dict[str, Any]]:
-    """``(timings, check)``: seconds per forward of ``model`` on ``batches[0]`` in fp32 and bf16
-    (alternating; :func:`hydra_ops.inference.logits`: eval mode, no grad, a Hydra's ``[B, M, C]``
-    or a classifier's ``[B, C]``), and the agreement of bf16's logits with fp32's over every batch
-    (:func:`~hydra_ops.compile.verify.compare_logits`: max |dp| of the (ensemble) probabilities
-    <= ``tolerance``, argmax agreement >= ``min_agreement``). The model's mode is restored; it
-    moves to ``device`` in place (where the stage runs it anyway)."""
-    from hydra_ops.compile.verify import compare_logits
-    from hydra_ops.inference import logits
-    from hydra_ops.runtime import move_batch
-
-    device = torch.device(device)
-    if not batches:
-        raise ValueError("time_inference: no batches")
-    model.to(device)
-    moved = [move_batch(b, device) for b in batches]
-
-    def forward(precision: str, batch: Batch) -> torch.Tensor:
-        return logits(model, [batch], device=device, precision=precision)
-
-    timings = _alternating(lambda p: forward(p, moved[0]), device, steps, warmup)
-    ref = torch.cat([forward("fp32", b) for b in moved])
-    low = torch.cat([forward("bf16", b) for b in moved])
-    if ref.ndim == 2:  # a single model's [N, C]: one member
-        ref, low = ref.unsqueeze(1), low.unsqueeze(1)
-    return timings, compare_logits(ref, low, tolerance, min_agreement)
+        return alternating_timings(step, device, steps, warmup)
 
 
 def model_signature(model: nn.Module) -> dict[str, Any]:
@@ -311,17 +273,18 @@ def choose_precision(
     margin: float = DEFAULT_MARGIN,
     steps: int = DEFAULT_STEPS,
     tolerance: float = 2e-2,
-    min_agreement: float = 1.0,
     measure: Callable[[], tuple[Timings, dict[str, Any] | None]] | None = None,
 ) -> PrecisionChoice:
     """The precision a stage runs for ``spec`` (``auto``, ``fp32``, ``bf16``, ``fp16``).
 
-    ``auto`` on a device with native bf16 (``support``, default :meth:`Bf16Support.of`) measures
-    ``model`` on ``batches`` (training: the first batch's steps; inference: forward timing on the
-    first batch and agreement over all), or calls ``measure`` when given (it returns
-    ``(timings, check)``). The result is kept in ``cache`` keyed by the machine, ``use``, the
-    model's and the first batch's signature and the margin; a cached result is reused as is, so
-    the same machine and shape always get the same answer.
+    ``auto`` on a device with native bf16 (``support``, default :meth:`Bf16Support.of`) calls
+    ``measure() -> (timings, check)``; without one, training times :func:`time_training_steps`
+    of ``model`` on the first of ``batches`` (inference needs ``measure``: e.g.
+    :func:`hydra_ops.inference_probe.time_inference`, which checks bf16 against fp32 as compile
+    does; kept apart so a training stage does not depend on the compile code). The result is
+    kept in ``cache`` keyed by the machine, ``use``, the model's and the first batch's signature,
+    the margin and the tolerance; a cached result is reused as is, so the same machine and shape
+    always get the same answer.
     """
     from hydra_ops.runtime import resolve_precision
 
@@ -338,17 +301,11 @@ def choose_precision(
         if model is None or not batches:
             raise ValueError("choose_precision: auto with native bf16 needs a model and a batch")
 
+        if use != "training":
+            raise ValueError("choose_precision: auto for inference needs measure=")
+
         def measure() -> tuple[Timings, dict[str, Any] | None]:
-            if use == "training":
-                return time_training_steps(model, batches[0], device, steps=steps), None
-            return time_inference(
-                model,
-                batches,
-                device,
-                tolerance=tolerance,
-                min_agreement=min_agreement,
-                steps=steps,
-            )
+            return time_training_steps(model, batches[0], device, steps=steps), None
 
     def measured() -> dict[str, Any]:
         timings, check = measure()

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from hydra_ops.checkpoints import load_model
+from hydra_ops.inference_probe import time_inference
 from hydra_ops.runtime import Runtime, resolve_device
 from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
 from tasks.common import BASE, METRICS, publish_dir, read_json, stage_main, write_json
@@ -49,6 +50,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "inference",
         lambda: load_model(root / BASE),
         lambda: check_batches(batched["val"], cfg.compile.check_examples),
+        time_inference,
     )
     tensors: dict[str, torch.Tensor] = {}
     models: dict[str, dict[str, int]] = {}

@@ -25,6 +25,7 @@ from typing import Any
 from hydra_ops.checkpoints import read_checkpoint_metadata, weights_hash
 from hydra_ops.data import split_labels
 from hydra_ops.inference import logits
+from hydra_ops.inference_probe import time_inference
 from hydra_ops.runtime import Runtime, resolve_device
 from tasks.common import (
     BASE,
@@ -84,6 +85,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "inference",
         lambda: hydra,
         lambda: check_batches(val_batches, cfg.compile.check_examples),
+        time_inference,
     )
     member_logits = logits(hydra, val_batches, device=rt.device, precision=rt.precision)
     hydra.cpu()

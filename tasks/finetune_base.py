@@ -24,7 +24,7 @@ from hydra_ops.training import fine_tune
 from tasks import data
 from tasks.common import BASE, METRICS, stage_main, write_json
 from tasks.params import PipelineConfig
-from tasks.precision import precision_record, stage_runtime
+from tasks.precision import precision_record, probe_batch, stage_runtime
 
 log = logging.getLogger("hydra_ens")
 
@@ -42,13 +42,6 @@ def new_base(cfg: PipelineConfig, root: Path, seed: int) -> torch.nn.Module:
         in_chans=int(shape[2]) if len(shape) == 3 else 1,
         **vit.model_dump(),
     )
-
-
-def probe_batch(cfg: PipelineConfig, root: Path) -> list[dict]:
-    """The first ``finetune.batch_size`` training examples in file order, one batch with labels:
-    what a precision probe of a training stage times (the same for every seed)."""
-    n = cfg.finetune.batch_size
-    return data.batches(cfg, data.split(root, "train"), n, limit=n)[:1]
 
 
 def training_runtime(

@@ -35,9 +35,8 @@ from hydra_ops.runtime import Runtime
 from hydra_ops.training import fine_tune, freeze_layers
 from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
 from tasks.data import train_batches
-from tasks.finetune_base import probe_batch
 from tasks.params import PipelineConfig
-from tasks.precision import precision_record, stage_runtime
+from tasks.precision import precision_record, probe_batch, stage_runtime
 from tasks.resumable import ensure_unit, finalise
 
 log = logging.getLogger("hydra_ens")
@@ -48,7 +47,7 @@ def unit_runtime(
 ) -> Runtime:
     """The precision unit ``label`` trains in (:func:`tasks.precision.stage_runtime`): the probe,
     when one runs, times ``load()`` with the trunk frozen as the fine-tune freezes it, on the
-    probe batch of :func:`tasks.finetune_base.probe_batch`. Members share one measurement, and
+    probe batch of :func:`tasks.precision.probe_batch`. Members share one measurement, and
     controls another (kept in the measurement cache)."""
 
     def probe_model() -> nn.Module:

@@ -27,8 +27,15 @@ from typing import Any
 import torch
 
 from hydra_ops.measurements import MeasurementCache
-from hydra_ops.precision_probe import Bf16Support, PrecisionChoice, Use, choose_precision
+from hydra_ops.precision_probe import (
+    Bf16Support,
+    PrecisionChoice,
+    Timings,
+    Use,
+    choose_precision,
+)
 from hydra_ops.runtime import Runtime, resolve_device
+from tasks import data
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")
@@ -55,15 +62,30 @@ def stage_runtime(
     use: Use,
     model_fn: Callable[[], torch.nn.Module] | None = None,
     batches_fn: Callable[[], Sequence[dict]] | None = None,
+    measure_fn: Callable[..., tuple[Timings, dict[str, Any] | None]] | None = None,
 ) -> tuple[Runtime, PrecisionChoice]:
     """``(runtime, choice)`` of ``stage``; ``model_fn`` / ``batches_fn`` build the probe's model
-    and batches, called only when ``auto`` measures (see module doc). Logs one line."""
+    and batches, called only when ``auto`` measures (see module doc). An inference stage passes
+    ``measure_fn(model, batches, device, tolerance=, min_agreement=)``
+    (:func:`hydra_ops.inference_probe.time_inference`; not imported here, so that the training
+    stages do not depend on the compile code it uses). Logs one line."""
     device = resolve_device(cfg.runtime.device)
-    model = batches = None
+    model = batches = measure = None
     if needs_probe(cfg):
         if model_fn is None or batches_fn is None:
             raise ValueError(f"{stage}: precision auto needs the model and a batch to measure")
         model, batches = model_fn(), list(batches_fn())
+        if measure_fn is not None:
+
+            def measure() -> tuple[Timings, dict[str, Any] | None]:
+                return measure_fn(
+                    model,
+                    batches,
+                    device,
+                    tolerance=cfg.compile.tolerance_low_precision,
+                    min_agreement=cfg.compile.min_agreement,
+                )
+
     choice = choose_precision(
         cfg.runtime.precision,
         device,
@@ -72,7 +94,7 @@ def stage_runtime(
         batches=batches or (),
         cache=measurement_cache(root),
         tolerance=cfg.compile.tolerance_low_precision,
-        min_agreement=cfg.compile.min_agreement,
+        measure=measure,
     )
     rt = Runtime(device, choice.precision, choice.reason)
     log.info("%s: %s", stage, choice.describe())
@@ -95,3 +117,10 @@ def check_batches(batches: Sequence[dict], examples: int) -> list[dict]:
         if seen >= examples:
             break
     return out
+
+
+def probe_batch(cfg: PipelineConfig, root: Path) -> list[dict]:
+    """The first ``finetune.batch_size`` training examples in file order, one batch with labels:
+    what a training stage's precision probe times (the same for every seed and unit)."""
+    n = cfg.finetune.batch_size
+    return data.batches(cfg, data.split(root, "train"), n, limit=n)[:1]

@@ -8,6 +8,7 @@ import pytest
 import torch
 from tiny_models import tiny_inputs, tiny_model
 
+from hydra_ops.inference_probe import time_inference
 from hydra_ops.measurements import MeasurementCache, machine_key
 from hydra_ops.precision_probe import (
     Bf16Support,
@@ -15,7 +16,6 @@ from hydra_ops.precision_probe import (
     choose_precision,
     decide_inference_precision,
     decide_training_precision,
-    time_inference,
     time_training_steps,
 )
 from hydra_ops.training import fine_tune
@@ -105,6 +105,15 @@ def test_choose_does_not_measure_without_native_bf16_or_for_an_explicit_precisio
     assert (pinned.precision, pinned.source) == ("fp32", "configured")
     asked = choose_precision("bf16", "cpu", "training", measure=measure)
     assert asked.precision == "bf16" and asked.source == "configured"
+    with pytest.raises(ValueError, match="measure"):  # inference auto: the caller measures
+        choose_precision(
+            "auto",
+            "cpu",
+            "inference",
+            support=NATIVE,
+            model=tiny_model("bert"),
+            batches=[labelled()],
+        )
 
 
 def test_probe_leaves_model_and_rng_alone_so_fp32_training_is_bit_identical():
