@@ -47,7 +47,8 @@ STAGES = [
 WRITE = (
     "import os, random, sys, pathlib; out = pathlib.Path(sys.argv[1]); out.mkdir(parents=True); "
     "random.seed(sys.argv[3]); size = int(float(sys.argv[2]) * 2**20); "
-    "(out / 'model.bin').write_bytes(random.randbytes(size))"
+    "f = open(out / 'model.bin', 'wb'); "
+    "[f.write(random.randbytes(min(2**24, size - i))) for i in range(0, size, 2**24)]; f.close()"
 )
 
 
