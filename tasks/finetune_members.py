@@ -31,7 +31,7 @@ from torch import nn
 
 from hydra_ops.checkpoints import load_model, load_pruned, save_member, split_timings, weights_hash
 from hydra_ops.plans import load_plans
-from hydra_ops.runtime import Runtime
+from hydra_ops.runtime import Runtime, describe_device, resolve_device
 from hydra_ops.training import fine_tune, freeze_layers
 from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
 from tasks.data import train_batches
@@ -59,8 +59,19 @@ def unit_runtime(
     def batch() -> list[dict]:
         return probe_batch(cfg, root)
 
-    rt, _ = stage_runtime(cfg, root, f"finetune_members {label}", "training", probe_model, batch)
+    label = f"finetune_members {label}"
+    rt, _ = stage_runtime(cfg, root, label, "training", probe_model, batch, log_runtime=False)
     return rt
+
+
+def log_runtime(cfg: PipelineConfig) -> None:
+    """The stage's one runtime line (each unit logs the precision it resolved)."""
+    if cfg.runtime.precision != "auto":
+        spec = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision, training=True)
+        log.info(spec.describe())
+        return
+    device = describe_device(resolve_device(cfg.runtime.device))
+    log.info("runtime: device %s, precision auto (resolved per member and control)", device)
 
 
 def member_seed(cfg: PipelineConfig, m: int) -> int:
@@ -156,6 +167,7 @@ def run(cfg: PipelineConfig, root: Path, member: int | None = None) -> dict[str,
         )
         finalise(root / MEMBERS, {}, {"finetuned": False, "variant": cfg.scoring.method})
         return {"finetuned": False}
+    log_runtime(cfg)
     if member is not None:
         return {"units": list(build_member(cfg, root, member))}
     units: dict[str, dict[str, Any]] = {}

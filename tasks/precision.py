@@ -63,12 +63,15 @@ def stage_runtime(
     model_fn: Callable[[], torch.nn.Module] | None = None,
     batches_fn: Callable[[], Sequence[dict]] | None = None,
     measure_fn: Callable[..., tuple[Timings, dict[str, Any] | None]] | None = None,
+    *,
+    log_runtime: bool = True,
 ) -> tuple[Runtime, PrecisionChoice]:
     """``(runtime, choice)`` of ``stage``; ``model_fn`` / ``batches_fn`` build the probe's model
     and batches, called only when ``auto`` measures (see module doc). An inference stage passes
     ``measure_fn(model, batches, device, tolerance=, min_agreement=)``
     (:func:`hydra_ops.inference_probe.time_inference`; not imported here, so that the training
-    stages do not depend on the compile code it uses). Logs one line."""
+    stages do not depend on the compile code it uses). Logs the choice and, with
+    ``log_runtime``, the runtime line (:meth:`Runtime.describe`)."""
     device = resolve_device(cfg.runtime.device)
     model = batches = measure = None
     if needs_probe(cfg):
@@ -98,7 +101,8 @@ def stage_runtime(
     )
     rt = Runtime(device, choice.precision, choice.reason)
     log.info("%s: %s", stage, choice.describe())
-    log.info(rt.describe())
+    if log_runtime:
+        log.info(rt.describe())
     return rt, choice
 
 
