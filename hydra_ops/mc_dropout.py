@@ -15,9 +15,10 @@ logits ``[B, S, C]`` go wherever member logits go (``hydra_ops.calibration``,
   rates when at least one is ``> 0`` (modules at 0 stay at 0); when all are 0 (the from-scratch
   timm ViT), every module runs at :data:`DEFAULT_RATE`. :class:`DropoutSetting` says which.
 - Batched passes: :func:`mc_dropout_logits` stacks the S passes of a batch along the batch
-  dimension and runs them as one forward (``passes_per_forward``; on 2 CPU cores a MiniLM batch of
-  64 runs its 8 passes 1.2-1.5x faster so, benchmarks/mc_dropout.py). The masks come from forward
-  hooks (:func:`pass_masks`) that draw pass ``s``'s rows from pass ``s``'s own generator, so a
+  dimension and runs them as one forward (``passes_per_forward``; by default as many as fit
+  :data:`MAX_STACKED_TOKENS`: the ratio to one forward per pass is measured by
+  ``benchmarks/stage_precision.py``, docs/benchmarks.md). The masks come from forward hooks
+  (:func:`pass_masks`) that draw pass ``s``'s rows from pass ``s``'s own generator, so a
   pass's masks are the same however the passes are batched, and the dropout is exactly
   ``nn.Dropout``'s in train mode (Bernoulli(1 - p) keep mask, scaled by 1 / (1 - p)).
 - Determinism: the per-pass generators (:func:`pass_generators`) restart from ``seed`` on every
@@ -42,6 +43,7 @@ __all__ = [
     "mc_dropout_logits",
     "pass_generators",
     "pass_masks",
+    "passes_per_forward_for",
 ]
 
 DEFAULT_RATE: float = 0.1
@@ -143,6 +145,24 @@ def _check_int(value: object, name: str, minimum: int) -> int:
     return value
 
 
+#: How many input tokens (text) one stacked MC Dropout forward holds at most: the default's
+#: 8 passes of a batch of 64 at length 64 (32,768) run as one forward; longer inputs stack fewer.
+MAX_STACKED_TOKENS: int = 32_768
+#: How many examples (images) one stacked MC Dropout forward holds at most.
+MAX_STACKED_EXAMPLES: int = 512
+
+
+def passes_per_forward_for(samples: int, batch: Batch) -> int:
+    """How many of ``samples`` passes one forward stacks by default: as many as fit
+    :data:`MAX_STACKED_TOKENS` (text: ``input_ids`` ``[B, L]``) or :data:`MAX_STACKED_EXAMPLES`
+    (anything else), at least 1."""
+    ids = batch.get("input_ids")
+    rows = next(iter(batch.values())).shape[0]
+    per_pass = rows * ids.shape[-1] if ids is not None else rows
+    budget = MAX_STACKED_TOKENS if ids is not None else MAX_STACKED_EXAMPLES
+    return max(1, min(samples, budget // max(per_pass, 1)))
+
+
 def pass_generators(samples: int, seed: int, device: torch.device) -> list[torch.Generator]:
     """One generator per pass on ``device``, seeded from ``seed`` (pass ``s`` always gets the same
     seed, whatever else is drawn): pass ``s``'s masks do not depend on how passes are batched."""
@@ -220,8 +240,9 @@ def mc_dropout_logits(
         rate: the dropout rate, or None (see :func:`dropout_setting`).
         device, precision: as :func:`hydra_ops.inference.logits` (None: where the model is; the
             model moves there in place; ``fp32`` / ``bf16`` / ``fp16``).
-        passes_per_forward: how many passes one forward stacks (None: all S; 1: one forward per
-            pass). Pass ``s`` gets the same masks whatever this is (:func:`pass_masks`), so the
+        passes_per_forward: how many passes one forward stacks (None: as many as
+            :func:`passes_per_forward_for` allows per batch; 1: one forward per pass). Pass ``s``
+            gets the same masks whatever this is (:func:`pass_masks`), so the
             results agree up to the rounding of a larger batch's matrix products.
 
     Returns:
@@ -235,8 +256,8 @@ def mc_dropout_logits(
 
     samples = _check_int(samples, "samples", 1)
     seed = _check_int(seed, "seed", 0)
-    chunk = samples if passes_per_forward is None else passes_per_forward
-    chunk = min(_check_int(chunk, "passes_per_forward", 1), samples)
+    if passes_per_forward is not None:
+        passes_per_forward = min(_check_int(passes_per_forward, "passes_per_forward", 1), samples)
     if isinstance(batches, Mapping):
         batches = [batches]
     batches = list(batches)
@@ -248,10 +269,11 @@ def mc_dropout_logits(
     model.to(dev)
     out = []
     generators = pass_generators(samples, seed, dev)
-    with pass_masks(model, setting, generators[:chunk]) as active:
+    with pass_masks(model, setting, generators) as active:
         for batch in batches:
             moved = {k: v for k, v in move_batch(batch, dev).items() if k != "labels"}
             size = next(iter(moved.values())).shape[0]
+            chunk = passes_per_forward or passes_per_forward_for(samples, moved)
             passes = []
             for start in range(0, samples, chunk):
                 active[:] = generators[start : start + chunk]

@@ -8,7 +8,13 @@ import torch
 from tiny_models import NUM_CLASSES, tiny_inputs, tiny_model
 from torch import nn
 
-from hydra_ops.mc_dropout import dropout_setting, mc_dropout_logits, pass_generators, pass_masks
+from hydra_ops.mc_dropout import (
+    dropout_setting,
+    mc_dropout_logits,
+    pass_generators,
+    pass_masks,
+    passes_per_forward_for,
+)
 
 
 class MaskProbe(nn.Module):
@@ -105,3 +111,12 @@ def test_a_dropout_input_that_is_not_stacked_passes_is_refused():
         model(torch.zeros(4, 1))
     with pytest.raises(ValueError, match="passes_per_forward"):
         mc_dropout_logits(MaskProbe(), batch(2), 3, passes_per_forward=0)
+
+
+def test_default_stacking_fits_the_token_budget():
+    text = {"input_ids": torch.zeros(64, 64, dtype=torch.long)}
+    assert passes_per_forward_for(8, text) == 8  # the default: one forward for all 8 passes
+    assert passes_per_forward_for(8, {"input_ids": torch.zeros(64, 128, dtype=torch.long)}) == 4
+    assert passes_per_forward_for(8, {"input_ids": torch.zeros(64, 4096, dtype=torch.long)}) == 1
+    assert passes_per_forward_for(8, {"pixel_values": torch.zeros(256, 3, 8, 8)}) == 2
+    assert passes_per_forward_for(3, {"pixel_values": torch.zeros(2, 3, 8, 8)}) == 3
