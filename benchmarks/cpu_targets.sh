@@ -12,6 +12,13 @@
 #    default 3600). Target: <= 8 min on the AMX kind.
 # 3. The quality half of (a) on that run's model: bf16 against fp32, paired bootstrap ->
 #    precision_quality.json (QUALITY_SECONDS, default 900).
+# 4. What each stage's `precision: auto` and batched MC Dropout buy here, side by side ->
+#    stage_precision.json (benchmarks.stage_precision), and what the run's stages resolved
+#    (their metrics' `precision`) -> precisions.txt.
+# 5. Disk: the run's footprint (workspace models/ + artifacts/, .dvc/cache, .dvc-remote, each
+#    file counted once) -> footprint.txt; then a second run with one param changed
+#    (SECOND_SET, default members.finetune.seed_offset=101) -> pipeline2.log, its footprint too
+#    (SKIP_SECOND=1 skips it).
 # Extra arguments go to step 1's benchmarks.run (e.g. --budget 5). SKIP_PIPELINE=1 runs step 1
 # only. Exit status 1 if a step failed or ran past its limit.
 set -uo pipefail
@@ -42,7 +49,7 @@ timer=()
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -v -o "$OUT/pipeline_time.txt")
 start=$(date +%s)
 ( cd "$clone/project" && timeout "${RUN_SECONDS:-3600}" "${timer[@]}" \
-    "$REPO/.venv/bin/hydra-ens" run --no-push ) > "$OUT/pipeline.log" 2>&1 || status=1
+    "$REPO/.venv/bin/hydra-ens" run ) > "$OUT/pipeline.log" 2>&1 || status=1
 echo "default pipeline, fresh clone: $(( $(date +%s) - start )) s wall" \
   | tee "$OUT/pipeline_wall.txt"
 # the records name no path of this machine: <repo> is this checkout, <clone> the run's clone
@@ -51,5 +58,23 @@ for f in "$OUT/pipeline.log" "$OUT/pipeline_time.txt"; do
 done
 timeout "${QUALITY_SECONDS:-900}" "$PY" -m benchmarks.precision_quality --project "$clone/project" \
   --precisions bf16 --out "$OUT/precision_quality.json" || status=1
+timeout "${BENCH_SECONDS:-900}" "$PY" -m benchmarks.stage_precision --rounds 5 \
+  --out "$OUT/stage_precision.json" || status=1
+grep -h '"precision"' "$clone"/project/metrics/*.json > "$OUT/precisions.txt" 2>/dev/null || true
+footprint() {  # $1: label; du counts a file with several hard links once per invocation
+  ( cd "$clone/project" && echo "$1: $(du -sb --apparent-size . | cut -f1) bytes apparent; du -sh:" \
+    && du -sh models artifacts .dvc/cache .dvc-remote . 2>/dev/null ) >> "$OUT/footprint.txt"
+}
+: > "$OUT/footprint.txt"
+footprint "after the default run"
+if [ "${SKIP_SECOND:-0}" != 1 ]; then
+  start=$(date +%s)
+  ( cd "$clone/project" && timeout "${RUN_SECONDS:-3600}" "$REPO/.venv/bin/hydra-ens" run \
+      --set "${SECOND_SET:-members.finetune.seed_offset=101}" ) > "$OUT/pipeline2.log" 2>&1 || status=1
+  echo "second run (${SECOND_SET:-members.finetune.seed_offset=101}): $(( $(date +%s) - start )) s wall" \
+    | tee -a "$OUT/pipeline_wall.txt"
+  footprint "after a second run with one param changed"
+  sed -i -e "s#$clone#<clone>#g" -e "s#$REPO#<repo>#g" "$OUT/pipeline2.log"
+fi
 echo "[cpu_targets] results in $OUT; the run's project stays in $clone/project"
 exit $status

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flows.dvclinks import cache_dir, ensure_cache_links, link_remote_to_cache
+
 REMOTE_NAME, REMOTE_DIR = "local", ".dvc-remote"
 #: Set when the user interrupted the run (the CLI's SIGINT/SIGTERM handler): no new stage or
 #: member process starts and no failure is retried.
@@ -110,6 +112,7 @@ def ensure_project(root: Path) -> list[str]:
 
         dvc(root, "config", "plots.html_template", f"../{DVC_TEMPLATE.as_posix()}")
         done.append(f"dvc plots show renders offline (plots.html_template: {DVC_TEMPLATE})")
+    done += ensure_cache_links(root)  # one copy of each output (flows.dvclinks)
     if committed := commit_dvc_setup(root, force=bool(done)):
         done.append(committed)
     return done
@@ -416,4 +419,10 @@ def _wait_ended(procs: list, timeout: float) -> list:
 
 def push(root: Path) -> str:
     r = dvc(root, "push", "-q", check=False)
-    return "pushed" if r.returncode == 0 else f"push failed: {r.stderr.strip()[:200]}"
+    if r.returncode != 0:
+        return f"push failed: {r.stderr.strip()[:200]}"
+    local = remote_url(root, REMOTE_NAME)
+    if local and Path(local).resolve() == (root / REMOTE_DIR).resolve():
+        # the project's own remote on this disk shares the cache's bytes (flows.dvclinks)
+        link_remote_to_cache(root / REMOTE_DIR, cache_dir(root))
+    return "pushed"

@@ -14,9 +14,15 @@ logits ``[B, S, C]`` go wherever member logits go (``hydra_ops.calibration``,
 - Rates: ``rate`` given: every dropout module runs at ``rate``. ``rate=None``: the model's own
   rates when at least one is ``> 0`` (modules at 0 stay at 0); when all are 0 (the from-scratch
   timm ViT), every module runs at :data:`DEFAULT_RATE`. :class:`DropoutSetting` says which.
-- Determinism: :func:`mc_dropout_logits` draws its masks from the global generator of the device
-  it runs on, inside :func:`torch.random.fork_rng`, restarted at ``seed`` on every call: the same
-  call gives bit-identical logits, and the caller's random state is untouched.
+- Batched passes: :func:`mc_dropout_logits` stacks the S passes of a batch along the batch
+  dimension and runs them as one forward (``passes_per_forward``; by default as many as fit
+  :data:`MAX_STACKED_TOKENS`: the ratio to one forward per pass is measured by
+  ``benchmarks/stage_precision.py``, docs/benchmarks.md). The masks come from forward hooks
+  (:func:`pass_masks`) that draw pass ``s``'s rows from pass ``s``'s own generator, so a
+  pass's masks are the same however the passes are batched, and the dropout is exactly
+  ``nn.Dropout``'s in train mode (Bernoulli(1 - p) keep mask, scaled by 1 / (1 - p)).
+- Determinism: the per-pass generators (:func:`pass_generators`) restart from ``seed`` on every
+  call: the same call gives bit-identical logits, and the global random state is not touched.
 """
 
 from __future__ import annotations
@@ -29,7 +35,16 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-__all__ = ["DEFAULT_RATE", "DropoutSetting", "dropout_setting", "mc_dropout", "mc_dropout_logits"]
+__all__ = [
+    "DEFAULT_RATE",
+    "DropoutSetting",
+    "dropout_setting",
+    "mc_dropout",
+    "mc_dropout_logits",
+    "pass_generators",
+    "pass_masks",
+    "passes_per_forward_for",
+]
 
 DEFAULT_RATE: float = 0.1
 """The rate every ``nn.Dropout`` runs at when ``rate=None`` and the model's own rates are all 0."""
@@ -130,6 +145,76 @@ def _check_int(value: object, name: str, minimum: int) -> int:
     return value
 
 
+#: How many input tokens (text) one stacked MC Dropout forward holds at most: the default's
+#: 8 passes of a batch of 64 at length 64 (32,768) run as one forward; longer inputs stack fewer.
+MAX_STACKED_TOKENS: int = 32_768
+#: How many examples (images) one stacked MC Dropout forward holds at most.
+MAX_STACKED_EXAMPLES: int = 512
+
+
+def passes_per_forward_for(samples: int, batch: Batch) -> int:
+    """How many of ``samples`` passes one forward stacks by default: as many as fit
+    :data:`MAX_STACKED_TOKENS` (text: ``input_ids`` ``[B, L]``) or :data:`MAX_STACKED_EXAMPLES`
+    (anything else), at least 1."""
+    ids = batch.get("input_ids")
+    rows = next(iter(batch.values())).shape[0]
+    per_pass = rows * ids.shape[-1] if ids is not None else rows
+    budget = MAX_STACKED_TOKENS if ids is not None else MAX_STACKED_EXAMPLES
+    return max(1, min(samples, budget // max(per_pass, 1)))
+
+
+def pass_generators(samples: int, seed: int, device: torch.device) -> list[torch.Generator]:
+    """One generator per pass on ``device``, seeded from ``seed`` (pass ``s`` always gets the same
+    seed, whatever else is drawn): pass ``s``'s masks do not depend on how passes are batched."""
+    base = torch.Generator().manual_seed(seed)
+    seeds = torch.randint(0, 2**62, (samples,), generator=base).tolist()
+    return [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+
+@contextlib.contextmanager
+def pass_masks(
+    model: nn.Module, setting: DropoutSetting, generators: list[torch.Generator]
+) -> Iterator[list[torch.Generator]]:
+    """``model`` in eval mode with every ``nn.Dropout`` of rate ``p > 0`` replaced (by a forward
+    hook) with inverted dropout drawn pass by pass: the module's input is ``[P * B, ...]``, ``P``
+    passes stacked pass-major along dim 0; rows ``[i * B, (i + 1) * B)`` get a Bernoulli(1 - p)
+    mask from the i-th generator of the list the block sets (``yield``ed: assign its items before
+    each forward), scaled by ``1 / (1 - p)``, exactly as ``nn.Dropout`` in train mode does. Modes
+    are restored on exit."""
+    active: list[torch.Generator] = list(generators)
+    modes = [(m, m.training) for m in model.modules()]
+    dropouts = [m for _, m in model.named_modules() if isinstance(m, nn.Dropout)]
+
+    def hook(p: float):
+        keep = 1.0 - p
+
+        def apply(module: nn.Module, args: tuple, output: Tensor) -> Tensor:
+            n = len(active)
+            if output.shape[0] % n:
+                raise ValueError(
+                    f"MC dropout: a dropout input of batch {output.shape[0]} is not {n} stacked "
+                    "passes (dim 0 must be the batch)"
+                )
+            chunks = zip(output.chunk(n, dim=0), active, strict=True)
+            masks = [torch.empty_like(c).bernoulli_(keep, generator=g) for c, g in chunks]
+            return output * torch.cat(masks).div_(keep)
+
+        return apply
+
+    handles = []
+    try:
+        model.eval()
+        for module, p in zip(dropouts, setting.rates, strict=True):
+            if p > 0:
+                handles.append(module.register_forward_hook(hook(p)))
+        yield active
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, training in modes:
+            module.training = training
+
+
 @torch.no_grad()
 def mc_dropout_logits(
     model: nn.Module,
@@ -140,31 +225,39 @@ def mc_dropout_logits(
     rate: float | None = None,
     device: str | torch.device | None = None,
     precision: str = "fp32",
+    passes_per_forward: int | None = None,
 ) -> Tensor:
-    """``samples`` stochastic forward passes of ``model`` over contract ``batches``.
+    """``samples`` stochastic forward passes of ``model`` over contract ``batches``, run as
+    forwards over ``passes_per_forward`` passes stacked along the batch dimension.
 
     Args:
         model: a classifier of a supported family (or any module
             :func:`hydra_ops.training.model_logits` runs) with at least one ``nn.Dropout``.
         batches: one contract batch or an iterable of them (``labels`` ignored).
         samples: S >= 1 passes per batch.
-        seed: the generator of the device the model runs on restarts at ``seed`` (>= 0) on every
-            call, inside :func:`torch.random.fork_rng` (the caller's random state is untouched).
+        seed: pass ``s`` draws its masks from its own generator (:func:`pass_generators`, from
+            ``seed`` >= 0), restarted on every call; the global random state is not used.
         rate: the dropout rate, or None (see :func:`dropout_setting`).
         device, precision: as :func:`hydra_ops.inference.logits` (None: where the model is; the
             model moves there in place; ``fp32`` / ``bf16`` / ``fp16``).
+        passes_per_forward: how many passes one forward stacks (None: as many as
+            :func:`passes_per_forward_for` allows per batch; 1: one forward per pass). Pass ``s``
+            gets the same masks whatever this is (:func:`pass_masks`), so the
+            results agree up to the rounding of a larger batch's matrix products.
 
     Returns:
         float32 CPU logits ``[N, S, C]``, N = examples over all batches; sample ``s`` of batch
         ``b`` is the ``s``-th pass over ``b``, the passes running batch by batch, so the result
-        depends on how the examples are batched (fixed by the caller) but not on anything else.
-        The model's modes and rates are restored afterwards.
+        depends on how the examples are batched (fixed by the caller). The model's modes are
+        restored afterwards.
     """
     from hydra_ops.runtime import autocast, model_device, move_batch, resolve_device
     from hydra_ops.training import model_logits
 
     samples = _check_int(samples, "samples", 1)
     seed = _check_int(seed, "seed", 0)
+    if passes_per_forward is not None:
+        passes_per_forward = min(_check_int(passes_per_forward, "passes_per_forward", 1), samples)
     if isinstance(batches, Mapping):
         batches = [batches]
     batches = list(batches)
@@ -172,23 +265,22 @@ def mc_dropout_logits(
         raise ValueError("batches is empty; pass at least one batch")
     dev = model_device(model) if device is None else resolve_device(device)
     autocast(dev, precision)  # a bad precision fails before the model moves
-    dropout_setting(model, rate)  # a bad rate or model fails before the model moves
+    setting = dropout_setting(model, rate)  # a bad rate or model fails before the model moves
     model.to(dev)
-    cuda = dev.type == "cuda"
     out = []
-    with (
-        torch.random.fork_rng(devices=[dev] if cuda else [], device_type="cuda"),
-        mc_dropout(model, rate),
-    ):
-        torch.random.default_generator.manual_seed(seed)
-        if cuda:
-            with torch.cuda.device(dev):
-                torch.cuda.manual_seed(seed)
+    generators = pass_generators(samples, seed, dev)
+    with pass_masks(model, setting, generators) as active:
         for batch in batches:
-            moved = move_batch(batch, dev)
+            moved = {k: v for k, v in move_batch(batch, dev).items() if k != "labels"}
+            size = next(iter(moved.values())).shape[0]
+            chunk = passes_per_forward or passes_per_forward_for(samples, moved)
             passes = []
-            for _ in range(samples):
+            for start in range(0, samples, chunk):
+                active[:] = generators[start : start + chunk]
+                n = len(active)
+                stacked = {k: v.repeat(n, *([1] * (v.ndim - 1))) for k, v in moved.items()}
                 with autocast(dev, precision):
-                    passes.append(model_logits(model, moved).float())
-            out.append(torch.stack(passes, dim=1).cpu())
+                    logits = model_logits(model, stacked).float()
+                passes.append(logits.view(n, size, -1).transpose(0, 1))
+            out.append(torch.cat(passes, dim=1).cpu())
     return torch.cat(out)

@@ -6,6 +6,12 @@ recompute the same 1 + (K - 1) + samples passes over the evaluation splits in ``
 of that stage's time with MC Dropout on). This stage runs them once and ``evaluate`` reads them
 back; a study computes it in each seed's shared upstream.
 
+Every baseline runs in the precision ``runtime.precision`` resolves to for the base at inference
+(:mod:`tasks.precision`: ``auto`` keeps fp32 where bf16 is not native, else takes bf16 when it is
+faster by the margin and agrees with fp32 within compile's low-precision tolerance on the first
+``compile.check_examples`` validation examples); ``index.json`` records it, and
+``metrics/baseline_logits.json`` (not cached) the probe's reason and timings.
+
 Output ``artifacts/baseline_logits/``: ``logits.safetensors`` (fp32 ``[N, K, C]`` per
 ``<model>/<split>``) and ``index.json`` (per model its members and parameters; per split its N).
 """
@@ -19,10 +25,13 @@ from typing import Any
 
 import torch
 
-from hydra_ops.runtime import Runtime
+from hydra_ops.checkpoints import load_model
+from hydra_ops.inference_probe import time_inference
+from hydra_ops.runtime import Runtime, resolve_device
 from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
-from tasks.common import publish_dir, read_json, stage_main, write_json
+from tasks.common import BASE, METRICS, publish_dir, read_json, stage_main, write_json
 from tasks.params import PipelineConfig
+from tasks.precision import check_batches, precision_record, stage_runtime
 
 log = logging.getLogger("hydra_ens")
 
@@ -32,9 +41,17 @@ BASELINE_LOGITS = Path("artifacts/baseline_logits")
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from safetensors.torch import save_file
 
-    rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
-    log.info(rt.describe())
-    batched = eval_batches(cfg, root, rt)
+    device = Runtime(resolve_device(cfg.runtime.device))
+    batched = eval_batches(cfg, root, device)
+    rt, choice = stage_runtime(
+        cfg,
+        root,
+        "baseline_logits",
+        "inference",
+        lambda: load_model(root / BASE),
+        lambda: check_batches(batched["val"], cfg.compile.check_examples),
+        time_inference,
+    )
     tensors: dict[str, torch.Tensor] = {}
     models: dict[str, dict[str, int]] = {}
     for cand in seed_baselines(cfg, root, rt):
@@ -49,12 +66,15 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             time.perf_counter() - t0,
         )
     index = {
+        "runtime": precision_record(cfg, rt),
         "models": models,
         "splits": {s: int(tensors[f"single/{s}"].shape[0]) for s in EVAL_SPLITS},
     }
     with publish_dir(root / BASELINE_LOGITS) as tmp:
         save_file({k: v.cpu() for k, v in tensors.items()}, str(tmp / "logits.safetensors"))
         write_json(tmp / "index.json", index)
+    # not cached (dvc.yaml): the probe's reason and timings
+    write_json(root / METRICS / "baseline_logits.json", {"precision": choice.to_dict()})
     return index
 
 

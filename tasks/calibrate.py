@@ -10,7 +10,10 @@ does, with the stored temperature) at the quantiles ``calibrate.uncertain_quanti
 ``calibrate.likely_ood_quantile`` (``hydra_ops.ood_thresholds``), saved in the model's metadata as
 ``metadata["ood_thresholds"]``.
 
-The validation logits are computed on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32).
+The validation logits are computed on ``runtime.device`` in ``runtime.precision`` (``auto``: the
+inference probe of :mod:`tasks.precision`, on the Hydra and the first ``compile.check_examples``
+validation examples; recorded in ``metrics/calibrate.json``). The model's metadata records
+``precisions``: what the base fine-tune, each member unit and this stage resolved to.
 """
 
 from __future__ import annotations
@@ -19,15 +22,50 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.checkpoints import weights_hash
+from hydra_ops.checkpoints import read_checkpoint_metadata, weights_hash
 from hydra_ops.data import split_labels
 from hydra_ops.inference import logits
-from hydra_ops.runtime import Runtime
-from tasks.common import BASE, HYDRA, MERGED, METRICS, publish_dir, stage_main, write_json
+from hydra_ops.inference_probe import time_inference
+from hydra_ops.runtime import Runtime, resolve_device
+from tasks.common import (
+    BASE,
+    HYDRA,
+    MEMBERS,
+    MERGED,
+    METRICS,
+    publish_dir,
+    read_json,
+    stage_main,
+    write_json,
+)
 from tasks.data import batches, split
 from tasks.params import PipelineConfig
+from tasks.precision import check_batches, precision_record, stage_runtime
+from tasks.resumable import DONE
 
 log = logging.getLogger("hydra_ens")
+
+
+def stage_precisions(cfg: PipelineConfig, root: Path, rt: Runtime) -> dict[str, Any]:
+    """What each model stage behind this Hydra resolved ``runtime.precision`` to (the version's
+    record: ``auto`` may resolve differently on another machine): the base's fine-tune, each
+    member unit's, and this stage's. A stage that recorded nothing (an output made before the
+    record existed) is left out."""
+    # models/base and models/members are upstream of models/merged (this stage's dependency)
+    out: dict[str, Any] = {}
+    base = read_checkpoint_metadata(root / BASE).get("metadata", {}).get("runtime")
+    if base:
+        out["finetune_base"] = base["precision"]
+    members = {}
+    for done in sorted((root / MEMBERS).glob(f"*/{DONE}")):
+        record = read_json(done).get("info", {}).get("runtime")
+        if record:
+            members[done.parent.name] = record["precision"]
+    if members:
+        out["finetune_members"] = members
+    out["calibrate"] = precision_record(cfg, rt)["precision"]
+    out["requested"] = cfg.runtime.precision
+    return out
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
@@ -36,11 +74,19 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.serialization import load_hydra, read_hydra_config, save_hydra
     from hydra_ops.uncertainty import calibrated_ood_score
 
-    rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
-    log.info(rt.describe())
     hydra = load_hydra(root / MERGED)
     val = split(root, "val")
-    val_batches = batches(cfg, val, cfg.evaluate.batch_size, pin_memory=rt.pin_memory)
+    pin = Runtime(resolve_device(cfg.runtime.device)).pin_memory
+    val_batches = batches(cfg, val, cfg.evaluate.batch_size, pin_memory=pin)
+    rt, choice = stage_runtime(
+        cfg,
+        root,
+        "calibrate",
+        "inference",
+        lambda: hydra,
+        lambda: check_batches(val_batches, cfg.compile.check_examples),
+        time_inference,
+    )
     member_logits = logits(hydra, val_batches, device=rt.device, precision=rt.precision)
     hydra.cpu()
     labels = split_labels(val)
@@ -65,9 +111,10 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     meta = dict(read_hydra_config(root / MERGED).get("metadata", {}))
     meta["calibration"] = summary
     meta["ood_thresholds"] = thresholds
+    meta["precisions"] = stage_precisions(cfg, root, rt)
     with publish_dir(root / HYDRA) as tmp:
         save_hydra(hydra, tmp, base_weights_hash=weights_hash(root / BASE), metadata=meta)
-    result = {**summary, "ood_thresholds": thresholds}
+    result = {**summary, "ood_thresholds": thresholds, "precision": choice.to_dict()}
     write_json(root / METRICS / "calibrate.json", result)
     log.info(
         "calibrate: T = %.3f, val NLL %.4f -> %.4f; %s thresholds: uncertain > %.4g, "

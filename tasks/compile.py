@@ -41,6 +41,7 @@ from tasks.common import COMPILED, HYDRA, METRICS, publish_dir, stage_main, writ
 from tasks.custody import source_record
 from tasks.data import batches, split
 from tasks.params import PipelineConfig
+from tasks.precision import measurement_cache
 
 log = logging.getLogger("hydra_ens")
 
@@ -161,6 +162,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
                 heldout_inputs=[b for group in heldout.values() for b in group],
                 tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
                 min_agreement=cfg.compile.min_agreement,
+                measurements=measurement_cache(root),
             )
             # the shipped artifact against the fp32 eager model, at its precision's tolerance
             result = verify_compiled_by_split(

@@ -1,8 +1,9 @@
 """Stage ``finetune_base``: fine-tune the base model (MiniLM-L6 on text, a from-scratch timm ViT on
 images) on the training split; writes a safetensors checkpoint to ``models/base``.
 
-Training runs on ``runtime.device`` in ``runtime.precision`` (``auto``: bf16 on a CUDA device with
-bf16 support, else fp32; :mod:`hydra_ops.runtime`)."""
+Training runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32 where bf16 is not
+native, else the faster of a short probe of both on this model and batch, :mod:`tasks.precision`;
+the choice and its reason go to the log and ``metrics/finetune_base.json``)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,51 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from hydra_ops.checkpoints import save_model, split_timings
 from hydra_ops.data import split_labels
 from hydra_ops.inference import logits
 from hydra_ops.models import build_base
+from hydra_ops.precision_probe import PrecisionChoice
 from hydra_ops.runtime import Runtime
 from hydra_ops.training import fine_tune
 from tasks import data
 from tasks.common import BASE, METRICS, stage_main, write_json
 from tasks.params import PipelineConfig
+from tasks.precision import precision_record, probe_batch, stage_runtime
 
 log = logging.getLogger("hydra_ens")
 
 
-def training_runtime(cfg: PipelineConfig) -> Runtime:
-    """``cfg.runtime`` resolved for training (``precision: auto`` = bf16 on CUDA with bf16
-    support, else fp32; see :mod:`hydra_ops.runtime`)."""
-    return Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision, training=True)
+def new_base(cfg: PipelineConfig, root: Path, seed: int) -> torch.nn.Module:
+    """A new, untrained base model of ``cfg`` (:func:`hydra_ops.models.build_base`)."""
+    manifest = data.manifest(root)
+    vit = cfg.model.vit
+    shape = manifest.image_shape or [vit.image_size, vit.image_size]
+    return build_base(
+        cfg.family,
+        manifest.classes,
+        seed=seed,
+        model_path=cfg.model.path,
+        in_chans=int(shape[2]) if len(shape) == 3 else 1,
+        **vit.model_dump(),
+    )
+
+
+def training_runtime(
+    cfg: PipelineConfig, root: Path, stage: str = "finetune_base"
+) -> tuple[Runtime, PrecisionChoice]:
+    """``cfg.runtime`` resolved for training a base (:func:`tasks.precision.stage_runtime`; the
+    probe, when one runs, times a new base of seed ``finetune.seed`` on :func:`probe_batch`)."""
+    return stage_runtime(
+        cfg,
+        root,
+        stage,
+        "training",
+        lambda: new_base(cfg, root, cfg.finetune_seed),
+        lambda: probe_batch(cfg, root),
+    )
 
 
 def train_base(
@@ -40,18 +69,9 @@ def train_base(
     same inputs always give and is stored in the checkpoint; ``timings`` (epoch and total wall
     seconds) is for the stage's uncached metrics or the log only.
     """
-    rt = runtime or training_runtime(cfg)
+    rt = runtime or training_runtime(cfg, root)[0]
     manifest = data.manifest(root)
-    vit = cfg.model.vit
-    shape = manifest.image_shape or [vit.image_size, vit.image_size]
-    model = build_base(
-        cfg.family,
-        manifest.classes,
-        seed=seed,
-        model_path=cfg.model.path,
-        in_chans=int(shape[2]) if len(shape) == 3 else 1,
-        **vit.model_dump(),
-    )
+    model = new_base(cfg, root, seed)
     log.info(
         "fine-tuning %s (seed %d): %d epochs, lr %g",
         cfg.family,
@@ -83,6 +103,7 @@ def train_base(
         "val_accuracy": float((probs.argmax(-1) == labels).float().mean()),
         "val_mean_confidence": float(probs.max(-1).values.mean()),
         "classes": list(manifest.classes),
+        "runtime": precision_record(cfg, rt),
     }
     save_model(model.cpu(), out_dir, summary)
     log.info(
@@ -96,11 +117,10 @@ def train_base(
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    rt = training_runtime(cfg)
-    log.info(rt.describe())
+    rt, choice = training_runtime(cfg, root)
     summary, timings = train_base(cfg, root, cfg.finetune_seed, root / BASE, rt)
     # metrics/finetune_base.json is not cached (dvc.yaml): the timings may live here
-    metrics = {**summary, "train": {**summary["train"], **timings}}
+    metrics = {**summary, "train": {**summary["train"], **timings}, "precision": choice.to_dict()}
     write_json(root / METRICS / "finetune_base.json", metrics)
     return metrics
 

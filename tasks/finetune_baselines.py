@@ -2,7 +2,10 @@
 
 The Deep Ensemble has K = ``baselines.deep_ensemble_size`` (default M) bases fine-tuned with
 different seeds; member 0 is ``models/base`` itself, members 1..K-1 land in
-``models/baselines/seed_<s>`` (resumable units, see :mod:`tasks.resumable`).
+``models/baselines/seed_<s>`` (resumable units, see :mod:`tasks.resumable`). They train in the
+precision ``runtime.precision`` resolves to for the base
+(:func:`tasks.finetune_base.training_runtime`: the same probe, kept in the measurement cache, so
+every member of the ensemble trains alike).
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ def _train_seed(
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     out = root / BASELINES
-    rt = training_runtime(cfg)
-    log.info(rt.describe())
+    # the same model and probe batch as finetune_base: its measurement is reused (tasks.precision)
+    rt, _ = training_runtime(cfg, root, "finetune_baselines")
     data_hash = dir_sha256(root / DATA)
     units = {}
     for seed in baseline_seeds(cfg):

@@ -15,6 +15,10 @@ Diversity mechanisms (off by default; docs/diversity.md): ``members.finetune.dat
 negative-correlation penalty against the fine-tuned base's predictions on each batch
 (:mod:`hydra_ops.diversity_loss`).
 
+Each unit trains in the precision :func:`unit_runtime` resolves (``runtime.precision``; ``auto``
+probes a member and a control once per machine and shape, :mod:`tasks.precision`), recorded in its
+``done.json`` (``runtime``) and the log.
+
 Each member is a resumable unit (:mod:`tasks.resumable`): a killed run restarts only unfinished
 members. ``python -m tasks.finetune_members --member m`` builds one member (what the Prefect flow
 maps over); without ``--member`` every member is built (or verified) and the index written.
@@ -25,23 +29,55 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from hydra_ops.checkpoints import load_model, load_pruned, save_member, split_timings, weights_hash
 from hydra_ops.plans import load_plans
-from hydra_ops.runtime import Runtime
-from hydra_ops.training import fine_tune
+from hydra_ops.runtime import Runtime, describe_device, resolve_device
+from hydra_ops.training import fine_tune, freeze_layers
 from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
 from tasks.data import batches, split, train_batches
 from tasks.params import PipelineConfig
+from tasks.precision import precision_record, probe_batch, stage_runtime
 from tasks.resumable import ensure_unit, finalise
 
 log = logging.getLogger("hydra_ens")
 
 
-def _training_runtime(cfg: PipelineConfig) -> Runtime:
-    return Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision, training=True)
+def unit_runtime(
+    cfg: PipelineConfig, root: Path, label: str, load: Callable[[], nn.Module]
+) -> Runtime:
+    """The precision unit ``label`` trains in (:func:`tasks.precision.stage_runtime`): the probe,
+    when one runs, times ``load()`` with the trunk frozen as the fine-tune freezes it, on the
+    probe batch of :func:`tasks.precision.probe_batch`. Members share one measurement, and
+    controls another (kept in the measurement cache)."""
+
+    def probe_model() -> nn.Module:
+        model = load()
+        if cfg.shared_layers:
+            freeze_layers(model, cfg.shared_layers)
+        return model
+
+    def batch() -> list[dict]:
+        return probe_batch(cfg, root)
+
+    label = f"finetune_members {label}"
+    rt, _ = stage_runtime(cfg, root, label, "training", probe_model, batch, log_runtime=False)
+    return rt
+
+
+def log_runtime(cfg: PipelineConfig) -> None:
+    """The stage's one runtime line (each unit logs the precision it resolved)."""
+    if cfg.runtime.precision != "auto":
+        spec = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision, training=True)
+        log.info(spec.describe())
+        return
+    device = describe_device(resolve_device(cfg.runtime.device))
+    log.info("runtime: device %s, precision auto (resolved per member and control)", device)
 
 
 def member_seed(cfg: PipelineConfig, m: int) -> int:
@@ -116,9 +152,8 @@ def _unit_fingerprint(
 def build_member(
     cfg: PipelineConfig, root: Path, m: int, runtime: Runtime | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Build (or verify) ``member_m`` and ``control_m`` on ``runtime`` (None: the training
-    runtime of ``cfg``); returns their done-records."""
-    rt = runtime or _training_runtime(cfg)
+    """Build (or verify) ``member_m`` and ``control_m`` on ``runtime`` (None: each unit kind's
+    :func:`unit_runtime`); returns their done-records."""
     plans = load_plans(root / PLANS / "plans.json")
     if not 0 <= m < len(plans):
         raise ValueError(f"--member {m}: allowed 0..{len(plans) - 1}")
@@ -130,11 +165,15 @@ def build_member(
     for kind, unit_plan in (("member", plan), ("control", None)):
         name = f"{kind}_{m}"
 
-        def build(tmp: Path, unit_plan=unit_plan, kind=kind) -> dict[str, Any]:
+        def load(unit_plan=unit_plan) -> nn.Module:
             if unit_plan is None:
-                model = load_model(root / BASE)
-            else:
-                model = load_pruned(root / BASE, unit_plan)
+                return load_model(root / BASE)
+            return load_pruned(root / BASE, unit_plan)
+
+        rt = runtime or unit_runtime(cfg, root, name, load)
+
+        def build(tmp: Path, load=load, kind=kind, rt=rt) -> dict[str, Any]:
+            model = load()
             report = fine_tune(
                 model,
                 member_train_batches(cfg, root, m, rt),
@@ -158,7 +197,13 @@ def build_member(
                 timings.get("total_seconds", float("nan")),
                 timings.get("epoch_seconds"),
             )
-            info = {"kind": kind, "member": m, "seed": seed, "train": train}
+            info = {
+                "kind": kind,
+                "member": m,
+                "seed": seed,
+                "train": train,
+                "runtime": precision_record(cfg, rt),
+            }
             save_member(model.cpu(), tmp, root / BASE, info)
             return info
 
@@ -174,13 +219,12 @@ def run(cfg: PipelineConfig, root: Path, member: int | None = None) -> dict[str,
         )
         finalise(root / MEMBERS, {}, {"finetuned": False, "variant": cfg.scoring.method})
         return {"finetuned": False}
-    rt = _training_runtime(cfg)
-    log.info(rt.describe())
+    log_runtime(cfg)
     if member is not None:
-        return {"units": list(build_member(cfg, root, member, rt))}
+        return {"units": list(build_member(cfg, root, member))}
     units: dict[str, dict[str, Any]] = {}
     for m in range(cfg.members.num_members):
-        units.update(build_member(cfg, root, m, rt))
+        units.update(build_member(cfg, root, m))
     finalise(
         root / MEMBERS,
         units,

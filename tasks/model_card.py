@@ -3,6 +3,7 @@ gate checks, the verdict thresholds ``predict`` serves, the lineage and how to c
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tasks.params import PipelineConfig
@@ -70,7 +71,9 @@ def render_card(
             f"Gate verdict: **{gate['verdict'].upper()}**. Shipped artifact: "
             f"{compiled['backend']} ({compiled.get('precision', '-')} on "
             f"{compiled.get('device', '-')}); `predict` falls back to the eager model where that "
-            "backend does not run.",
+            "backend does not run. Precisions the stages resolved (`runtime.precision`; pin one "
+            "with `--set runtime.precision=fp32` to reproduce a version elsewhere): "
+            f"`{json.dumps(hydra_cfg.get('metadata', {}).get('precisions'), sort_keys=True)}`.",
             "",
             "## Data",
             f"Source `{cfg.data.name}`; classes {', '.join(arch.get('class_names') or [])}; "

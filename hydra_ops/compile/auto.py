@@ -13,6 +13,15 @@ logs ONE line saying why the kept precision ships (for fp32: each other precisio
 its check, could not be built, or agreed but was slower) and records it as ``precision_reason``.
 Which backend wins depends on the machine (docs/benchmarks.md: inductor on an AVX2 CPU, ONNX
 Runtime on an AVX-512 one).
+
+**Fewer losers measured.** With a :class:`~hydra_ops.measurements.MeasurementCache`
+(``measurements``), the medians of every candidate that was timed are kept per machine
+(:func:`~hydra_ops.measurements.machine_key`), model signature and example shape. A later call on
+the same machine and shape does not build a candidate that was at least :data:`SKIP_RATIO` times
+slower than that measurement's fastest agreeing candidate (:func:`skip_losers`): it is recorded
+as skipped under ``auto_selection["skipped_candidates"]`` with its reason (no timings: those go
+to the log), and one log line names each. Should every measured candidate fail, the skipped ones
+are measured after all.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from hydra_ops.measurements import MeasurementCache, machine_key
 
 from .artifact import CompiledArtifact, model_device_dtype
 from .backends import BACKEND_REGISTRY, CompileError, get_backend
@@ -37,6 +48,49 @@ log = logging.getLogger("hydra_ops.compile")
 
 #: One candidate: (backend name, precision).
 Candidate = tuple[str, str]
+#: A candidate earlier measured at least this many times slower than the fastest agreeing one
+#: (same machine, model signature and shape) is not measured again.
+SKIP_RATIO: float = 2.0
+#: The measurement cache's kind for ``auto``'s timings.
+CACHE_KIND = "compile/auto"
+
+
+def skip_losers(
+    candidates: Sequence[Candidate],
+    history: Mapping[str, Mapping[str, Any]] | None,
+    ratio: float = SKIP_RATIO,
+) -> tuple[list[Candidate], dict[str, str]]:
+    """``(to measure, skipped)``: ``history`` maps trial keys to an earlier measurement's
+    ``{"median_ms", "ok"}``; a candidate whose earlier median is >= ``ratio`` x the fastest
+    earlier candidate that agreed (``ok``) is skipped, with a one-line reason. Without history,
+    or without an agreeing candidate in it, nothing is skipped; the fastest is never skipped."""
+    ok = [t["median_ms"] for t in (history or {}).values() if t.get("ok") and t.get("median_ms")]
+    if not ok:
+        return list(candidates), {}
+    best = min(ok)
+    keep, skipped = [], {}
+    for candidate in candidates:
+        earlier = (history or {}).get(trial_key(*candidate), {}).get("median_ms")
+        if earlier is not None and earlier >= ratio * best:
+            skipped[trial_key(*candidate)] = (
+                f"lost by >= {ratio:g}x to the fastest agreeing candidate in an earlier "
+                "measurement on this machine and shape"
+            )
+        else:
+            keep.append(candidate)
+    return keep, skipped
+
+
+def history_key(build: Build) -> dict[str, Any]:
+    """What ``auto``'s timings depend on besides the machine: the model's class, parameter
+    count and dtype, the example inputs' shapes and dtypes, and the number of timed repeats."""
+    params = list(build.model.parameters())
+    return {
+        "model": type(build.model).__name__,
+        "parameters": sum(p.numel() for p in params),
+        "dtype": str(params[0].dtype) if params else "none",
+        "inputs": [[list(t.shape), str(t.dtype)] for t in build.tensors],
+    }
 
 
 def trial_key(backend: str, precision: str) -> str:
@@ -101,6 +155,7 @@ def measure_fastest(
     tolerances: Mapping[str, float],
     min_agreement: float = 1.0,
     skipped: Mapping[str, str] | None = None,
+    measurements: MeasurementCache | None = None,
 ) -> CompiledArtifact:
     """Build, check and time every available candidate of ``candidates`` (in order; on a tie the
     earlier wins) and keep the fastest that agrees with the fp32 eager model.
@@ -110,6 +165,8 @@ def measure_fastest(
             example batch.
         tolerances: precision -> max |dp| of ensemble probabilities allowed.
         skipped: precision -> why ``auto`` did not try it (recorded as is).
+        measurements: where earlier timings on this machine and shape are kept; candidates that
+            lost by :data:`SKIP_RATIO` there are skipped (module doc). None: measure every one.
 
     Raises:
         CompileError: no candidate built and agreed (every reason is in the message).
@@ -121,6 +178,76 @@ def measure_fastest(
         reference = torch.cat([build.model(*b).float().cpu() for b in batches])
     trials: dict[str, dict[str, Any]] = {}
     usable: dict[str, tuple[Candidate, Built]] = {}
+    key, machine = history_key(build), machine_key(device)
+    history = measurements.get(CACHE_KIND, key, machine) if measurements is not None else None
+    to_measure, skipped_candidates = skip_losers(candidates, history)
+    for k, why in skipped_candidates.items():
+        log.info("compile: auto skips %s (%s ms earlier): %s", k, history[k]["median_ms"], why)
+    _try(
+        build,
+        to_measure,
+        repeats,
+        device,
+        batches,
+        reference,
+        trials,
+        usable,
+        tolerances,
+        min_agreement,
+    )
+    if not usable and skipped_candidates:
+        log.warning("compile: no measured candidate agreed; measuring the skipped ones too")
+        late = [c for c in candidates if trial_key(*c) in skipped_candidates]
+        skipped_candidates = {}
+        _try(
+            build,
+            late,
+            repeats,
+            device,
+            batches,
+            reference,
+            trials,
+            usable,
+            tolerances,
+            min_agreement,
+        )
+    if measurements is not None:
+        timed = {
+            k: {"median_ms": t["median_ms"], "ok": bool(t["ok"])}
+            for k, t in trials.items()
+            if "median_ms" in t
+        }
+        # a skipped candidate keeps its earlier timing, so it stays skipped next time
+        kept = {k: v for k, v in (history or {}).items() if k in skipped_candidates}
+        measurements.put(CACHE_KIND, key, machine, {**kept, **timed})
+    return _keep_fastest(
+        build,
+        trials,
+        usable,
+        repeats,
+        batches,
+        tolerances,
+        min_agreement,
+        skipped,
+        skipped_candidates,
+        start,
+        fallback_reason,
+    )
+
+
+def _try(
+    build: Build,
+    candidates: Sequence[Candidate],
+    repeats: int,
+    device: torch.device,
+    batches: Sequence[tuple[Tensor, ...]],
+    reference: Tensor,
+    trials: dict[str, dict[str, Any]],
+    usable: dict[str, tuple[Candidate, Built]],
+    tolerances: Mapping[str, float],
+    min_agreement: float,
+) -> None:
+    """Build, check and time ``candidates`` into ``trials`` (and the agreeing ones ``usable``)."""
     for name, precision in candidates:
         key = trial_key(name, precision)
         trial: dict[str, Any] = {"backend": name, "precision": precision, "ok": False}
@@ -168,6 +295,22 @@ def measure_fastest(
             build.errors.append(f"{key}: {why}")
             continue
         usable[key] = ((name, precision), built)
+
+
+def _keep_fastest(
+    build: Build,
+    trials: dict[str, dict[str, Any]],
+    usable: dict[str, tuple[Candidate, Built]],
+    repeats: int,
+    batches: Sequence[tuple[Tensor, ...]],
+    tolerances: Mapping[str, float],
+    min_agreement: float,
+    skipped: Mapping[str, str] | None,
+    skipped_candidates: Mapping[str, str],
+    start: float,
+    fallback_reason: str | None,
+) -> CompiledArtifact:
+    """Keep the fastest of ``usable``, delete the other artifact files, record the selection."""
     if not usable:
         raise CompileError("no backend could compile the model: " + "; ".join(build.errors))
     choice = min(usable, key=lambda k: trials[k]["median_ms"])
@@ -196,6 +339,14 @@ def measure_fastest(
         "skipped_precisions": dict(skipped or {}),
         "trials": trials,
     }
+    if skipped_candidates:
+        selection["skipped_candidates"] = dict(skipped_candidates)
     extra = {**extra, "auto_selection": selection}
-    note_precision(build, precision, trials, skipped or {})
+    # a precision none of whose candidates was measured: skipped as a loser, say so
+    losers = {
+        p: skipped_candidates[k]
+        for k, p in ((k, k.split("/")[1]) for k in skipped_candidates)
+        if not any(t.get("precision") == p for t in trials.values())
+    }
+    note_precision(build, precision, trials, {**losers, **(skipped or {})})
     return build.finish(name, runner, extra, run_device, start, fallback_reason, precision)

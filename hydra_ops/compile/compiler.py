@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from hydra_ops.measurements import MeasurementCache
+
 from .artifact import CompiledArtifact, model_device_dtype
 from .auto import measure_fastest, note_precision
 from .backends import BACKEND_REGISTRY, CompileError, get_backend, tensorrt_unavailable_reason
@@ -49,6 +51,7 @@ def compile_model(
     heldout_inputs: Sequence[Mapping[str, Tensor] | Sequence[Tensor | None]] = (),
     tolerance: float | Mapping[str, float] | None = None,
     min_agreement: float = 1.0,
+    measurements: MeasurementCache | None = None,
 ) -> CompiledArtifact:
     """Compile ``model`` with ``backend`` at ``precision``, save the artifact under ``out_dir``
     and load it back.
@@ -78,6 +81,8 @@ def compile_model(
         tolerance: max |dp| of ensemble probabilities vs the fp32 eager model, one float for every
             precision or ``{precision: float}`` (default :data:`DEFAULT_TOLERANCES`).
         min_agreement: minimum ensemble argmax agreement with the fp32 eager model.
+        measurements: ``auto``'s timings on this machine and shape are kept there, and
+            candidates that lost by a wide margin before are skipped (:mod:`.auto`).
 
     Returns:
         The loaded :class:`CompiledArtifact` (callable, and a mapping of its metadata; its
@@ -141,6 +146,7 @@ def compile_model(
             tolerances=tolerances,
             min_agreement=min_agreement,
             skipped=skipped,
+            measurements=measurements,
         )
 
     if backend == "auto" and trt_reason is None:
