@@ -57,17 +57,11 @@ def offline_defaults(root: Path) -> None:
 
 
 def _root(project: Path | None) -> Path:
-    """The project folder (``-C``, else the current one), or exit 2 with one line when it is not
-    one: no such folder, or neither ``params.yaml`` nor ``dvc.yaml`` in it."""
+    """The project folder (``-C``, else the current one); exit 2 with one line when there is no
+    such folder (the commands name what they miss in a folder that exists)."""
     root = (project or Path.cwd()).resolve()
     if not root.is_dir():
         _fail(f"{root}: not a project folder (no such folder); give -C PROJECT", 2)
-    if not ((root / "params.yaml").is_file() or (root / "dvc.yaml").is_file()):
-        _fail(
-            f"{root}: not a project folder (no params.yaml or dvc.yaml in it); give -C PROJECT "
-            "or run hydra-ens from the project folder",
-            2,
-        )
     offline_defaults(root)
     return root
 
@@ -360,7 +354,7 @@ def prediction_table(
 
     if labels is None:
         from hydra_ops.ood_thresholds import VERDICT_LABELS as labels
-    with_score = any(r["ood_score_kind"] != "msp" for r in rows)
+    with_score = any(r.get("ood_score_kind") != "msp" for r in rows)
     table = Table(title=Text(title), box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("input", overflow="ellipsis", min_width=12, ratio=1)
     cols = ["class", "prob", "entropy", "MI", "disagree"]
@@ -469,7 +463,7 @@ def predict(
             print(json.dumps(r))
         return
     console.print(prediction_table(rows, title, labels))
-    console.print(legend, highlight=False, soft_wrap=True, markup=False)
+    console.print(legend, highlight=False, markup=False)  # wrapped at spaces, like the table
 
 
 @app.command()
