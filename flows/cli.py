@@ -605,13 +605,17 @@ def serve(
     """Serve a Prefect deployment of the pipeline on a cron schedule (needs PREFECT_API_URL).
 
     Start the server first: ``prefect server start --host 127.0.0.1`` and
-    ``export PREFECT_API_URL=http://127.0.0.1:4200/api``.
+    ``export PREFECT_API_URL=http://127.0.0.1:4200/api``. On another port N, start it with
+    ``PREFECT_UI_API_URL=http://127.0.0.1:N/api`` set too: its UI otherwise looks for the API on
+    port 4200 ("Can't connect to Server API").
     """
     root = _root(project)
     if "PREFECT_API_URL" not in os.environ:
         _fail(
             "serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
-            "export PREFECT_API_URL=http://127.0.0.1:4200/api",
+            "export PREFECT_API_URL=http://127.0.0.1:4200/api (on another port N: start it with "
+            "--port N and PREFECT_UI_API_URL=http://127.0.0.1:N/api, and export "
+            "PREFECT_API_URL=http://127.0.0.1:N/api)",
             2,
         )
     from prefect.client.schemas.schedules import CronSchedule

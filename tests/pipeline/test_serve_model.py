@@ -227,6 +227,19 @@ def test_predict_asks_the_running_service(project):
     assert not (project / SERVICE_FILE).exists()
 
 
+def test_promoting_what_is_already_in_prod_names_the_version_and_stage(project):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    runner = CliRunner()
+    for extra in ([], ["--version", "v0.0.1", "--reason", "again"]):
+        res = runner.invoke(app, ["promote", "-C", str(project), *extra])
+        assert res.exit_code == 0, res.output
+        said = " ".join(res.output.split())
+        assert said == "not promoted: hydra@v0.0.1 is already in stage prod", res.output
+
+
 def test_a_promotion_under_load_switches_versions_atomically(project, service):
     """Four clients send requests while v0.0.2 is promoted: every answer is wholly one version's
     (each row equal to what that version's model computes), each client sees v0.0.1 then only
