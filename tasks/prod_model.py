@@ -43,6 +43,7 @@ class ModelSnapshot:
         thresholds: the OOD verdict thresholds stored in the model (None: none stored).
         max_batch: inputs per forward pass (a compiled artifact's ``max_batch``).
         members, classes: ``M`` and ``C`` of its ``[B, M, C]`` logits.
+        runtime: where the eager model runs (``runtime.device``/``precision`` of ``cfg``).
         loaded_at: UTC time of loading (ISO 8601).
     """
 
@@ -54,11 +55,39 @@ class ModelSnapshot:
     max_batch: int
     members: int
     classes: int
+    runtime: Any
     loaded_at: str
 
     @property
     def answered_by(self) -> str:
-        return str(self.served.answered_by)
+        """What computes the logits, as ``predict`` says it (the eager model on a runtime that
+        is not the default one names it)."""
+        by = str(self.served.answered_by)
+        if self._eager_runtime() is not None:
+            by += f" on {self.runtime.device} {self.runtime.precision}"
+        return by
+
+    def _eager_runtime(self) -> Any:
+        """The runtime the eager model runs on when it is not ``Served.member_logits``'s own (the
+        CPU in fp32), else None (:func:`tasks.predict._member_logits`'s rule)."""
+        eager = str(self.served.answered_by).startswith("eager")
+        return None if self.runtime.is_default or not eager else self.runtime
+
+    def _member_logits(self, batch: dict[str, Any]) -> Any:
+        from hydra_ops.inference import logits
+
+        runtime = self._eager_runtime()
+        if runtime is None:
+            return self.served.member_logits(batch)
+        return logits(
+            self.served.hydra, [batch], device=runtime.device, precision=runtime.precision
+        )
+
+    def warm_up(self) -> None:
+        """One answer to a throw-away text, so the first real request does not pay for lazy
+        set-up (a compiled artifact's first call compiles). Image models: nothing to send."""
+        if self.cfg.modality == "text":
+            self.rows(["warm-up"])
 
     def legend(self) -> str:
         """The one-line units/thresholds text of ``predict``'s table."""
@@ -72,15 +101,11 @@ class ModelSnapshot:
         in forward passes of at most :attr:`max_batch` inputs."""
         import torch
 
-        from hydra_ops.runtime import Runtime
-        from tasks.predict import _batch, _member_logits, rows_from_member_logits, validate_inputs
+        from tasks.predict import _batch, rows_from_member_logits, validate_inputs
 
         inputs = validate_inputs(inputs)
-        runtime = Runtime.from_spec(self.cfg.runtime.device, self.cfg.runtime.precision)
         chunks = [inputs[i : i + self.max_batch] for i in range(0, len(inputs), self.max_batch)]
-        logits = torch.cat(
-            [_member_logits(self.served, _batch(self.cfg, chunk), runtime) for chunk in chunks]
-        )
+        logits = torch.cat([self._member_logits(_batch(self.cfg, chunk)) for chunk in chunks])
         return rows_from_member_logits(
             inputs,
             logits,
@@ -131,7 +156,7 @@ class SingleModel:
         labels = getattr(getattr(self.model, "config", None), "id2label", None)
         self.class_names = [labels[i] for i in sorted(labels)] if labels else None
         self.hydra = self  # what the row builder reads temperature / class_names from
-        self.answered_by = f"eager (single model {directory.name}, cpu fp32)"
+        self.answered_by = f"eager (single model {directory.name}, cpu fp32)"  # CPU, fp32 only
         self.num_classes = int(self.model.config.num_labels)
 
     def member_logits(self, batch: dict[str, Any]) -> Any:
@@ -143,6 +168,12 @@ class SingleModel:
             out = self.model(*arrange_inputs(batch, input_names_of(batch)))
         out = getattr(out, "logits", out)
         return out.float()[:, None, :]
+
+
+def _runtime(cfg: Any) -> Any:
+    from hydra_ops.runtime import Runtime
+
+    return Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
 
 
 def _utc_now() -> str:
@@ -176,6 +207,7 @@ def load_prod_snapshot(root: Path) -> ModelSnapshot:
         max_batch=max_batch,
         members=int(served.hydra.num_members),
         classes=int(served.hydra.architecture["num_classes"]),
+        runtime=_runtime(cfg),
         loaded_at=_utc_now(),
     )
 
@@ -183,6 +215,7 @@ def load_prod_snapshot(root: Path) -> ModelSnapshot:
 def load_single_snapshot(root: Path) -> ModelSnapshot:
     """The project's single model (``models/base``) with the temperature the evaluate stage
     fitted for it, its scores from ``evaluate.ood_score`` and no verdict thresholds."""
+    from hydra_ops.runtime import Runtime
     from tasks.common import BASE, METRICS, read_json
     from tasks.params import load_params
 
@@ -203,6 +236,7 @@ def load_single_snapshot(root: Path) -> ModelSnapshot:
         max_batch=DEFAULT_MAX_BATCH,
         members=1,
         classes=single.num_classes,
+        runtime=Runtime.from_spec("cpu", "fp32"),  # SingleModel runs where it was loaded
         loaded_at=_utc_now(),
     )
 
@@ -240,7 +274,7 @@ class ModelHolder:
     ) -> None:
         self._load, self._fingerprint, self.poll_s = load, fingerprint, poll_s
         self._seen = fingerprint() if fingerprint else ""
-        self.current = load()  # the one reference readers take; replaced, never mutated
+        self.current = self._load_warm()  # the one reference readers take; replaced, never mutated
         self.reloads = 0
         self.reload_error: str | None = None
         self._stop = threading.Event()
@@ -257,7 +291,7 @@ class ModelHolder:
         if seen == self._seen:
             return False
         try:
-            fresh = self._load()
+            fresh = self._load_warm()
         except (ValueError, OSError) as err:  # the old snapshot goes on answering
             why = f"{type(err).__name__}: {err}"
             if why != self.reload_error:
@@ -270,6 +304,11 @@ class ModelHolder:
         if old.version != fresh.version:
             log.info("now serving %s (was %s)", fresh.version, old.version)
         return True
+
+    def _load_warm(self) -> ModelSnapshot:
+        snapshot = self._load()
+        snapshot.warm_up()  # beside the snapshot still answering: the swap costs no request
+        return snapshot
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
