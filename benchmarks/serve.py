@@ -312,10 +312,15 @@ def main(
 
 
 def _cpu_name() -> str:
+    """The CPU model and its vector units that matter here (``lscpu`` flags)."""
+    name, flags = platform.processor(), set()
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
+            name = line.split(":", 1)[1].strip()
+        elif line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+    units = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name} ({', '.join(units)})"
 
 
 def markdown(result: dict[str, Any]) -> str:

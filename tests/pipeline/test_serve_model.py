@@ -227,6 +227,29 @@ def test_predict_asks_the_running_service(project):
     assert not (project / SERVICE_FILE).exists()
 
 
+def test_the_single_model_is_served_as_one_member(project):
+    """``serve-model --single``'s model (``models/base``, what the benchmark compares with): one
+    member, so no disagreement and no mutual information; never reloaded."""
+    from tiny_models import tiny_model
+
+    from hydra_ops.checkpoints import save_model
+    from tasks.prod_model import load_single_snapshot
+
+    save_model(tiny_model("bert", 0, **TOKENIZER_SHAPE), project / "models" / "base")
+    holder = ModelHolder(lambda: load_single_snapshot(project))
+    svc = PredictionService(holder, port=0, max_batch=4).start()
+    try:
+        status, answer = ask(svc, TEXTS)
+    finally:
+        svc.close()
+    assert status == 200 and answer["model_version"] == "single", answer
+    assert answer["answered_by"].startswith("eager (single model base")
+    assert [r["class"] for r in answer["rows"]] and len(answer["rows"]) == len(TEXTS)
+    for row in answer["rows"]:
+        assert row["disagreement"] == 0 and row["mutual_information"] == pytest.approx(0, abs=1e-6)
+    assert "of the 1 members" in answer["legend"]
+
+
 def test_promoting_what_is_already_in_prod_names_the_version_and_stage(project):
     from typer.testing import CliRunner
 
