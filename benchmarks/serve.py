@@ -2,19 +2,21 @@
 
 ``python -m benchmarks.serve [--project DIR] [--out benchmarks/results/serve.json]``
 
-Each model is served by a real ``hydra-ens serve-model`` process on 127.0.0.1 (Hydra: the prod
-bundle; the single model: ``--single``, ``models/base`` of the same project), one after the other,
-and driven from this process over keep-alive HTTP connections:
+Both models are served at once by real ``hydra-ens serve-model`` processes on 127.0.0.1 (Hydra:
+the prod bundle; the single model: ``--single``, ``models/base`` of the same project) and driven
+from this process over keep-alive HTTP connections:
 
 * ``batch 1``: one client, one input per request, requests back to back (latency of one question);
 * ``N clients``: N clients at once, one input per request (what the micro-batcher joins);
 * ``batch 16``: one client, 16 inputs per request.
 
-Every scenario is bounded (a number of requests and a time limit) and is run in rounds that
-alternate the two models, so a change in the machine's load hits both; per scenario and model:
-p50 / p99 latency of a request and throughput (inputs answered per second), pooled over rounds.
-``predict`` is also timed as a command (``hydra-ens predict``, wall clock) with the service
-running and with ``--local`` (it loads the model itself).
+Every block of requests is bounded (a number of requests and a time limit); in each round, each
+scenario runs a block on Hydra, then one on the single model, so a change in the machine's load
+hits both. Per scenario and model: p50 / p99 latency of a request as the client sees it (HTTP
+round trip: JSON, tokenizing, the forward pass, the rows) and throughput (inputs answered per
+second of the block's wall time), pooled over rounds. Commands are timed too (wall clock):
+``python -c pass`` and ``hydra-ens --help`` (interpreter and CLI start-up), ``hydra-ens predict``
+with the service running, and ``predict --local`` (it loads the model itself).
 
 Without ``--project``, a project is built in a temp folder: the bundled MiniLM-L6 as the single
 model, and a Hydra of the default shape made from it (M = 3 members keeping 4 of 12 heads in layers
@@ -230,11 +232,16 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def time_predict(project: Path, local: bool) -> float:
+MODELS = ("hydra", "single")
+CLI = [sys.executable, "-m", "flows.cli"]
+PREDICT = [*CLI, "predict", "-C"]
+
+
+def _wall(cmd: list[str]) -> float:
+    """Wall seconds of one command (it must succeed)."""
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "flows.cli", "predict", "-C", str(project), TEXTS[0]]
-        + (["--local"] if local else []),
+        cmd,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         check=True,
@@ -249,7 +256,7 @@ def main(
         Path | None, typer.Option(help="a project with a prod version and models/base")
     ] = None,
     out: Annotated[Path, typer.Option(help="where the JSON goes")] = DEFAULT_OUT,
-    rounds: Annotated[int, typer.Option(min=1, help="rounds alternating the two models")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, help="rounds alternating the two models")] = 5,
     clients: Annotated[int, typer.Option(min=2, help="clients of the concurrent scenario")] = 8,
     max_batch: Annotated[int, typer.Option(min=1)] = 16,
     max_wait_ms: Annotated[float, typer.Option(min=0)] = 5.0,
@@ -262,32 +269,35 @@ def main(
         t0 = time.perf_counter()
         project = build_project(Path(tmp.name) / "proj")
         print(f"built the benchmark project in {time.perf_counter() - t0:.0f} s", flush=True)
+    # per round and scenario, a block of requests for each model in turn: both servers run all
+    # along (the idle one costs memory only), so a change in the machine's load hits both alike
     scenarios = {
-        "batch 1": (1, 1, 100),
-        f"{clients} clients": (clients, 1, 20 * clients),
-        "batch 16": (1, 16, 20),
+        "batch 1": (1, 1, 40),
+        f"{clients} clients": (clients, 1, 8 * clients),
+        "batch 16": (1, 16, 8),
     }
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in scenarios}
-    served: dict[str, Any] = {}
-    for _ in range(rounds):
-        for model in ("hydra", "single"):
-            server = Server(project, model == "single", max_batch, max_wait_ms)
-            try:
-                drive(server.port, 1, 1, 10, 60)  # warm-up (first calls, caches)
-                for name, (c, b, n) in scenarios.items():
-                    runs[name].setdefault(model, []).append(drive(server.port, c, b, n, 120))
-                health = server.get("/health")
-                served[model] = {"answered_by": server.answered_by, "health": health}
-            finally:
-                server.stop()
-    predict_s: dict[str, list[float]] = {"service": [], "local": []}
-    server = Server(project, False, max_batch, max_wait_ms)
+    servers = {m: Server(project, m == "single", max_batch, max_wait_ms) for m in MODELS}
     try:
-        for _ in range(3):
-            predict_s["service"].append(time_predict(project, local=False))
+        for server in servers.values():
+            drive(server.port, 1, 1, 10, 120)  # warm-up (first calls, caches)
+        for _ in range(rounds):
+            for name, (c, b, n) in scenarios.items():
+                for model, server in servers.items():
+                    runs[name].setdefault(model, []).append(drive(server.port, c, b, n, 120))
+        served = {
+            m: {"answered_by": server.answered_by, "health": server.get("/health")}
+            for m, server in servers.items()
+        }
+        command_s = {
+            "python -c pass": [_wall([sys.executable, "-c", "pass"]) for _ in range(3)],
+            "hydra-ens --help": [_wall([*CLI, "--help"]) for _ in range(3)],
+            "predict (service)": [_wall([*PREDICT, str(project), TEXTS[0]]) for _ in range(3)],
+        }
     finally:
-        server.stop()
-    predict_s["local"].append(time_predict(project, local=True))
+        for server in servers.values():
+            server.stop()
+    command_s["predict --local"] = [_wall([*PREDICT, str(project), TEXTS[0], "--local"])]
     table = {
         name: {model: _summary(r) for model, r in by_model.items()}
         for name, by_model in runs.items()
@@ -302,7 +312,7 @@ def main(
         "settings": {"max_batch": max_batch, "max_wait_ms": max_wait_ms, "rounds": rounds},
         "served": served,
         "scenarios": table,
-        "predict_command_s": predict_s,
+        "command_wall_s": command_s,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -336,13 +346,9 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {name} | {model} | {s['requests']} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | "
                 f"{s['inputs_per_s']:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |"
             )
-    p = result["predict_command_s"]
-    lines.append("")
-    lines.append(
-        "`hydra-ens predict` (one text, wall clock of the command): "
-        + ", ".join(f"{x:.2f} s" for x in p["service"])
-        + f" with the service running; {p['local'][0]:.2f} s with --local (loads the model)"
-    )
+    lines += ["", "| command (wall clock, one text) | seconds |", "|---|---|"]
+    for cmd, secs in result["command_wall_s"].items():
+        lines.append(f"| `{cmd}` | {', '.join(f'{x:.2f}' for x in secs)} |")
     return "\n".join(lines)
 
 
