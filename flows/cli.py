@@ -380,7 +380,7 @@ def prediction_table(
 def _ask_service(root: Path, inputs: list[str]) -> dict[str, Any] | None:
     """The answer of the project's running ``serve-model`` to ``inputs`` (None: none runs or it
     does not answer; a request it refuses exits with its one line)."""
-    from flows.serve_model import RequestError, ServiceUnavailable, ask, find_service
+    from flows.service_client import RequestError, ServiceUnavailable, ask, find_service
 
     service = find_service(root)
     if service is None:

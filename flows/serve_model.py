@@ -1,4 +1,4 @@
-"""``hydra-ens serve-model``: the prod model over HTTP on 127.0.0.1, and the client of ``predict``.
+"""``hydra-ens serve-model``: the prod model over HTTP on 127.0.0.1.
 
 The server (stdlib :class:`http.server.ThreadingHTTPServer`, one thread per connection) loads the
 bundle of the version in ``promote.stage`` once (:class:`tasks.prod_model.ModelHolder`), joins
@@ -17,9 +17,8 @@ A bad request gets one ``{"error": "..."}`` with status 400 (404 unknown path, 4
 on inputs padded to the batch's longest, so they equal a lone ``predict`` to float rounding.
 
 While it runs, the service is registered in ``.hydra-ens/service.json`` (URL, pid, model, stage);
-``hydra-ens predict`` asks it first (:func:`find_service`, :func:`ask`) and loads the model itself
-when there is none. This module imports only the standard library at the top, so that client costs
-no torch import.
+``hydra-ens predict`` asks it first (:mod:`flows.service_client`) and loads the model itself when
+there is none.
 """
 
 from __future__ import annotations
@@ -29,29 +28,20 @@ import logging
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from flows.service_client import SERVICE_FILE, RequestError
+
 log = logging.getLogger("hydra_ens")
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8350
-SERVICE_FILE = Path(".hydra-ens") / "service.json"
 MAX_BODY_BYTES = 1 << 20
 MAX_INPUTS = 256
 ANSWER_TIMEOUT_S = 300.0
-
-
-class RequestError(ValueError):
-    """A request the service refuses: ``status`` and a one-line message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def parse_predict_body(raw: bytes) -> list[str]:
@@ -274,52 +264,3 @@ def unregister(root: Path) -> None:
             path.unlink()
     except (OSError, ValueError):
         pass
-
-
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
-def find_service(root: Path) -> dict[str, Any] | None:
-    """The registered service of the project at ``root`` when its process is alive, else None."""
-    try:
-        record = json.loads((root / SERVICE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("url"), str):
-        return None
-    return record if _pid_alive(record.get("pid")) else None
-
-
-class ServiceUnavailable(OSError):
-    """The service could not be reached (the caller loads the model itself)."""
-
-
-def ask(url: str, inputs: list[str], timeout: float = 60.0) -> dict[str, Any]:
-    """POST ``inputs`` to ``url``/predict; the answer, RequestError for a refused request, or
-    ServiceUnavailable when nothing answers."""
-    req = urllib.request.Request(
-        f"{url}/predict",
-        data=json.dumps({"inputs": inputs}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        try:
-            message = json.loads(err.read()).get("error", str(err))
-        except (ValueError, AttributeError):
-            message = str(err)
-        raise RequestError(err.code, message) from None
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
-        raise ServiceUnavailable(f"{url}: {getattr(err, 'reason', err)}") from None

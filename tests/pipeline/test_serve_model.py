@@ -20,7 +20,8 @@ import torch
 from conftest import REPO, git, kill_group
 from tiny_models import make_members, member_plans
 
-from flows.serve_model import SERVICE_FILE, PredictionService, find_service
+from flows.serve_model import PredictionService
+from flows.service_client import SERVICE_FILE, find_service
 from hydra_ops.merge import merge_members
 from hydra_ops.serialization import save_hydra
 from tasks import bundle, gate
@@ -182,7 +183,8 @@ def test_health_and_version(service):
 
 def test_predict_asks_the_running_service(project):
     """``hydra-ens serve-model`` as a real process registers itself; ``hydra-ens predict`` asks
-    it (the title names its URL) and prints the rows it loads itself with ``--local``."""
+    it (the title names its URL) and prints the rows it would compute itself; SIGTERM stops the
+    service and unregisters it."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "serve-model", "-C", str(project), "--port", "0"],
@@ -214,8 +216,8 @@ def test_predict_asks_the_running_service(project):
             return r.stdout
 
         served = [json.loads(x) for x in cli("--json", *TEXTS).splitlines()]
-        loaded = [json.loads(x) for x in cli("--json", "--local", *TEXTS).splitlines()]
-        assert served == loaded
+        loaded, _ = local_predict(load_params(project / "params.yaml"), project, TEXTS)
+        assert served == loaded  # what `predict --local` (or no service) prints
         table = cli(*TEXTS)
         print(table)
         assert f"at {record['url']}" in " ".join(table.split()), table
@@ -225,6 +227,27 @@ def test_predict_asks_the_running_service(project):
     finally:
         kill_group(proc)
     assert not (project / SERVICE_FILE).exists()
+
+
+def test_predict_falls_back_when_the_registered_service_does_not_answer(project):
+    """A service registered by a live process that does not answer (here: nothing listens on its
+    port): ``predict`` says so in one note and loads the model itself; ``--local`` never asks."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    record = {"url": "http://127.0.0.1:9", "pid": os.getpid(), "model": "hydra", "stage": "prod"}
+    (project / SERVICE_FILE).write_text(json.dumps(record))
+    try:
+        runner = CliRunner()
+        res = runner.invoke(app, ["predict", "-C", str(project), "--json", TEXTS[0]])
+        assert res.exit_code == 0, res.output
+        assert "note: the registered service did not answer" in res.output
+        assert json.loads(res.stdout.splitlines()[-1])["model_version"] == "v0.0.1"
+        res = runner.invoke(app, ["predict", "-C", str(project), "--json", "--local", TEXTS[0]])
+        assert res.exit_code == 0 and "note:" not in res.output, res.output
+    finally:
+        (project / SERVICE_FILE).unlink()
 
 
 def test_the_single_model_is_served_as_one_member(project):
