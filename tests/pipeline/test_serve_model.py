@@ -35,14 +35,32 @@ GATES = [{"metric": "accuracy", "split": "id_test", "threshold": 0.5}]
 TEXTS = ["Shares rose on strong profits", "The band's new album", "A late goal won the match"]
 #: A tiny BERT that reads the MiniLM tokenizer's ids (what predict tokenizes with).
 TOKENIZER_SHAPE = {"vocab_size": 30522, "max_position_embeddings": 64}
-
-
-def _save_model(root: Path, seed: int) -> None:
-    torch.manual_seed(seed)
-    members = make_members("bert", member_plans(2), fine_tuned=True, seed=seed, **TOKENIZER_SHAPE)
-    hydra = merge_members(members)
-    hydra.set_temperature(1.0 + seed)
-    save_hydra(hydra, root / "models" / "hydra", metadata={"seed": seed})
+DVC = str(Path(sys.executable).parent / "dvc")
+#: The last stages as the real dvc.yaml declares them, and a stand-in for everything before
+#: (its outputs are written in process): promote checks the bundle against dvc.lock.
+DVC_YAML = """\
+stages:
+  train:
+    cmd: python -c "raise SystemExit('a stand-in, the test writes these outputs')"
+    outs: [models/hydra, models/compiled]
+    metrics:
+      - metrics/evaluate.json: {cache: false}
+  gate:
+    cmd: python -m tasks.gate
+    deps: [models/hydra, models/compiled, metrics/evaluate.json]
+    params:
+      - params.yaml:
+    outs:
+      - reports/gate.md: {cache: false}
+    metrics:
+      - reports/gate.json: {cache: false}
+  bundle:
+    cmd: python -m tasks.bundle
+    deps: [models/hydra, models/compiled, metrics/evaluate.json, reports/gate.json]
+    params:
+      - params.yaml:
+    outs: [models/bundle]
+"""
 
 
 def _write(path: Path, obj) -> None:
@@ -59,26 +77,43 @@ def _evaluation() -> dict:
 
 
 def _promote_model(root: Path, seed: int) -> str:
-    _save_model(root, seed)
-    cfg = load_params(root / "params.yaml")
-    gate.run(cfg, root)
-    bundle.run(cfg, root)
-    return promote(cfg, root)["version"]
+    """A run of the project: the stand-in's outputs (a tiny Hydra, seeded), gate, bundle, the
+    lock DVC writes after them, then promotion."""
+    torch.manual_seed(seed)
+    members = make_members("bert", member_plans(2), fine_tuned=True, seed=seed, **TOKENIZER_SHAPE)
+    hydra = merge_members(members)
+    hydra.set_temperature(1.0 + seed)
+    save_hydra(hydra, root / "models" / "hydra", metadata={"seed": seed})
+    _write(root / "models" / "compiled" / "compiled.json", {"backend": "eager", "check": None})
+    _write(root / "metrics" / "evaluate.json", _evaluation())
+    gate.run(load_params(root / "params.yaml"), root)
+    bundle.run(load_params(root / "params.yaml"), root)
+    r = subprocess.run(
+        [DVC, "commit", "-f", "-q", "train", "gate", "bundle"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return promote(load_params(root / "params.yaml"), root)["version"]
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
+    from flows.dvcops import ensure_project
+
     root = tmp_path_factory.mktemp("serve") / "proj"
     root.mkdir()
+    write_params(resolve_params("quick", {"gates": GATES}), root / "params.yaml")
+    (root / "dvc.yaml").write_text(DVC_YAML)
+    (root / ".gitignore").write_text(".hydra-ens/\n.dvc-remote/\n__pycache__/\n")
     git(root, "init", "-q", "-b", "main")
     git(root, "config", "user.email", "tests@hydra-ens.invalid")
     git(root, "config", "user.name", "hydra-ens tests")
-    write_params(resolve_params("quick", {"gates": GATES}), root / "params.yaml")
-    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
-    _write(root / "models" / "compiled" / "compiled.json", {"backend": "eager", "check": None})
-    _write(root / "metrics" / "evaluate.json", _evaluation())
-    git(root, "add", "params.yaml")
+    git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "project")
+    ensure_project(root)
     assert _promote_model(root, 0) == "v0.0.1"
     return root
 
