@@ -385,8 +385,11 @@ def _ask_service(root: Path, inputs: list[str]) -> dict[str, Any] | None:
     service = find_service(root)
     if service is None:
         return None
+    sent = inputs
+    if service.get("modality") == "image":  # files: the service's folder is not this one's
+        sent = [str(Path(x).resolve()) for x in inputs]
     try:
-        answer = ask(service["url"], inputs)
+        answer = ask(service["url"], sent)
     except ServiceUnavailable as err:
         err_console.print(
             f"note: the registered service did not answer ({err}); loading the model here",
@@ -397,6 +400,8 @@ def _ask_service(root: Path, inputs: list[str]) -> dict[str, Any] | None:
         return None
     except RequestError as err:
         _fail(str(err), 2 if str(err).startswith("inputs") else 1)
+    for row, given in zip(answer["rows"], inputs, strict=True):
+        row["input"] = given  # as the user gave it, like a local predict
     return {
         **answer,
         "model": service.get("model"),
@@ -690,6 +695,7 @@ def serve_model(
         _fail(str(err))
     cfg = holder.current.cfg
     info = {"model": cfg.promote.model_name, "stage": cfg.promote.stage, "project": str(root)}
+    info["modality"] = cfg.modality  # image inputs are files: predict sends absolute paths
     try:
         service = PredictionService(holder, port, max_batch, max_wait_ms, info)
     except OSError as err:
