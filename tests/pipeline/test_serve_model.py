@@ -206,6 +206,7 @@ def test_bad_requests_get_one_clear_error_each_and_the_server_goes_on(service):
 
 
 def test_health_and_version(service):
+    assert ask(service, TEXTS[:1])[0] == 200
     status, health = request(service, "GET", "/health")
     assert status == 200 and health["status"] == "ok" and health["model_version"] == "v0.0.1"
     assert health["answered_by"].startswith("eager") and health["reload_error"] is None
