@@ -57,7 +57,11 @@ def offline_defaults(root: Path) -> None:
 
 
 def _root(project: Path | None) -> Path:
+    """The project folder (``-C``, else the current one); exit 2 with one line when there is no
+    such folder (the commands name what they miss in a folder that exists)."""
     root = (project or Path.cwd()).resolve()
+    if not root.is_dir():
+        _fail(f"{root}: not a project folder (no such folder); give -C PROJECT", 2)
     offline_defaults(root)
     return root
 
@@ -337,33 +341,75 @@ def status(project: Project = None) -> None:
         )
 
 
-def prediction_table(rows: list[dict[str, Any]], title: str) -> Table:
+def prediction_table(
+    rows: list[dict[str, Any]], title: str, labels: dict[str, str] | None = None
+) -> Table:
     """``predict``'s table: one row per input (its first 60 characters), the class, the
-    uncertainty numbers and the verdict. Inputs, class names and the title are shown as they
-    are (plain text: a news text's ``[removed]`` is not console markup)."""
+    uncertainty numbers and the verdict, in 80 columns: only the input wraps, at spaces (a word
+    too long for its column is cut with an ellipsis); class, numbers and headers never wrap.
+    ``ood_score`` gets a column unless it is the max-probability score (``msp`` = -prob, the
+    legend says so). Inputs, class names and the title are shown as they are (plain text: a
+    news text's ``[removed]`` is not console markup). ``labels``: verdict labels (default
+    :data:`hydra_ops.ood_thresholds.VERDICT_LABELS`)."""
+    from rich import box
     from rich.text import Text
 
-    from hydra_ops.ood_thresholds import VERDICT_LABELS
-
-    table = Table(title=Text(title), show_edge=False, pad_edge=False)
-    cols = ("input", "class", "prob", "entropy", "MI", "disagree", "ood_score", "verdict")
-    for col in cols:  # only input and class fold, so the numbers and verdict fit 80 columns
-        foldable = col in ("input", "class")
+    if labels is None:
+        from hydra_ops.ood_thresholds import VERDICT_LABELS as labels
+    with_score = any(r.get("ood_score_kind") != "msp" for r in rows)
+    table = Table(title=Text(title), box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("input", overflow="ellipsis", min_width=12, ratio=1)
+    cols = ["class", "prob", "entropy", "MI", "disagree"]
+    cols += ["ood_score"] if with_score else []
+    for col in [*cols, "verdict"]:
         table.add_column(
-            col, overflow="fold", no_wrap=not foldable, min_width=6 if foldable else None
+            col, no_wrap=True, justify="left" if col in ("class", "verdict") else "right"
         )
     for r in rows:
-        table.add_row(
+        cells = [
             Text(r["input"][:60]),
             Text(str(r["class"])),
             f"{r['prob']:.3f}",
             f"{r['entropy']:.3f}",
             f"{r['mutual_information']:.3f}",
             f"{r['disagreement']:.3f}",
-            f"{r['ood_score']:.4f}",
-            VERDICT_LABELS.get(r["verdict"], "n/a"),
-        )
+        ]
+        cells += [f"{r['ood_score']:.4f}"] if with_score else []
+        table.add_row(*cells, labels.get(r["verdict"], "n/a"))
     return table
+
+
+def _ask_service(root: Path, inputs: list[str]) -> dict[str, Any] | None:
+    """The answer of the project's running ``serve-model`` to ``inputs`` (None: none runs or it
+    does not answer; a request it refuses exits with its one line)."""
+    from flows.service_client import RequestError, ServiceUnavailable, ask, find_service
+
+    service = find_service(root)
+    if service is None:
+        return None
+    sent = inputs
+    if service.get("modality") == "image":  # files: the service's folder is not this one's
+        sent = [str(Path(x).resolve()) for x in inputs]
+    try:
+        answer = ask(service["url"], sent)
+    except ServiceUnavailable as err:
+        err_console.print(
+            f"note: the registered service did not answer ({err}); loading the model here",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        return None
+    except RequestError as err:
+        _fail(str(err), 2 if str(err).startswith("inputs") else 1)
+    for row, given in zip(answer["rows"], inputs, strict=True):
+        row["input"] = given  # as the user gave it, like a local predict
+    return {
+        **answer,
+        "model": service.get("model"),
+        "stage": service.get("stage"),
+        "url": service["url"],
+    }
 
 
 @app.command()
@@ -380,36 +426,52 @@ def predict(
         typer.Option(
             "--device",
             help="where the eager model runs: auto, cpu, cuda, cuda:N (default: params' "
-            "runtime.device)",
+            "runtime.device); loads the model here",
         ),
     ] = None,
+    local: Annotated[
+        bool,
+        typer.Option("--local", help="load the model here even when `serve-model` is running"),
+    ] = False,
 ) -> None:
     """Classify with the prod model: class, probability, entropy, mutual information, member
-    disagreement, OOD score and a verdict (ok / uncertain / likely OOD) per input."""
-    from tasks.params import ConfigError, load_params
-    from tasks.predict import predict as do_predict
-    from tasks.predict import validate_inputs
-
-    try:
-        inputs = validate_inputs(inputs)
-    except ValueError as err:
-        _fail(str(err), 2)
+    disagreement, OOD score and a verdict (ok / uncertain / likely OOD) per input. Asks the
+    project's running `hydra-ens serve-model` when there is one (milliseconds), else loads the
+    model (seconds)."""
     root = _root(project)
-    try:
-        cfg = load_params(root / "params.yaml")
-        rows, info = do_predict(cfg, root, inputs, device=device)
-    except (ConfigError, ValueError) as err:
-        _fail(str(err))
+    answer = None if (local or device or not inputs) else _ask_service(root, list(inputs))
+    if answer is not None:
+        rows, legend, labels = answer["rows"], answer["legend"], answer["verdict_labels"]
+        title = (
+            f"{answer['model']} {answer['model_version']} ({answer['stage']}), answered by "
+            f"{answer['answered_by']} at {answer['url']}; preprocessing: "
+            f"{rows[0]['preprocessing']}"
+        )
+    else:
+        from tasks.params import ConfigError, load_params
+        from tasks.predict import predict as do_predict
+        from tasks.predict import validate_inputs
+
+        try:
+            inputs = validate_inputs(inputs)
+        except ValueError as err:
+            _fail(str(err), 2)
+        try:
+            cfg = load_params(root / "params.yaml")
+            rows, info = do_predict(cfg, root, inputs, device=device)
+        except (ConfigError, ValueError) as err:
+            _fail(str(err))
+        legend, labels = info["legend"], None
+        title = (
+            f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
+            f"{rows[0]['answered_by']}; preprocessing: {rows[0]['preprocessing']}"
+        )
     if as_json:
         for r in rows:
             print(json.dumps(r))
         return
-    title = (
-        f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
-        f"{rows[0]['answered_by']}; preprocessing: {rows[0]['preprocessing']}"
-    )
-    console.print(prediction_table(rows, title))
-    console.print(info["legend"], highlight=False, soft_wrap=True, markup=False)
+    console.print(prediction_table(rows, title, labels))
+    console.print(legend, highlight=False, markup=False)  # wrapped at spaces, like the table
 
 
 @app.command()
@@ -461,6 +523,12 @@ def promote(
             from flows import dvcops
 
             console.print(f"[dim]dvc push: {dvcops.push(root)}[/]")
+    elif result.get("why") == "already in stage":
+        console.print(
+            f"not promoted: {result['model']}@{result['version']} is already in stage "
+            f"{result['stage']}",
+            markup=False,
+        )
     else:
         failed = result.get("failed_checks") if result.get("why") == "gate failed" else None
         console.print(
@@ -550,13 +618,17 @@ def serve(
     """Serve a Prefect deployment of the pipeline on a cron schedule (needs PREFECT_API_URL).
 
     Start the server first: ``prefect server start --host 127.0.0.1`` and
-    ``export PREFECT_API_URL=http://127.0.0.1:4200/api``.
+    ``export PREFECT_API_URL=http://127.0.0.1:4200/api``. On another port N, start it with
+    ``PREFECT_UI_API_URL=http://127.0.0.1:N/api`` set too: its UI otherwise looks for the API on
+    port 4200 ("Can't connect to Server API").
     """
     root = _root(project)
     if "PREFECT_API_URL" not in os.environ:
         _fail(
             "serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
-            "export PREFECT_API_URL=http://127.0.0.1:4200/api",
+            "export PREFECT_API_URL=http://127.0.0.1:4200/api (on another port N: start it with "
+            "--port N and PREFECT_UI_API_URL=http://127.0.0.1:N/api, and export "
+            "PREFECT_API_URL=http://127.0.0.1:N/api)",
             2,
         )
     from prefect.client.schemas.schedules import CronSchedule
@@ -573,6 +645,95 @@ def serve(
     target.serve(
         name=name, cron=cron, parameters={"project_dir": str(root)}, print_starting_message=True
     )
+
+
+@app.command("serve-model")
+def serve_model(
+    project: Project = None,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="port on 127.0.0.1 (0: any free one)")
+    ] = 8350,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", min=1, help="inputs per forward pass, at most")
+    ] = 16,
+    max_wait_ms: Annotated[
+        float,
+        typer.Option("--max-wait-ms", min=0, help="how long a request waits for others to join"),
+    ] = 5.0,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", min=0.05, help="seconds between two looks for a new prod version"),
+    ] = 1.0,
+    single: Annotated[
+        bool,
+        typer.Option(
+            "--single",
+            help="serve the project's single model (models/base) instead, for comparisons: "
+            "not registered for predict, never reloaded",
+        ),
+    ] = False,
+) -> None:
+    """Serve the prod model over HTTP on 127.0.0.1 until Ctrl-C: POST /predict {"inputs":
+    [...]} answers with the rows of `predict --json`; GET /health, /version. A promotion or
+    rollback is picked up without a restart; `hydra-ens predict` asks this service while it runs.
+    """
+    import signal
+
+    from flows.serve_model import PredictionService, register, unregister
+    from tasks.common import set_threads, setup_logging
+    from tasks.params import ConfigError
+    from tasks.prod_model import (
+        ModelHolder,
+        load_prod_snapshot,
+        load_single_snapshot,
+        stage_fingerprint,
+    )
+
+    root = _root(project)
+    setup_logging()
+    set_threads()
+    try:
+        if single:
+            holder = ModelHolder(lambda: load_single_snapshot(root))
+        else:
+            holder = ModelHolder(
+                lambda: load_prod_snapshot(root), lambda: stage_fingerprint(root), poll
+            )
+    except (ConfigError, ValueError, OSError) as err:
+        _fail(str(err))
+    cfg = holder.current.cfg
+    info = {"model": cfg.promote.model_name, "stage": cfg.promote.stage, "project": str(root)}
+    info["modality"] = cfg.modality  # image inputs are files: predict sends absolute paths
+    try:
+        service = PredictionService(holder, port, max_batch, max_wait_ms, info)
+    except OSError as err:
+        holder.close()
+        _fail(f"--port {port}: cannot listen on 127.0.0.1:{port} ({err.strerror or err})", 2)
+    if not single:
+        register(root, service.url, info)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    snap = holder.current
+    what = "the single model" if single else f"{info['model']}@{snap.version} ({info['stage']})"
+    console.print(
+        f"serving {what}, answered by {snap.answered_by}, at {service.url} (Ctrl-C stops)\n"
+        f'  curl -s {service.url}/predict -d \'{{"inputs": ["some text"]}}\'',
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    try:
+        service.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if not single:
+            unregister(root)
+        service.close()
+    console.print("stopped", markup=False)
 
 
 @app.command()

@@ -15,7 +15,8 @@ import copy
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -813,13 +814,69 @@ def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node[last] = value
 
 
+def _section_model(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (``X``, ``X | None``, ``list[X]``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (found := _section_model(arg)) is not None:
+            return found
+    return None
+
+
+def _known_keys(model: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of ``model``'s sections (lists such as ``gates`` not entered)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        section = _section_model(field.annotation)
+        inner = typing.get_origin(field.annotation) is not list
+        keys += _known_keys(section, f"{prefix}{name}.") if section and inner else []
+        keys.append(f"{prefix}{name}")
+    return keys
+
+
+def _leaves(value: Any, prefix: str) -> list[str]:
+    if isinstance(value, Mapping) and value:
+        return [leaf for k, v in value.items() for leaf in _leaves(v, f"{prefix}.{k}")]
+    return [prefix]
+
+
+def did_you_mean(loc: Sequence[Any], given: Any = None) -> str:
+    """`` (did you mean 'epochs'?)`` for the unknown key at ``loc`` (a validation error's path)
+    holding ``given``: a key of its own section spelt closely enough
+    (:func:`difflib.get_close_matches`), else the keys anywhere whose last part is close to the
+    last part of what was given (``train.epoch`` -> ``finetune.epochs``), else ``""``."""
+    import difflib
+
+    model: Any = PipelineConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an index into a list: the model is already its item's
+            continue
+        field = model.model_fields.get(part)
+        model = _section_model(field.annotation) if field is not None else None
+        if model is None:
+            return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
+    if not close and not any(isinstance(p, int) for p in loc):
+        known = _known_keys(PipelineConfig)
+        by_leaf: dict[str, list[str]] = {}
+        for key in known:
+            by_leaf.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+        for leaf in _leaves(given, ".".join(str(p) for p in loc)):
+            for name in difflib.get_close_matches(leaf.rsplit(".", 1)[-1], list(by_leaf), n=1):
+                close += difflib.get_close_matches(leaf, by_leaf[name], n=3, cutoff=0)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(repr(c) for c in dict.fromkeys(close))}?)"
+
+
 def _format_errors(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + did_you_mean(e["loc"], e.get("input"))
         elif (
             e["type"] != "value_error" and "input" in e and not isinstance(e["input"], dict | list)
         ):

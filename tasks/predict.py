@@ -151,7 +151,8 @@ def legend(
         f"entropy, MI (mutual_information): nats (max ln C = {math.log(num_classes):.3f} for these "
         f"{num_classes} classes); disagree(ment): fraction of the {num_members} members voting "
         f"for another class; ood_score: {score_kind} = {SCORE_MEANINGS.get(score_kind, '?')}, "
-        "higher = more OOD; "
+        "higher = more OOD"
+        + (" (in --json only: the table's prob says it); " if score_kind == "msp" else "; ")
     )
     if thresholds is None:
         return head + "verdict: n/a (this model stores no thresholds; re-run calibrate)"

@@ -443,7 +443,9 @@ def test_cli_predict_prints_the_table_with_a_legend_and_json_lines(tmp_path, ser
     assert res.exit_code == 0, res.output
     assert "likely OOD" in res.output and "ok" in res.output and "v0.0.7" in res.output
     legend_lines = [line for line in res.output.splitlines() if line.startswith("entropy, MI")]
-    assert len(legend_lines) == 1 and "higher = more OOD" in legend_lines[0]
+    legend = " ".join(res.output[res.output.index("entropy, MI") :].split())  # wrapped at spaces
+    assert len(legend_lines) == 1 and "higher = more OOD" in legend
+    assert max(map(len, res.output.splitlines())) <= 80  # the table and legend fit 80 columns
     res = runner.invoke(app, ["predict", "-C", str(tmp_path), "--json", "good", "odd"])
     rows = [json.loads(line) for line in res.output.strip().splitlines()]
     assert [list(r) for r in rows] == [list(ROW_FIELDS)] * 2

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,26 @@ def load_export(path: Path, device: torch.device) -> Runner:
     return no_grad_runner(torch.export.load(str(path)).module())
 
 
+class _NoCudaHomeNotice(logging.Filter):
+    """Drops ``No CUDA runtime is found, using CUDA_HOME=...``: inductor's C++ builder imports
+    ``torch.utils.cpp_extension``, which looks for a CUDA toolkit when imported and says so when
+    it finds one without a GPU, on every first call of a CPU artifact. The CPU kernels it builds
+    never use CUDA, so the line is noise there."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+
+def quiet_cuda_home_notice() -> None:
+    """Install :class:`_NoCudaHomeNotice` on torch's ``cpp_extension`` logger (once)."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaHomeNotice) for f in logger.filters):
+        logger.addFilter(_NoCudaHomeNotice())
+
+
 def load_inductor(path: Path, device: torch.device) -> Runner:
+    if device.type == "cpu":
+        quiet_cuda_home_notice()
     module = torch.export.load(str(path)).module()
     return no_grad_runner(torch.compile(module, backend="inductor", dynamic=True))
 

@@ -1,0 +1,312 @@
+"""``hydra-ens serve-model``: the real HTTP server on 127.0.0.1 over a promoted bundle (a tiny BERT
+Hydra on the MiniLM tokenizer, gated, bundled and promoted with real git and GTO; no fine-tuning),
+talked to over HTTP: its rows equal ``predict``'s, bad requests get one error each, health and
+version, ``hydra-ens predict`` asking the running service, and a promotion under load. One project
+and one in-thread server are shared by the module; the promotion test runs last."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import promotion_project as pp
+import pytest
+import torch
+from conftest import REPO, kill_group
+from tiny_models import make_members, member_plans
+
+from flows.serve_model import PredictionService
+from flows.service_client import SERVICE_FILE, find_service
+from hydra_ops.merge import merge_members
+from hydra_ops.serialization import save_hydra
+from tasks.custody import scored_record, source_record
+from tasks.params import load_params
+from tasks.predict import ROW_FIELDS
+from tasks.predict import predict as local_predict
+from tasks.prod_model import ModelHolder, load_prod_snapshot, stage_fingerprint
+from tasks.promote import promote
+
+TEXTS = ["Shares rose on strong profits", "The band's new album", "A late goal won the match"]
+#: A tiny BERT that reads the MiniLM tokenizer's ids (what predict tokenizes with).
+TOKENIZER_SHAPE = {"vocab_size": 30522, "max_position_embeddings": 64}
+
+
+def _promote_model(root: Path, seed: int) -> str:
+    """A run of the promotion project (:mod:`promotion_project`) whose stand-in trains a tiny
+    Hydra on the MiniLM tokenizer's ids: gate, bundle, lock, promotion."""
+    torch.manual_seed(seed)
+    members = make_members("bert", member_plans(2), fine_tuned=True, seed=seed, **TOKENIZER_SHAPE)
+    hydra = merge_members(members)
+    hydra.set_temperature(1.0 + seed)
+    save_hydra(hydra, root / "models" / "hydra", metadata={"seed": seed})
+    pp.write(root / "data" / "prepared" / "manifest.json", {"source": "stand-in"})
+    compiled = {"backend": "eager", "check": None, "source": source_record(root)}
+    pp.write(root / "models" / "compiled" / "compiled.json", compiled)
+    scored = scored_record(pp.cfg(root), root)
+    pp.write(root / "metrics" / "evaluate.json", {**pp.evaluation(0.95), "scored": scored})
+    pp.gate_and_bundle(root)
+    return promote(pp.cfg(root), root)["version"]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = pp.build(tmp_path_factory.mktemp("serve") / "proj")
+    assert _promote_model(root, 0) == "v0.0.1"
+    return root
+
+
+@pytest.fixture(scope="module")
+def service(project):
+    holder = ModelHolder(
+        lambda: load_prod_snapshot(project), lambda: stage_fingerprint(project), poll_s=0.1
+    )
+    svc = PredictionService(holder, port=0, max_batch=8, max_wait_ms=2, info={"model": "hydra"})
+    svc.start()
+    yield svc
+    svc.close()
+
+
+def request(
+    svc, method: str, path: str, body: bytes | None = None, headers: dict | None = None
+) -> tuple[int, dict]:
+    host, port = svc.httpd.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def ask(svc, inputs) -> tuple[int, dict]:
+    return request(svc, "POST", "/predict", json.dumps({"inputs": inputs}).encode())
+
+
+def test_the_service_answers_with_the_rows_of_predict(project, service):
+    assert service.url.startswith("http://127.0.0.1:")
+    status, answer = ask(service, TEXTS)
+    assert status == 200, answer
+    rows, _ = local_predict(load_params(project / "params.yaml"), project, TEXTS)
+    assert answer["rows"] == rows  # same inputs in one forward pass: the same numbers
+    assert all(list(r) == list(ROW_FIELDS) for r in answer["rows"])
+    assert answer["model_version"] == "v0.0.1" and answer["legend"].startswith("entropy")
+    assert answer["answered_by"] == rows[0]["answered_by"]
+
+
+def test_bad_requests_get_one_clear_error_each_and_the_server_goes_on(service):
+    def body(obj) -> bytes:
+        return json.dumps(obj).encode()
+
+    cases = [
+        ("POST", "/predict", b"{not json", 400, "body is not valid JSON"),
+        ("POST", "/predict", body(["a"]), 400, "body must be a JSON object"),
+        ("POST", "/predict", body({"text": "a"}), 400, "unknown field 'text'"),
+        ("POST", "/predict", body({"inputs": []}), 400, "inputs: give a non-empty list"),
+        ("POST", "/predict", body({"inputs": "a text"}), 400, "inputs: give a non-empty list"),
+        ("POST", "/predict", body({"inputs": ["ok", 3]}), 400, "inputs[1]: must be a string"),
+        ("POST", "/predict", body({"inputs": ["ok", "  "]}), 400, "inputs[1]: empty"),
+        ("POST", "/predict", body({"inputs": ["a"] * 257}), 400, "at most 256"),
+        ("POST", "/nowhere", body({"inputs": ["a"]}), 404, "no endpoint '/nowhere'"),
+        ("GET", "/predict", None, 405, "POST /predict"),
+        ("DELETE", "/predict", None, 405, "DELETE is not served"),
+        ("GET", "/", None, 404, "no endpoint '/'"),
+    ]
+    for method, path, payload, code, message in cases:
+        status, answer = request(service, method, path, payload)
+        assert (status, answer["status"]) == (code, code), (path, payload, answer)
+        assert message in answer["error"] and "\n" not in answer["error"], answer
+        assert request(service, "GET", "/health")[0] == 200
+    host, port = service.httpd.server_address[:2]
+    raw = http.client.HTTPConnection(host, port, timeout=30)
+    raw.putrequest("POST", "/predict")
+    raw.endheaders()  # no Content-Length
+    assert raw.getresponse().status == 411
+    raw.close()
+    too_big = {"Content-Length": str(2 << 20)}
+    assert request(service, "POST", "/predict", b"", too_big)[0] == 413
+    # one bad request in a batch does not fail the good ones beside it
+    answers = {}
+
+    def send(name, inputs):
+        answers[name] = ask(service, inputs)
+
+    threads = [
+        threading.Thread(target=send, args=(i, ["  "] if i == 0 else TEXTS[:1])) for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert answers[0][0] == 400 and all(answers[i][0] == 200 for i in (1, 2, 3)), answers
+    assert ask(service, TEXTS[:1])[0] == 200
+
+
+def test_health_and_version(service):
+    assert ask(service, TEXTS[:1])[0] == 200
+    status, health = request(service, "GET", "/health")
+    assert status == 200 and health["status"] == "ok" and health["model_version"] == "v0.0.1"
+    assert health["answered_by"].startswith("eager") and health["reload_error"] is None
+    assert health["requests"] >= 1 and health["max_batch"] == 8
+    status, version = request(service, "GET", "/version")
+    assert status == 200 and version["version"] == "v0.0.1" and version["model"] == "hydra"
+    assert version["tag"] == "hydra@v0.0.1" and version["bundle_md5"].endswith(".dir")
+    assert version["schema_version"] == 1 and version["gate"] == "passed"
+
+
+def test_predict_asks_the_running_service(project):
+    """``hydra-ens serve-model`` as a real process registers itself; ``hydra-ens predict`` asks
+    it (the title names its URL) and prints the rows it would compute itself; SIGTERM stops the
+    service and unregisters it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve-model", "-C", str(project), "--port", "0"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while find_service(project) is None and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.2)
+        record = find_service(project)
+        assert record and record["pid"] == proc.pid and record["url"].startswith("http://127.0")
+
+        def cli(*args: str) -> str:
+            r = subprocess.run(
+                [sys.executable, "-m", "flows.cli", "predict", "-C", str(project), *args],
+                cwd=REPO,
+                env={**env, "COLUMNS": "80"},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert r.returncode == 0, r.stdout + r.stderr
+            return r.stdout
+
+        served = [json.loads(x) for x in cli("--json", *TEXTS).splitlines()]
+        loaded, _ = local_predict(load_params(project / "params.yaml"), project, TEXTS)
+        assert served == loaded  # what `predict --local` (or no service) prints
+        table = cli(*TEXTS)
+        print(table)
+        assert f"at {record['url']}" in " ".join(table.split()), table
+        assert max(map(len, table.splitlines())) <= 80, table
+        proc.terminate()  # SIGTERM: stops serving, unregisters
+        assert proc.wait(timeout=60) == 0 and "stopped" in proc.communicate()[0]
+    finally:
+        kill_group(proc)
+    assert not (project / SERVICE_FILE).exists()
+
+
+def test_predict_falls_back_when_the_registered_service_does_not_answer(project):
+    """A service registered by a live process that does not answer (here: nothing listens on its
+    port): ``predict`` says so in one note and loads the model itself; ``--local`` never asks."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    record = {"url": "http://127.0.0.1:9", "pid": os.getpid(), "model": "hydra", "stage": "prod"}
+    (project / SERVICE_FILE).write_text(json.dumps(record))
+    try:
+        runner = CliRunner()
+        res = runner.invoke(app, ["predict", "-C", str(project), "--json", TEXTS[0]])
+        assert res.exit_code == 0, res.output
+        assert "note: the registered service did not answer" in res.output
+        assert json.loads(res.stdout.splitlines()[-1])["model_version"] == "v0.0.1"
+        res = runner.invoke(app, ["predict", "-C", str(project), "--json", "--local", TEXTS[0]])
+        assert res.exit_code == 0 and "note:" not in res.output, res.output
+    finally:
+        (project / SERVICE_FILE).unlink()
+
+
+def test_the_single_model_is_served_as_one_member(project):
+    """``serve-model --single``'s model (``models/base``, what the benchmark compares with): one
+    member, so no disagreement and no mutual information; never reloaded."""
+    from tiny_models import tiny_model
+
+    from hydra_ops.checkpoints import save_model
+    from tasks.prod_model import load_single_snapshot
+
+    save_model(tiny_model("bert", 0, **TOKENIZER_SHAPE), project / "models" / "base")
+    holder = ModelHolder(lambda: load_single_snapshot(project))
+    svc = PredictionService(holder, port=0, max_batch=4).start()
+    try:
+        status, answer = ask(svc, TEXTS)
+    finally:
+        svc.close()
+    assert status == 200 and answer["model_version"] == "single", answer
+    assert answer["answered_by"].startswith("eager (single model base")
+    assert [r["class"] for r in answer["rows"]] and len(answer["rows"]) == len(TEXTS)
+    for row in answer["rows"]:
+        assert row["disagreement"] == 0 and row["mutual_information"] == pytest.approx(0, abs=1e-6)
+    assert "of the 1 members" in answer["legend"]
+
+
+def test_promoting_what_is_already_in_prod_names_the_version_and_stage(project):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    runner = CliRunner()
+    for extra in (["--version", "v0.0.1", "--reason", "again"],):
+        res = runner.invoke(app, ["promote", "-C", str(project), *extra])
+        assert res.exit_code == 0, res.output
+        said = " ".join(res.output.split())
+        assert said == "not promoted: hydra@v0.0.1 is already in stage prod", res.output
+
+
+def test_a_promotion_under_load_switches_versions_atomically(project, service):
+    """Four clients send requests while v0.0.2 is promoted: every answer is wholly one version's
+    (each row equal to what that version's model computes), each client sees v0.0.1 then only
+    v0.0.2, and the server switched without a restart. Bounded: at most 60 s and 8,000 requests."""
+    reference = {"v0.0.1": service.holder.current.rows(TEXTS)}
+    seen: dict[int, list[dict]] = {i: [] for i in range(4)}
+    switched, stop = threading.Event(), threading.Event()
+    deadline = time.monotonic() + 60
+
+    def client(i: int) -> None:
+        while not stop.is_set() and time.monotonic() < deadline and len(seen[i]) < 2000:
+            status, answer = ask(service, TEXTS)
+            assert status == 200, answer
+            seen[i].append(answer)
+            if answer["model_version"] == "v0.0.2":
+                switched.set()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        while sum(map(len, seen.values())) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _promote_model(project, 1) == "v0.0.2"
+        assert switched.wait(max(0.0, deadline - time.monotonic())), "never served v0.0.2"
+        time.sleep(0.3)  # a few answers after the switch
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    reference["v0.0.2"] = service.holder.current.rows(TEXTS)
+    assert service.holder.current.version == "v0.0.2" and service.holder.reloads >= 1
+    for answers in seen.values():
+        versions = [a["model_version"] for a in answers]
+        first_new = versions.index("v0.0.2") if "v0.0.2" in versions else len(versions)
+        assert set(versions[first_new:]) <= {"v0.0.2"}, versions  # never back to the old one
+        for answer in answers:
+            version = answer["model_version"]
+            assert {r["model_version"] for r in answer["rows"]} == {version}
+            for row, ref in zip(answer["rows"], reference[version], strict=True):
+                assert row["class"] == ref["class"]
+                assert row["prob"] == pytest.approx(ref["prob"], abs=1e-5)
+                assert row["entropy"] == pytest.approx(ref["entropy"], abs=1e-5)
+    assert any("v0.0.1" in [a["model_version"] for a in s] for s in seen.values())
+    assert reference["v0.0.1"][0]["prob"] != pytest.approx(reference["v0.0.2"][0]["prob"])
