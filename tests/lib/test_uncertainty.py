@@ -358,7 +358,13 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     monkeypatch.setattr(calibrate, "logits", lambda hydra, batches, **kw: val_logits)
     monkeypatch.setattr(calibrate, "split_labels", lambda data: labels)
     monkeypatch.setattr(calibrate, "weights_hash", lambda d: "test")
-    cfg = validate_params({"calibrate": {"uncertain_quantile": 0.5, "likely_ood_quantile": 0.75}})
+    # precision pinned: the stubbed split has no batches for auto's probe to time
+    cfg = validate_params(
+        {
+            "calibrate": {"uncertain_quantile": 0.5, "likely_ood_quantile": 0.75},
+            "runtime": {"precision": "fp32"},
+        }
+    )
     result = calibrate.run(cfg, tmp_path)
 
     hydra_json = read_hydra_config(tmp_path / HYDRA)

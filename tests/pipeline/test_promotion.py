@@ -107,7 +107,6 @@ def _gate_and_bundle(root: Path) -> dict:
 
     from tasks.lineage import dvc_md5
 
-
     _stamp(root)
     verdict = gate.run(_cfg(root), root)
     bundle.run(_cfg(root), root)
