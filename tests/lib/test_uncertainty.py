@@ -358,6 +358,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     monkeypatch.setattr(calibrate, "logits", lambda hydra, batches, **kw: val_logits)
     monkeypatch.setattr(calibrate, "split_labels", lambda data: labels)
     monkeypatch.setattr(calibrate, "weights_hash", lambda d: "test")
+    monkeypatch.setattr(calibrate, "stage_precisions", lambda cfg, root, rt: {})  # no base here
     # precision pinned: the stubbed split has no batches for auto's probe to time
     cfg = validate_params(
         {
