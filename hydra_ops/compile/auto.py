@@ -183,25 +183,11 @@ def measure_fastest(
     to_measure, skipped_candidates = skip_losers(candidates, history)
     for k, why in skipped_candidates.items():
         log.info("compile: auto skips %s (%s ms earlier): %s", k, history[k]["median_ms"], why)
-    _try(
-        build,
-        to_measure,
-        repeats,
-        device,
-        batches,
-        reference,
-        trials,
-        usable,
-        tolerances,
-        min_agreement,
-    )
-    if not usable and skipped_candidates:
-        log.warning("compile: no measured candidate agreed; measuring the skipped ones too")
-        late = [c for c in candidates if trial_key(*c) in skipped_candidates]
-        skipped_candidates = {}
+
+    def measure(chosen: list[Candidate]) -> None:
         _try(
             build,
-            late,
+            chosen,
             repeats,
             device,
             batches,
@@ -211,6 +197,13 @@ def measure_fastest(
             tolerances,
             min_agreement,
         )
+
+    measure(to_measure)
+    if not usable and skipped_candidates:
+        log.warning("compile: no measured candidate agreed; measuring the skipped ones too")
+        late = [c for c in candidates if trial_key(*c) in skipped_candidates]
+        skipped_candidates = {}
+        measure(late)
     if measurements is not None:
         timed = {
             k: {"median_ms": t["median_ms"], "ok": bool(t["ok"])}
