@@ -95,13 +95,18 @@ def ensure_project(root: Path) -> list[str]:
     if "analytics" not in dvc(root, "config", "--list", "--project").stdout:
         dvc(root, "config", "core.analytics", "false")
     local = str((root / REMOTE_DIR).resolve())
+    relative = f"../{REMOTE_DIR}"
+    if not local.isascii():
+        # DVC writes its config as ASCII: a non-ASCII path there breaks every later config write.
+        # The relative form works in this folder; a clone points `local` at it itself.
+        local = relative
     if not has_remote(root, REMOTE_NAME):
         # the project's default remote stays the default (an S3 store added with -d, say)
         default = default_remote_name(root)
         dvc(root, "remote", "add", *([] if default else ["-d"]), REMOTE_NAME, local)
         kept = f" (the default stays {default!r})" if default else ""
         done.append(f"dvc remote {REMOTE_NAME} -> {REMOTE_DIR}/{kept}")
-    elif _project_remote_url(root, REMOTE_NAME) == f"../{REMOTE_DIR}":
+    elif local != relative and _project_remote_url(root, REMOTE_NAME) == relative:
         # written relative by an older release: a clone resolved it to its own empty folder
         dvc(root, "remote", "modify", REMOTE_NAME, "url", local)
         done.append(f"dvc remote {REMOTE_NAME}: url {local} (was relative)")

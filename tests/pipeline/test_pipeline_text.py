@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,12 +243,16 @@ def test_force_needs_reason_and_records_it(project):
     assert tags(project) == before
     # a new model at the same code commit: no manual commit needed, it gets its own version
     cli("promote", "-C", str(project), "--force", "--reason", "hotfix approved by QA")
-    assert tags(project) == sorted([*before, "hydra#prod#2", "hydra@v0.0.2"])
-    for tag in ("hydra#prod#2", "hydra@v0.0.2"):
+    # the version, v0.0.1 unassigned from prod (GTO's `#prod!#N`), v0.0.2 assigned
+    added = sorted(set(tags(project)) - set(before))
+    assigned = [t for t in added if re.fullmatch(r"hydra#prod#\d+", t)]
+    assert len(added) == 3 and "hydra@v0.0.2" in added and len(assigned) == 1
+    assert [t for t in added if re.fullmatch(r"hydra#prod!#\d+", t)]
+    for tag in (*assigned, "hydra@v0.0.2"):
         message = git(project, "for-each-ref", f"refs/tags/{tag}", "--format=%(contents)")
         assert "hotfix approved by QA" in message
     assert "forced past failed gate" in git(
-        project, "for-each-ref", "refs/tags/hydra#prod#2", "--format=%(contents)"
+        project, "for-each-ref", f"refs/tags/{assigned[0]}", "--format=%(contents)"
     )
     assert "v0.0.2" in cli("status", "-C", str(project)).output
     listing = cli("registry", "-C", str(project)).output
