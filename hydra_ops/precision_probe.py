@@ -124,6 +124,12 @@ class PrecisionChoice:
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
+    def decision(self) -> dict[str, str]:
+        """What was chosen and why, without how it was learnt (``source``, timings): the same
+        whether the probe ran now or came from the cache, so a stage output that records it is
+        a function of its inputs (``calibrate``'s is re-checked by ``dvc status``)."""
+        return {"precision": self.precision, "use": self.use, "reason": self.reason}
+
     def describe(self) -> str:
         """One log line: ``precision bf16 for training (measured): ...``."""
         return f"precision {self.precision} for {self.use} ({self.source}): {self.reason}"
@@ -326,13 +332,8 @@ def choose_precision(
         choice = decide_training_precision(support, timings, margin)
     else:
         choice = decide_inference_precision(support, timings, value.get("check"), margin)
-    if cached:
+    if cached:  # the same reason: an output that records it must not depend on the cache
         choice = PrecisionChoice(
-            choice.precision,
-            choice.reason + " (measured earlier on this machine and shape)",
-            choice.use,
-            "cached",
-            choice.timings,
-            choice.check,
+            choice.precision, choice.reason, choice.use, "cached", choice.timings, choice.check
         )
     return choice

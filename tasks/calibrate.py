@@ -114,7 +114,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     meta["precisions"] = stage_precisions(cfg, root, rt)
     with publish_dir(root / HYDRA) as tmp:
         save_hydra(hydra, tmp, base_weights_hash=weights_hash(root / BASE), metadata=meta)
-    result = {**summary, "ood_thresholds": thresholds, "precision": choice.to_dict()}
+    result = {**summary, "ood_thresholds": thresholds, "precision": choice.decision()}
     write_json(root / METRICS / "calibrate.json", result)
     log.info(
         "calibrate: T = %.3f, val NLL %.4f -> %.4f; %s thresholds: uncertain > %.4g, "
