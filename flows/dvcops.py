@@ -83,8 +83,10 @@ def check_project_file(root: Path) -> None:
         raise StageError(f"{root}: no dvc.yaml here; run hydra-ens from the project folder")
 
 
-def ensure_project(root: Path) -> list[str]:
-    """Make ``root`` ready for DVC; returns what it did (for the log)."""
+def ensure_project(root: Path, commit_setup: bool = True) -> list[str]:
+    """Make ``root`` ready for DVC; returns what it did (for the log). ``commit_setup``: commit
+    the DVC set-up files on the current branch (a clone is then a DVC repository); a study whose
+    workers clone another git URL passes False, since they could not check out that commit."""
     done: list[str] = []
     check_project_file(root)
     if _run(["git", "rev-parse", "--git-dir"], root, check=False).returncode != 0:
@@ -118,7 +120,7 @@ def ensure_project(root: Path) -> list[str]:
         dvc(root, "config", "plots.html_template", f"../{DVC_TEMPLATE.as_posix()}")
         done.append(f"dvc plots show renders offline (plots.html_template: {DVC_TEMPLATE})")
     done += ensure_cache_links(root)  # one copy of each output (flows.dvclinks)
-    if committed := commit_dvc_setup(root, force=bool(done)):
+    if commit_setup and (committed := commit_dvc_setup(root, force=bool(done))):
         done.append(committed)
     return done
 

@@ -182,7 +182,8 @@ def hydra_study(
     root = Path(project_dir).resolve()
     spec_file = Path(spec_path).resolve()
     spec = load_study(spec_file)
-    for action in dvcops.ensure_project(root):
+    # workers that clone --git-url could not check out a set-up commit made here
+    for action in dvcops.ensure_project(root, commit_setup=git_url is None):
         logger.info("project: %s", action)
     points = study_points(spec, spec_file.parent, root / "dvc.yaml")
     commit = study_commit(root)
