@@ -96,8 +96,12 @@ def test_evaluate_reads_the_seed_baselines_logits_stage_baseline_logits_computed
     sizes = {s: len(prepared.split(root, s)) for s in EVAL_SPLITS}
     stored = load_baseline_logits(root, sizes)
     assert set(stored) == {"single", "deep_ensemble", "mc_dropout"}
+    from hydra_ops.runtime import Runtime
+
+    # at the precision the stage resolved (auto may pick bf16 where it is native and faster)
+    resolved = json.loads((root / "metrics" / "baseline_logits.json").read_text())["precision"]
     batched = eval_batches(cfg, root)
-    for cand in seed_baselines(cfg, root):
+    for cand in seed_baselines(cfg, root, Runtime(precision=resolved["precision"])):
         assert stored[cand.name]["members"] == cand.members
         for split, batches in batched.items():
             assert torch.equal(stored[cand.name]["outputs"][split], cand.member_logits(batches))
