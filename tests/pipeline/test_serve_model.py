@@ -160,31 +160,6 @@ def test_health_and_version(service):
     assert version["schema_version"] == 1 and version["gate"] == "passed"
 
 
-def test_a_version_that_cannot_be_loaded_stops_the_answers(project):
-    """Fail closed: when the registry moves to what cannot be loaded (the load raises, as it does
-    for a deprecated or unassigned stage), the old version answers no more."""
-    loads, fingerprint = [], {"tags": "a"}
-
-    def load():
-        loads.append(1)
-        if len(loads) > 1:
-            raise ValueError("no version of hydra in stage prod (deprecated)")
-        return load_prod_snapshot(project)
-
-    holder = ModelHolder(load, lambda: fingerprint["tags"], poll_s=60)  # checked by hand below
-    svc = PredictionService(holder, port=0, max_batch=8, max_wait_ms=2)
-    svc.start()
-    try:
-        assert ask(svc, TEXTS[:1])[0] == 200
-        fingerprint["tags"] = "b"
-        assert holder.check() is False and "deprecated" in holder.reload_error
-        status, body = ask(svc, TEXTS[:1])
-        assert status == 503 and "v0.0.1 model is no longer served" in body["error"]
-        assert request(svc, "GET", "/health")[1]["status"] == "not serving"
-    finally:
-        svc.close()
-
-
 def test_predict_asks_the_running_service(project):
     """``hydra-ens serve-model`` as a real process registers itself; ``hydra-ens predict`` asks
     it (the title names its URL) and prints the rows it would compute itself; SIGTERM stops the
