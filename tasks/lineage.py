@@ -23,7 +23,8 @@ JUDGED = {
 }
 
 
-def _file_md5(path: Path) -> str:
+def file_md5(path: Path) -> str:
+    """The md5 hex digest of the file at ``path`` (DVC's object hash), read in 1 MiB chunks."""
     h = hashlib.md5()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -38,13 +39,13 @@ def dvc_md5(path: Path) -> str:
 
     path = Path(path)
     if path.is_file():
-        return _file_md5(path)
+        return file_md5(path)
     if not path.is_dir():
         raise ValueError(f"{path} is missing")
     tree = Tree()
     for f in sorted(p for p in path.rglob("*") if p.is_file()):
         rel = f.relative_to(path)
-        tree.add(rel.parts, None, HashInfo("md5", _file_md5(f)))
+        tree.add(rel.parts, None, HashInfo("md5", file_md5(f)))
     tree.digest()
     return str(tree.hash_info.value)
 

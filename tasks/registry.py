@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 
 from tasks.common import BUNDLE, publish_dir
+from tasks.lineage import file_md5
 
 DVC_REMOTE_DIR = ".dvc-remote"
 VERSIONS_BRANCH = "hydra-ens/versions"
@@ -525,14 +526,6 @@ def bundle_available(root: Path, md5: str) -> bool:
     return (ws.is_dir() and dvc_md5(ws) == md5) or _cache_object(root, md5) is not None
 
 
-def _file_md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _listing(root: Path, md5: str) -> list[tuple[str, str]]:
     """``[(relpath, md5)]`` of DVC folder object ``md5``, after checking the listing's own md5
     and every entry (a hex md5; a relative POSIX path without ``..``, unique)."""
@@ -575,7 +568,7 @@ def materialise_from_cache(root: Path, md5: str, target: Path) -> Path:
             dst = tmp / relpath
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(obj, dst)
-            if _file_md5(dst) != digest:
+            if file_md5(dst) != digest:
                 raise ValueError(
                     f"file {relpath} of bundle {md5} is corrupt in the DVC cache (md5 mismatch)"
                 )
