@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import promotion_project as pp
 import pytest
 import torch
 from tiny_models import make_members, member_plans
@@ -42,22 +43,6 @@ def git(root: Path, *args: str) -> str:
     ).stdout
 
 
-def _write(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj))
-
-
-def _evaluation(acc: float) -> dict:
-    def entry(a: float) -> dict:
-        metrics = {"id_test": {"accuracy": a, "nll": 0.3, "ece": 0.02}}
-        metrics |= {"shift": {"accuracy": a}, "near_ood": {"auroc": 0.8}}
-        metrics |= {"far_ood": {"auroc": 0.9}}
-        return {"members": 2, "temperature": 1.0, "parameters": 10, "calibrated": metrics}
-
-    hydra = {**entry(acc), "compile_backend": "eager", "compile_max_abs_diff": None}
-    return {"models": {"hydra": hydra, "single": entry(0.9)}, "counts": {"test": 4}}
-
-
 def _save_model(root: Path, seed: int) -> None:
     torch.manual_seed(seed)
     hydra = merge_members(make_members("bert", member_plans(2), fine_tuned=True))
@@ -74,10 +59,10 @@ def project(tmp_path: Path) -> Path:
     git(root, "config", "user.name", "hydra-ens tests")
     write_params(resolve_params("quick", {"gates": [*GATES, AGREEMENT]}), root / "params.yaml")
     (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
-    _write(root / "data" / "prepared" / "manifest.json", {"synthetic": True})
+    pp.write(root / "data" / "prepared" / "manifest.json", {"synthetic": True})
     _save_model(root, 0)
-    _write(root / "models" / "compiled" / "compiled.json", {"backend": "eager", "check": None})
-    _write(root / "metrics" / "evaluate.json", _evaluation(0.95))
+    pp.write(root / "models" / "compiled" / "compiled.json", {"backend": "eager", "check": None})
+    pp.write(root / "metrics" / "evaluate.json", pp.evaluation(0.95))
     git(root, "add", "params.yaml")
     git(root, "commit", "-q", "-m", "project")
     return root
@@ -94,9 +79,9 @@ def _stamp(root: Path) -> None:
     from tasks.custody import scored_record, source_record
 
     compiled = root / "models" / "compiled" / "compiled.json"
-    _write(compiled, {**json.loads(compiled.read_text()), "source": source_record(root)})
+    pp.write(compiled, {**json.loads(compiled.read_text()), "source": source_record(root)})
     ev = root / "metrics" / "evaluate.json"
-    _write(ev, {**json.loads(ev.read_text()), "scored": scored_record(_cfg(root), root)})
+    pp.write(ev, {**json.loads(ev.read_text()), "scored": scored_record(_cfg(root), root)})
 
 
 def _gate_and_bundle(root: Path) -> dict:
@@ -145,14 +130,14 @@ def test_gate_json_shows_the_compile_tolerance_it_applied(project, precision, to
         AGREEMENT,
     ]
     write_params(resolve_params("quick", {"gates": gates}), project / "params.yaml")
-    ev = _evaluation(0.95)
+    ev = pp.evaluation(0.95)
     ev["models"]["hydra"] |= {
         "compile_backend": "export",
         "compile_max_abs_diff": 5e-3 if precision == "bf16" else 5e-5,
         "compile_precision": precision,
         "compile_tolerance": tolerance,
     }
-    _write(project / "metrics" / "evaluate.json", ev)
+    pp.write(project / "metrics" / "evaluate.json", ev)
     _stamp(project)
     gate.run(_cfg(project), project)
     report = json.loads((project / "reports" / "gate.json").read_text())
@@ -198,7 +183,7 @@ def test_an_edited_bundle_is_refused(project):
 
 
 def test_force_overrides_a_failed_verdict_only_and_records_the_reason(project):
-    _write(project / "metrics" / "evaluate.json", _evaluation(0.2))
+    pp.write(project / "metrics" / "evaluate.json", pp.evaluation(0.2))
     _gate_and_bundle(project)
     assert promote(_cfg(project), project) == {
         **promote(_cfg(project), project),
@@ -222,7 +207,7 @@ def test_two_passing_runs_at_one_code_commit_get_two_reproducible_versions(proje
     first = promote(_cfg(project), project)
     assert promote(_cfg(project), project)["why"] == "already in stage"
     _save_model(project, 1)
-    _write(project / "metrics" / "evaluate.json", _evaluation(0.97))
+    pp.write(project / "metrics" / "evaluate.json", pp.evaluation(0.97))
     _gate_and_bundle(project)
     second = promote(_cfg(project), project)
     assert (first["version"], second["version"]) == ("v0.0.1", "v0.0.2")
@@ -274,7 +259,7 @@ def _fill_cache_from_first_bundle(project: Path, cache: Path, md5: str) -> None:
     from tasks.lineage import dvc_md5
 
     _save_model(project, 0)
-    _write(project / "metrics" / "evaluate.json", _evaluation(0.95))
+    pp.write(project / "metrics" / "evaluate.json", pp.evaluation(0.95))
     _gate_and_bundle(project)
     folder = project / "models" / "bundle"
     assert dvc_md5(folder) == md5
@@ -311,7 +296,7 @@ def test_a_broken_registry_fails_the_prod_check_instead_of_skipping_it(project):
 
 
 def test_missing_comparisons_fail_unless_the_check_is_optional(project):
-    ev = _evaluation(0.95)
+    ev = pp.evaluation(0.95)
     for optional, status in ((False, "failed"), (True, "skipped")):
         for baseline in ("control", "prod"):
             check = GateCheck(metric="accuracy", baseline=baseline, tolerance=0, optional=optional)
@@ -358,7 +343,7 @@ def test_a_reason_with_brackets_is_shown_as_written(project):
 
     from flows.cli import app
 
-    _write(project / "metrics" / "evaluate.json", _evaluation(0.2))
+    pp.write(project / "metrics" / "evaluate.json", pp.evaluation(0.2))
     _gate_and_bundle(project)
     reason = "hotfix [v2] [/x]"
     runner = CliRunner()
