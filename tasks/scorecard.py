@@ -168,11 +168,15 @@ def compiled_vs_eager(
     """Per split of :data:`COMPARED_SPLITS`: how far the shipped artifact's member logits are
     from the eager model's (:func:`hydra_ops.compile.compare_logits`: ``max_abs_diff_probs`` of
     the ensemble probabilities without temperature, ``max_abs_diff_logits``, ``argmax_agreement``
-    of the ensemble argmax, ``passed`` within ``tolerance`` and ``min_agreement``) and
+    of the ensemble argmax where the eager model is not at a near-tie, ``raw_argmax_agreement``
+    and ``near_ties``, ``passed`` within ``tolerance`` and ``min_agreement``) and
     ``num_examples``."""
     from hydra_ops.compile import compare_logits
 
-    keep = ("max_abs_diff_probs", "max_abs_diff_logits", "argmax_agreement", "passed")
+    keep = (
+        "max_abs_diff_probs", "max_abs_diff_logits", "argmax_agreement", "raw_argmax_agreement",
+        "near_ties", "passed",
+    )
     result: dict[str, dict[str, Any]] = {}
     for split, key in COMPARED_SPLITS:
         compared = compare_logits(eager[split], shipped[split], tolerance, min_agreement)
