@@ -28,7 +28,7 @@ def _spec(tmp_path: Path, **extra) -> Path:
 
 
 def test_each_seed_draws_its_own_split_unless_data_seed_is_pinned(tmp_path):
-    from tasks.study_spec import load_study, study_points
+    from flows.study.spec import load_study, study_points
 
     def data_seeds(path: Path) -> dict[str, int]:
         points = study_points(load_study(path), path.parent, STUB_DVC)
@@ -52,7 +52,7 @@ def test_each_seed_draws_its_own_split_unless_data_seed_is_pinned(tmp_path):
 
 
 def test_confirmation_seeds_are_run_and_must_be_held_out(tmp_path):
-    from tasks.study_spec import load_study, study_points
+    from flows.study.spec import load_study, study_points
 
     spec = load_study(_spec(tmp_path, confirm_seeds=[5]))
     assert spec.all_seeds == [0, 1, 5]
@@ -170,9 +170,9 @@ def test_real_prepare_data_draws_another_split_per_seed_unless_pinned(tmp_path):
     """The quick profile's real ``prepare_data`` for the points of seeds 0 and 1: train/val/
     test membership, the shift corruption and the far-OOD sample all differ (file hashes); a
     pinned spec gives seed 1 the data params of seed 0, i.e. the same split."""
+    from flows.study.spec import load_study, study_points
     from tasks import prepare_data
     from tasks.params import validate_params
-    from tasks.study_spec import load_study, study_points
 
     small = {"data.max_per_split": 40, "data.far_ood_size": 20}
     points = study_points(load_study(_spec(tmp_path, sets=small)), tmp_path, STUB_DVC)

@@ -16,15 +16,15 @@ import pytest
 import yaml
 from scipy import stats
 
-from tasks.gate import evaluate_check
-from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
-from tasks.study_report import (
+from flows.study.report import (
     PointResult,
     load_point,
     mean_interval,
     pareto_front,
     write_study_report,
 )
+from tasks.gate import evaluate_check
+from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
 from tasks.twin_gate import resolve_any_of
 
 SEEDS = (0, 1, 2)
@@ -531,11 +531,11 @@ def test_a_shared_baseline_seed_passes_only_when_every_run_passed(tmp_path):
 def test_a_zero_width_interval_is_no_evidence_of_a_difference(tmp_path):
     """Failing before: three equal per-seed differences gave a zero-width interval, and any
     nonzero difference counted as a win."""
-    from tasks.study_report.paired import _beats
+    from flows.study.report.paired import _beats
 
     st = {"n": 3, "mean": -0.01, "low": -0.01, "high": -0.01}
     assert not _beats(st, "nll")
-    from tasks.study_report.stats import t_test_p
+    from flows.study.report.stats import t_test_p
 
     assert t_test_p([-0.01, -0.01, -0.01]) == 1.0
     points = [make_point("fast", s) for s in SEEDS]
@@ -547,7 +547,7 @@ def test_a_zero_width_interval_is_no_evidence_of_a_difference(tmp_path):
 
 def test_displayed_intervals_stay_inside_the_metric_range(tmp_path):
     """Failing before: an AUROC near 1 printed an interval past 1."""
-    from tasks.study_report.cells import diff_cell, stat_cell
+    from flows.study.report.cells import diff_cell, stat_cell
 
     assert stat_cell({"mean": 0.99, "low": 0.97, "high": 1.01}, "far_ood.auroc") == (
         "0.9900 [0.9700, 1.0000]"
@@ -572,7 +572,7 @@ def test_displayed_intervals_stay_inside_the_metric_range(tmp_path):
 def test_holm_matches_its_definition():
     """Holm's step-down by hand: sorted p (d .005, a .01, c .03, b .04, e .2), m = 5, adjusted
     max-accumulated (m - i) p: .025, .04, .09, max(.09, .08), .2; rejected at .05: d and a."""
-    from tasks.study_report.stats import holm
+    from flows.study.report.stats import holm
 
     got = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005, "e": 0.2}, 0.05)
     adjusted = {"d": 0.025, "a": 0.04, "c": 0.09, "b": 0.09, "e": 0.2}
@@ -627,7 +627,7 @@ def test_pruned_enough_when_the_gates_pass_but_the_twin_is_not_beaten(tmp_path):
 def test_cost_ties_inside_the_interval_are_broken_by_flops():
     """`fast` is 5% cheaper by latency ratio: inside the intervals' half-width (0.2) a tie,
     broken by FLOPs (`slow` has fewer), then parameters; with narrow intervals `fast` wins."""
-    from tasks.study_report.recommend import cheapest
+    from flows.study.report.recommend import cheapest
 
     def row(v: str, ratio: float, half: float, flops: int, parameters: int) -> dict:
         cost = {"ratio": ratio, "half_width": half, "flops": flops, "parameters": parameters}

@@ -6,10 +6,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flows.study.report.collect import Collected
+from flows.study.report.results import PointResult
 from tasks.gate import evaluate_check
 from tasks.params import GateCheck, default_gates
-from tasks.study_report.collect import Collected
-from tasks.study_report.points import PointResult
 from tasks.twin_gate import resolve_any_of
 
 

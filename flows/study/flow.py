@@ -5,14 +5,14 @@ Dask cluster (prefect-dask), each a DVC experiment; then the study report.
   existing scheduler (``cluster="tcp://host:8786"``) whose workers may sit on other machines: one
   code path, the only difference is who started the cluster.
 * Shared work (a seed's data, base fine-tune, Deep Ensemble and the baselines' logits) is one
-  upstream task per :func:`tasks.study_spec.upstream_key`; the points of that key wait for it, so
+  upstream task per :func:`flows.study.spec.upstream_key`; the points of that key wait for it, so
   two workers never compute it at once, and reuse its outputs through the DVC remote. At a new
   commit an upstream starts from the stored one of an earlier commit: only the shared stages whose
   code, data or params changed are recomputed.
 * A worker that dies mid-point: Dask reruns the point on another worker (a fresh clone; the dead
   one's clone never pushed, so nothing half-written is recorded). A point that fails for a real
   reason is reported with its one error line; the others go on.
-* A rerun recomputes only missing or stale points (:func:`flows.study_points.fresh_points`).
+* A rerun recomputes only missing or stale points (:func:`flows.study.points.fresh_points`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import PrefectFuture
 
 from flows import dvcops
-from flows.study_points import (
+from flows.study.points import (
     PointJob,
     earlier_upstream,
     fetch_experiments,
@@ -39,10 +39,10 @@ from flows.study_points import (
     run_point,
     run_upstream,
 )
+from flows.study.report import load_point, write_study_report
+from flows.study.spec import StudyPoint, load_study, study_points
 from tasks.common import write_json
 from tasks.params import GateCheck
-from tasks.study_report import load_point, write_study_report
-from tasks.study_spec import StudyPoint, load_study, study_points
 
 #: Project files a point does not take from the commit: it writes its own params and lock, and
 #: sets up DVC itself (its remote comes from the study).
@@ -110,7 +110,7 @@ def task_runner(workers: int = 2, cluster: str | None = None):
             "processes": True,
             "host": "127.0.0.1",
             "dashboard_address": None,
-            "preload": ["flows.worker_preload"],  # Ctrl-C reaches the CLI, not the workers
+            "preload": ["flows.study.worker_preload"],  # Ctrl-C reaches the CLI, not the workers
         },
     )
 

@@ -2,7 +2,7 @@
 and the DVC remote. No shared filesystem is assumed between the study's driver and its workers.
 
 * :func:`run_upstream`: clone the study's commit, ``dvc repro`` the shared stages
-  (``tasks.study_spec.SHARED_STAGES``) for one seed, ``dvc push`` them; returns their lock entries
+  (``flows.study.spec.SHARED_STAGES``) for one seed, ``dvc push`` them; returns their lock entries
   and their small uncached files (metrics), which is all a point needs to reuse them. Started from
   an earlier commit's upstream (:func:`earlier_upstream`), it recomputes only what changed.
 * :func:`run_point`: clone, write the point's ``params.yaml``, lay down the upstream's lock and
@@ -43,8 +43,8 @@ from flows.dvcops import (
     is_transient_failure,
     subprocess_env,
 )
+from flows.study.spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 from tasks.params import validate_params, write_params
-from tasks.study_spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 
 Log = Callable[[str], None]
 #: Files a point must have in its experiment commit to count as done.
@@ -198,7 +198,7 @@ def run_upstream(job: PointJob, log: Log) -> dict[str, Any]:
 
 def earlier_upstream(stored: list[Path], params: dict[str, Any]) -> dict[str, Any] | None:
     """The stored upstream (``run_upstream`` results, newest first) that covers the most shared
-    stages of ``params`` (:func:`tasks.study_spec.reusable_stages`), cut to those stages; None
+    stages of ``params`` (:func:`flows.study.spec.reusable_stages`), cut to those stages; None
     when none covers any. A study at a new commit starts its upstreams from it, so a change that
     leaves the shared stages' inputs alone recomputes none of them."""
     best: dict[str, Any] | None = None
