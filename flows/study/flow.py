@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from flows.study.report import load_point, write_study_report
 from flows.study.spec import StudyPoint, load_study, study_points
 from tasks.common import write_json
 from tasks.params import GateCheck
+from tasks.registry import git
 
 #: Project files a point does not take from the commit: it writes its own params and lock, and
 #: sets up DVC itself (its remote comes from the study).
@@ -53,18 +53,11 @@ class StudyError(RuntimeError):
     """A study cannot start (dirty tree, no remote, bad spec); one line."""
 
 
-def _transient(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except dvcops.TransientStageError:
-        return True
-    except Exception:
-        return False
-    return False
-
-
 @task(
-    name="study-upstream", task_run_name="upstream-{key}", retries=1, retry_condition_fn=_transient
+    name="study-upstream",
+    task_run_name="upstream-{key}",
+    retries=1,
+    retry_condition_fn=dvcops.retry_if_transient,
 )
 def upstream_task(job: PointJob, key: str) -> dict[str, Any]:
     """The shared stages of one upstream key; a failure is returned (``{"error": line}``), so
@@ -81,7 +74,12 @@ def upstream_task(job: PointJob, key: str) -> dict[str, Any]:
     return result
 
 
-@task(name="study-point", task_run_name="{job.name}", retries=1, retry_condition_fn=_transient)
+@task(
+    name="study-point",
+    task_run_name="{job.name}",
+    retries=1,
+    retry_condition_fn=dvcops.retry_if_transient,
+)
 def point_task(job: PointJob, upstream: dict[str, Any] | None) -> dict[str, Any]:
     from dataclasses import replace
 
@@ -115,21 +113,11 @@ def task_runner(workers: int = 2, cluster: str | None = None):
     )
 
 
-def _git(root: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-    if r.returncode:
-        raise StudyError(f"git {' '.join(args)} failed: {r.stderr.strip()}")
-    return r.stdout.strip()
-
-
 def study_commit(root: Path) -> str:
     """HEAD, refusing a worktree whose tracked files differ from it (points clone the commit)."""
-    commit = _git(root, "rev-parse", "HEAD")
-    dirty = [
-        line[3:]
-        for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines()
-        if not line[3:].startswith(_POINT_OWNED)
-    ]
+    commit = git(root, "rev-parse", "HEAD", error=StudyError).strip()
+    status = git(root, "status", "--porcelain", "--untracked-files=no", error=StudyError)
+    dirty = [line[3:] for line in status.splitlines() if not line[3:].startswith(_POINT_OWNED)]
     if dirty:
         raise StudyError(
             f"uncommitted changes in {', '.join(dirty[:5])}: a study runs at a commit "

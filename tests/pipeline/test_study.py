@@ -173,13 +173,14 @@ def test_a_killed_worker_and_a_failing_point_leave_the_other_points_complete(fir
     assert "stub was asked to fail" in summary["failed"]["taylor-seed1"]
     assert s["rc"] == 1, s["out"][-3000:]
     assert "taylor-seed1" in s["out"] and "failed" in s["out"]
-    from flows.study.points import POINT_FILES, experiment_refs
+    from flows.study.points import experiment_refs
+    from flows.study.report.results import POINT_FILES
 
     commit = git(s["project"], "rev-parse", "HEAD").strip()
     refs = experiment_refs(s["project"], commit)
     assert sorted(refs) == ["circuit-seed0", "circuit-seed1", "taylor-seed0"]
     for sha in refs.values():  # nothing half-written: every recorded point is complete
-        for rel in POINT_FILES:
+        for rel in POINT_FILES.values():
             git(s["project"], "cat-file", "-e", f"{sha}:{rel}")
 
 
