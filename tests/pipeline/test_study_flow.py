@@ -369,28 +369,6 @@ def test_at_a_new_commit_the_upstream_starts_from_the_earlier_one(first_study, c
     assert not set(SHARED_STAGES) & set(summary["points"]["circuit-seed0"]["ran"])
 
 
-def test_an_earlier_upstream_gives_only_the_stages_whose_params_agree(tmp_path):
-    from flows.study.points import earlier_upstream
-
-    def stored(name: str, lock: dict) -> Path:
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({"lock": lock, "files": {"metrics/data.json": "{}"}}))
-        return path
-
-    params = {"seed": 1, "data": {"name": "x"}, "evaluate": {"batch_size": 64}}
-    data = {"params": {"params.yaml": {"data": {"name": "x"}}}}
-    base = {"params": {"params.yaml": {"seed": 1}}}
-    other_seed = {"params": {"params.yaml": {"seed": 2}}}
-    logits = {"params": {"params.yaml": {"seed": 1, "evaluate.batch_size": 32}}}
-    old = stored("old", {"prepare_data": data, "finetune_base": other_seed})
-    new = stored("new", {"prepare_data": data, "finetune_base": base, "baseline_logits": logits})
-    seed = earlier_upstream([new, old, tmp_path / "missing.json"], params)
-    assert seed is not None and seed["from"] == "new"
-    assert list(seed["lock"]) == ["prepare_data", "finetune_base"]
-    assert seed["files"] == {"metrics/data.json": "{}"}
-    assert earlier_upstream([old], {**params, "data": {"name": "y"}, "seed": 3}) is None
-
-
 def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):
     project = _stub_project(tmp_path / "proj")
     spec = _spec(tmp_path / "spec.yaml", {"bad": {"members.num_members": 0}})
@@ -427,20 +405,6 @@ def test_bad_gates_for_the_report_are_one_line(tmp_path, text, said):
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "--gates-from" in lines[0] and said in lines[0], lines
-
-
-def test_experiments_pushed_to_another_git_url_are_fetched_into_the_project(tmp_path):
-    from flows.study.points import experiment_refs, fetch_experiments
-
-    project = _stub_project(tmp_path / "proj")
-    commit = git(project, "rev-parse", "HEAD").strip()
-    bare = tmp_path / "server.git"
-    git(tmp_path, "clone", "-q", "--bare", str(project), str(bare))
-    git(bare, "update-ref", f"refs/exps/{commit[:2]}/{commit[2:]}/circuit-seed0", commit)
-    assert experiment_refs(project, commit) == {}
-    fetch_experiments(project, str(bare))
-    assert experiment_refs(project, commit) == {"circuit-seed0": commit}
-    fetch_experiments(project, str(project))  # the project itself: nothing to do
 
 
 def test_ctrl_c_during_a_local_study_is_one_line_and_stops_every_worker(tmp_path, prefect_server):
