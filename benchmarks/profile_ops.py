@@ -1,4 +1,4 @@
-"""Which ops dominate: ``python -m benchmarks.profile --model minilm --batch 32 --seq 64``.
+"""Which ops dominate: ``python -m benchmarks.profile_ops --model minilm --batch 32 --seq 64``.
 
 Profiles (``torch.profiler``, CPU) the single base, the Hydra in a chosen grouped implementation
 and the sequential Deep Ensemble on the same inputs; prints the top ops by self CPU time.
