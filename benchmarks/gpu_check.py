@@ -1,6 +1,6 @@
 """The prepared GPU check: fine-tune, merge, verify and time Hydra against the single model.
 
-``python benchmarks/gpu_check.py [--device cuda] [--steps 20] [--batch 64] [--out FILE]``
+``python -m benchmarks.gpu_check [--device cuda] [--steps 20] [--batch 64] [--out FILE]``
 
 Uses ``hydra_ops`` alone (plus torch and transformers): nothing from ``tasks/`` or ``flows/``, no
 Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
@@ -50,22 +50,17 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# Run as a script, Python puts benchmarks/ first on sys.path, where benchmarks/profile.py would
-# shadow the standard library's profile (imported by torch._dynamo): use the repository root.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
 
-import torch  # noqa: E402
-from torch import Tensor, nn  # noqa: E402
+import torch
+from torch import Tensor, nn
 
-from benchmarks import measure  # noqa: E402
-from benchmarks.workloads import perturb, slice_plans  # noqa: E402
-from hydra_ops.compile.precision import DEFAULT_TOLERANCES  # noqa: E402
-from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS  # noqa: E402
-from hydra_ops.merge import HydraEnsemble, merge_members  # noqa: E402
-from hydra_ops.runtime import autocast, bf16_supported, resolve_device  # noqa: E402
-from hydra_ops.surgery import prune_heads  # noqa: E402
+from benchmarks import measure
+from benchmarks.workloads import perturb, slice_plans
+from hydra_ops.compile.precision import DEFAULT_TOLERANCES
+from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS
+from hydra_ops.merge import HydraEnsemble, merge_members
+from hydra_ops.runtime import autocast, bf16_supported, resolve_device
+from hydra_ops.surgery import prune_heads
 
 NUM_LABELS = 4
 PAPER_BF16_RATIO = 1.07
