@@ -43,7 +43,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from benchmarks.gpu_check import SHAPES, _atomic_write, build_base, synthetic_batches
+from benchmarks.gpu_check import SHAPES, build_base, synthetic_batches
+from benchmarks.rows import write_report
 from hydra_ops.compile.precision import DEFAULT_TOLERANCES
 from hydra_ops.runtime import autocast, resolve_device
 
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if "fp16" in (args.precision, args.train_precision) and not args.device.startswith("cuda"):
         sys.exit("gpu_stages: fp16 runs only on CUDA")
     report = check_stages(args)
-    _atomic_write(args.out, json.dumps(report, indent=2, default=str))
+    write_report(args.out, json.dumps(report, indent=2, default=str))
     print(f"[gpu_stages] wrote {args.out}; failed: {report['failed'] or 'none'}")
     return 1 if report["failed"] else 0
 

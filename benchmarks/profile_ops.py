@@ -30,7 +30,9 @@ def main(
     torch.set_num_threads(threads)
     spec = MODELS[model]
     base = spec.build()
-    hydra = merge_members(make_members(base, spec, members), attention=implementation)
+    hydra = merge_members(
+        make_members(base, spec.num_layers, spec.num_heads, members), attention=implementation
+    )
     inputs = make_inputs(
         spec, batch, seq if spec.family == "bert" else None, torch.device("cpu"), torch.float32
     )
