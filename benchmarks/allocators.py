@@ -86,7 +86,7 @@ def _child(model: str, workload: str, reps: int, threads: int) -> tuple[float, f
         ids, mask = make_inputs(spec, 32, 64, torch.device("cpu"), torch.float32)
         if workload == "hydra":
             trunk = spec.num_layers // 2
-            members = make_members(base, spec, 3, shared_layers=trunk)
+            members = make_members(base, spec.num_layers, spec.num_heads, 3, shared_layers=trunk)
             hydra = merge_members(members, mode="stack", shared_layers=trunk).eval()
 
             def forward() -> object:

@@ -1,6 +1,6 @@
 """The prepared GPU check: fine-tune, merge, verify and time Hydra against the single model.
 
-``python benchmarks/gpu_check.py [--device cuda] [--steps 20] [--batch 64] [--out FILE]``
+``python -m benchmarks.gpu_check [--device cuda] [--steps 20] [--batch 64] [--out FILE]``
 
 Uses ``hydra_ops`` alone (plus torch and transformers): nothing from ``tasks/`` or ``flows/``, no
 Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import sys
@@ -50,22 +49,17 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# Run as a script, Python puts benchmarks/ first on sys.path, where benchmarks/profile.py would
-# shadow the standard library's profile (imported by torch._dynamo): use the repository root.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
 
-import torch  # noqa: E402
-from torch import Tensor, nn  # noqa: E402
+import torch
+from torch import Tensor, nn
 
-from benchmarks import measure  # noqa: E402
-from benchmarks.workloads import perturb, slice_plans  # noqa: E402
-from hydra_ops.compile.precision import DEFAULT_TOLERANCES  # noqa: E402
-from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS  # noqa: E402
-from hydra_ops.merge import HydraEnsemble, merge_members  # noqa: E402
-from hydra_ops.runtime import autocast, bf16_supported, resolve_device  # noqa: E402
-from hydra_ops.surgery import prune_heads  # noqa: E402
+from benchmarks import measure
+from benchmarks.rows import build_row, default_backends, ratio, time_rows, write_report
+from benchmarks.workloads import make_members
+from hydra_ops.compile.precision import DEFAULT_TOLERANCES
+from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS
+from hydra_ops.merge import HydraEnsemble, merge_members
+from hydra_ops.runtime import autocast, bf16_supported, resolve_device
 
 NUM_LABELS = 4
 PAPER_BF16_RATIO = 1.07
@@ -123,15 +117,6 @@ def build_base(shape_name: str) -> tuple[nn.Module, str, dict[str, int]]:
         max_position_embeddings=512,
     )
     return BertForSequenceClassification(config).eval(), "random init", shape
-
-
-def make_members(
-    base: nn.Module, shape: dict[str, int], m: int, shared_layers: int = 0
-) -> list[nn.Module]:
-    """M pruned copies of ``base``: :func:`benchmarks.workloads.slice_plans` (disjoint 1/M head
-    slices from layer ``shared_layers`` on, the layers below whole)."""
-    plans = slice_plans(shape["layers"], shape["heads"], m, shared_layers)
-    return [prune_heads(copy.deepcopy(base), plan) for plan in plans]
 
 
 def variant_name(shared_layers: int) -> str:
@@ -219,20 +204,12 @@ def pick_implementation(
     return best[1]
 
 
-def default_backends(device: torch.device) -> list[str]:
-    """``eager`` everywhere; on CUDA also ``inductor``, ``cudagraphs`` (the launch-free row) and
-    ``tensorrt`` when it imports."""
+def row_backends(device: torch.device) -> list[str]:
+    """``eager`` everywhere; on CUDA also ``cudagraphs`` (the launch-free row) and the usable
+    ones of ``inductor`` and ``tensorrt`` (:func:`benchmarks.rows.default_backends`)."""
     if device.type != "cuda":
         return ["eager"]
-    backends = ["eager", "inductor", "cudagraphs"]
-    if importlib.util.find_spec("torch_tensorrt") is not None:
-        try:
-            import torch_tensorrt  # noqa: F401
-
-            backends.append("tensorrt")
-        except Exception as error:  # a broken install: say so, time the rest
-            print(f"[gpu_check] torch_tensorrt does not import ({error}); no TensorRT rows")
-    return backends
+    return ["eager", *default_backends(device, ("inductor", "tensorrt")), "cudagraphs"]
 
 
 def build_rows(
@@ -251,38 +228,28 @@ def build_rows(
     for precision in precisions:
         for backend in backends:
             for name, model in models.items():
-                row: dict[str, Any] = {
-                    "model": name,
-                    "precision": precision,
-                    "backend": backend,
-                    "error": None,
-                }
-                try:
-                    if backend == "eager":
+                row = {"model": name, "precision": precision, "backend": backend, "error": None}
 
-                        def fn(m: nn.Module = model, p: str = precision) -> Tensor:
+                def make(
+                    m: nn.Module = model, n: str = name, p: str = precision, b: str = backend
+                ) -> dict[str, Any]:
+                    if b == "eager":
+
+                        def fn() -> Tensor:
                             with autocast(device, p):
                                 return m(*inputs)
 
-                    elif backend == "cudagraphs":
-                        graphed = cuda_graphed(model, precision, device)
-                        fn = lambda g=graphed: g(*inputs)  # noqa: E731
-                    else:
-                        t0 = time.perf_counter()
-                        artifact = compile_model(
-                            model,
-                            backend,
-                            inputs,
-                            work / f"{name}_{backend}_{precision}",
-                            max_batch=batch,
-                            precision=precision,
-                        )
-                        row["compile_s"] = time.perf_counter() - t0
-                        fn = lambda a=artifact: a(*inputs)  # noqa: E731
-                    row["fn"] = fn
-                except Exception as error:
-                    row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-                rows.append(row)
+                        return {"fn": fn}
+                    if b == "cudagraphs":
+                        graphed = cuda_graphed(m, p, device)
+                        return {"fn": lambda: graphed(*inputs)}
+                    t0 = time.perf_counter()
+                    artifact = compile_model(
+                        m, b, inputs, work / f"{n}_{b}_{p}", max_batch=batch, precision=p
+                    )
+                    return {"fn": lambda: artifact(*inputs), "compile_s": time.perf_counter() - t0}
+
+                rows.append(build_row(row, make))
     return rows
 
 
@@ -298,23 +265,6 @@ def cuda_graphed(model: nn.Module, precision: str, device: torch.device) -> nn.M
     return torch.compile(cast_model(model, precision), mode="reduce-overhead")
 
 
-def time_rows(rows: list[dict[str, Any]], device: torch.device, rounds: int) -> None:
-    """Warm up every row, then time all of them round-robin (``rounds`` calls each)."""
-    with torch.no_grad():
-        for row in rows:
-            if "fn" in row:
-                try:
-                    row["warmup_s"] = measure.warm_up(row["fn"], device, calls=3)
-                except Exception as error:
-                    row.pop("fn")
-                    row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-        live = [r for r in rows if "fn" in r]
-        timings = measure.time_round_robin([r["fn"] for r in live], device, 0.0, rounds, rounds)
-    for row, timing in zip(live, timings, strict=True):
-        row.update(timing.summary())
-        del row["fn"]
-
-
 def ratios(rows: list[dict[str, Any]], flop_ratios: dict[str, float]) -> list[dict[str, Any]]:
     """Each Hydra variant / single per (precision, backend), and both against single fp32 eager.
 
@@ -328,7 +278,7 @@ def ratios(rows: list[dict[str, Any]], flop_ratios: dict[str, float]) -> list[di
         flop_ratio = flop_ratios[r["model"]]
         hydra = r.get("latency_ms_median")
         single = key.get(("single", r["precision"], r["backend"]))
-        ratio = hydra / single if hydra and single else None
+        over_single = ratio(hydra, single)
         out.append(
             {
                 "model": r["model"],
@@ -336,11 +286,11 @@ def ratios(rows: list[dict[str, Any]], flop_ratios: dict[str, float]) -> list[di
                 "backend": r["backend"],
                 "single_ms": single,
                 "hydra_ms": hydra,
-                "hydra_over_single": ratio,
+                "hydra_over_single": over_single,
                 "flop_ratio": flop_ratio,
-                "over_flop_ratio": ratio / flop_ratio if ratio else None,
-                "single_over_reference": single / ref if single and ref else None,
-                "hydra_over_reference": hydra / ref if hydra and ref else None,
+                "over_flop_ratio": ratio(over_single, flop_ratio),
+                "single_over_reference": ratio(single, ref),
+                "hydra_over_reference": ratio(hydra, ref),
             }
         )
     return out
@@ -409,13 +359,6 @@ def auto_compile(
         "trials": selection.get("trials"),
         "failed_backends": artifact.metadata.get("failed_backends"),
     }
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    from hydra_ops.atomic import atomic_write_bytes
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, text.encode(), keep_suffix=False)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -496,9 +439,9 @@ def build_variant(
     report: member 0 fine-tuned, the others perturbed, all equal below ``shared_layers``."""
     from hydra_ops.training import fine_tune
 
-    members = make_members(base, shape, args.members, shared_layers)
-    for i, member in enumerate(members[1:], start=1):
-        perturb(member, 100 + i, frozen_layers=shared_layers)
+    members = make_members(
+        base, shape["layers"], shape["heads"], args.members, shared_layers, noise_from=1
+    )
     batches = synthetic_batches(args.steps, args.train_batch, args.seq, shape["vocab"], seed=0)
     report = fine_tune(
         members[0],
@@ -526,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = (
         [b.strip() for b in args.backends.split(",") if b.strip()]
         if args.backends
-        else default_backends(device)
+        else row_backends(device)
     )
     rounds = args.rounds or (20 if device.type == "cuda" else 2)
     print(f"[gpu_check] device {device}; bf16: {bf16_supported(device)[1]}; backends {backends}")
@@ -584,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(work),
             args.batch,
         )
-        time_rows(rows, device, rounds)
+        time_rows(rows, device, rounds, rounds, warmup_calls=3)
         auto = None
         if args.auto_compile:
             last = variants[-1]["model"]
@@ -628,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         "auto_compile": auto,
         "paper_bf16_hydra_over_single": PAPER_BF16_RATIO,
     }
-    _atomic_write(args.out, json.dumps(result, indent=2, default=str))
+    write_report(args.out, json.dumps(result, indent=2, default=str))
     print(f"[gpu_check] wrote {args.out}")
     # compiled backends are optional (their failures are rows with an error); eager must work,
     # and so must --auto-compile: no agreeing candidate is what the compile stage would fail on

@@ -1,6 +1,6 @@
 """Every model stage's library calls on one device: the pipeline's CUDA path, without the pipeline.
 
-``python benchmarks/gpu_stages.py [--device cuda] [--precision bf16] [--shape minilm] [--out FILE]``
+``python -m benchmarks.gpu_stages [--device cuda] [--precision bf16] [--shape minilm] [--out FILE]``
 
 The GPU image has ``hydra_ops`` (torch, transformers) but no Prefect, DVC or pydantic, so the
 stages themselves cannot run there. This script makes, on ``--device`` at ``--precision``, the
@@ -40,18 +40,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# As in gpu_check: run as a script, benchmarks/ comes first on sys.path and its profile.py would
-# shadow the standard library's (torch._dynamo imports it): use the repository root instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
+import torch
+from torch import Tensor
 
-import torch  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from benchmarks.gpu_check import SHAPES, _atomic_write, build_base, synthetic_batches  # noqa: E402
-from hydra_ops.compile.precision import DEFAULT_TOLERANCES  # noqa: E402
-from hydra_ops.runtime import autocast, resolve_device  # noqa: E402
+from benchmarks.gpu_check import SHAPES, build_base, synthetic_batches
+from benchmarks.rows import write_report
+from hydra_ops.compile.precision import DEFAULT_TOLERANCES
+from hydra_ops.runtime import autocast, resolve_device
 
 MEMBERS = 3
 
@@ -290,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if "fp16" in (args.precision, args.train_precision) and not args.device.startswith("cuda"):
         sys.exit("gpu_stages: fp16 runs only on CUDA")
     report = check_stages(args)
-    _atomic_write(args.out, json.dumps(report, indent=2, default=str))
+    write_report(args.out, json.dumps(report, indent=2, default=str))
     print(f"[gpu_stages] wrote {args.out}; failed: {report['failed'] or 'none'}")
     return 1 if report["failed"] else 0
 

@@ -232,7 +232,7 @@ def main(
         raise typer.BadParameter(f"model must be a BERT-family key, got {model!r}")
     load_start = os.getloadavg()
     base = spec.build()
-    member_models = make_members(base, spec, members)
+    member_models = make_members(base, spec.num_layers, spec.num_heads, members)
     old_merge = load_baseline(baseline_rev)
     inputs = make_inputs(spec, batch, seq, torch.device("cpu"), torch.float32)
     single = single_fn(base, spec.family)

@@ -29,6 +29,14 @@ import typer
 from torch import Tensor
 
 from benchmarks import measure
+from benchmarks.rows import (
+    build_row,
+    default_backends,
+    error_text,
+    ratio,
+    time_rows,
+    write_report,
+)
 from benchmarks.workloads import (
     FULL_MODELS,
     MODELS,
@@ -103,7 +111,7 @@ class ModelBench:
         self.spec, self.m, self.device, self.dtype = spec, m, device, dtype
         base = spec.build().to(device=device, dtype=dtype).eval()
         self.base = base
-        self.members = make_members(base, spec, m)
+        self.members = make_members(base, spec.num_layers, spec.num_heads, m)
         self.pruned = self.members[0]
         self.deep = [perturb(copy.deepcopy(base), 500 + i) for i in range(m)]
         self.hydras: dict[str, HydraEnsemble] = {
@@ -138,7 +146,13 @@ class ModelBench:
             self.average = merge_members(self.members, mode="average", attention=self.default_impl)
             for k in shared_values(self.spec.num_layers):
                 if k:
-                    members = make_members(self.base, self.spec, self.m, shared_layers=k)
+                    members = make_members(
+                        self.base,
+                        self.spec.num_layers,
+                        self.spec.num_heads,
+                        self.m,
+                        shared_layers=k,
+                    )
                     self.shared[k] = merge_members(
                         members, mode="stack", attention=self.default_impl, shared_layers=k
                     )
@@ -174,7 +188,7 @@ class ModelBench:
                 )
                 self.compiled[key].metadata["bench_compile_s"] = time.perf_counter() - t0
             except Exception as error:
-                self.compile_errors[key] = f"{type(error).__name__}: {str(error)[:300]}"
+                self.compile_errors[key] = error_text(error)
         return self.compiled.get(key)
 
 
@@ -223,16 +237,15 @@ def case_rows(
         if only_base and name != "base":
             return
         row = {"row": name, "kind": kind, "params": params, "precision": label, **facts}
-        try:
+
+        def callables() -> dict[str, Callable[[], Tensor]]:
             fn = make()
             if kind != "hydra_compiled":
                 fn = under_precision(fn)
-            row["fn"] = lambda f=fn: f(*inputs)
             flop_fn = under_precision(flop_model) if flop_model else fn
-            row["flops_fn"] = lambda f=flop_fn: f(*one)
-        except Exception as error:
-            row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-        rows.append(row)
+            return {"fn": lambda f=fn: f(*inputs), "flops_fn": lambda f=flop_fn: f(*one)}
+
+        rows.append(build_row(row, callables))
 
     count = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731
     fam = spec.family
@@ -328,22 +341,12 @@ def run_case(
                 rows += case_rows(bench, batch, seq, backends, max_batch, "fp32", only_base=True)
             for precision in precisions:
                 rows += case_rows(bench, batch, seq, backends, max_batch, precision)
-        for row in rows:
-            if "fn" not in row:
-                continue
-            try:
-                row["warmup_s"] = measure.warm_up(row["fn"], dev)
-                row["peak_mem_mb"] = measure.peak_memory_mb(row["fn"], dev)
-                row["flops"] = measure.count_flops(row.pop("flops_fn")) * batch
-            except Exception as error:
-                row.pop("fn")
-                row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-        live = [r for r in rows if "fn" in r]
-        timings = measure.time_round_robin(
-            [r["fn"] for r in live], dev, budget_s, min_rounds, max_rounds
-        )
-    for row, timing in zip(live, timings, strict=True):
-        row.update(timing.summary())
+
+    def prepare(row: dict[str, Any]) -> None:
+        row["peak_mem_mb"] = measure.peak_memory_mb(row["fn"], dev)
+        row["flops"] = measure.count_flops(row.pop("flops_fn")) * batch
+
+    time_rows(rows, dev, min_rounds, max_rounds, budget_s, prepare=prepare)
     base = rows[0]  # the reference: base at fp32 (or at --dtype in a legacy run)
     bases = {r["precision"]: r for r in rows if r["row"] == "base"}
     for row in rows:
@@ -354,23 +357,17 @@ def run_case(
         row.pop("fn", None)
         row.pop("flops_fn", None)
         med = row.get("latency_ms_median")
-        for ratio, key in (
+        for column, key in (
             ("latency_ratio", "latency_ms_median"),
             ("throughput_ratio", "throughput_per_s"),
             ("memory_ratio", "peak_mem_mb"),
             ("params_ratio", "params"),
             ("flops_ratio", "flops"),
         ):
-            value, ref = row.get(key), base.get(key)
-            row[ratio] = value / ref if value is not None and ref else None
+            row[column] = ratio(row.get(key), base.get(key))
         same = bases.get(row["precision"], {}).get("latency_ms_median")
-        row["same_precision_ratio"] = med / same if med and same else None
-        flops_ratio = row["flops_ratio"]
-        row["same_precision_over_flops"] = (
-            row["same_precision_ratio"] / flops_ratio
-            if row["same_precision_ratio"] and flops_ratio
-            else None
-        )
+        row["same_precision_ratio"] = ratio(med, same)
+        row["same_precision_over_flops"] = ratio(row["same_precision_ratio"], row["flops_ratio"])
         full = {c: row.get(c) for c in COLUMNS}
         full.update(case=case, model=spec.key, batch=batch, seq=seq)
         out.append(full)
@@ -412,14 +409,6 @@ def machine_info(device: torch.device) -> dict[str, Any]:
     except ImportError:
         pass
     return info
-
-
-def default_backends(device: torch.device) -> list[str]:
-    from hydra_ops.compile import available_backends
-
-    usable = [b for b, why in available_backends().items() if why is None]
-    order = ["tensorrt", "inductor", "export", "onnxruntime"]
-    return [b for b in order if b in usable and (b != "tensorrt" or device.type == "cuda")]
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -584,15 +573,8 @@ def _write(results: dict[str, Any], out: Path, tag: str, started: float) -> None
     results["elapsed_s"] = time.perf_counter() - started
     results["targets"] = evaluate_targets(results)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / f"results{tag}.json", json.dumps(results, indent=2, default=str))
-    _atomic_write(out / f"results{tag}.md", markdown(results))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    from hydra_ops.atomic import atomic_write_bytes
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, text.encode(), keep_suffix=False)
+    write_report(out / f"results{tag}.json", json.dumps(results, indent=2, default=str))
+    write_report(out / f"results{tag}.md", markdown(results))
 
 
 def cli() -> None:

@@ -60,10 +60,6 @@ TEXTS = [
 CLASSES = ["business", "entertainment", "politics", "sport"]
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
-
-
 def build_project(root: Path) -> Path:
     """A promoted project of the default shape in ``root`` (see the module doc)."""
     import torch
@@ -77,11 +73,12 @@ def build_project(root: Path) -> Path:
     from tasks import bundle, gate
     from tasks.params import load_params, resolve_params, write_params
     from tasks.promote import promote
+    from tasks.registry import git
 
     root.mkdir(parents=True, exist_ok=True)
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.email", "bench@hydra-ens.invalid")
-    _git(root, "config", "user.name", "hydra-ens benchmark")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "bench@hydra-ens.invalid")
+    git(root, "config", "user.name", "hydra-ens benchmark")
     gates = [{"metric": "accuracy", "split": "id_test", "threshold": 0.0}]
     write_params(resolve_params("default", {"gates": gates}), root / "params.yaml")
     cfg = load_params(root / "params.yaml")
@@ -115,8 +112,8 @@ def build_project(root: Path) -> Path:
     ):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(obj))
-    _git(root, "add", "params.yaml")
-    _git(root, "commit", "-q", "-m", "benchmark project")
+    git(root, "add", "params.yaml")
+    git(root, "commit", "-q", "-m", "benchmark project")
     gate.run(cfg, root)
     bundle.run(cfg, root)
     promote(cfg, root)

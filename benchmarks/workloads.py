@@ -164,13 +164,22 @@ def perturb(model: nn.Module, seed: int, frozen_layers: int = 0, scale: float = 
 
 
 def make_members(
-    base: nn.Module, spec: ModelSpec, num_members: int, shared_layers: int = 0
+    base: nn.Module,
+    num_layers: int,
+    num_heads: int,
+    num_members: int,
+    shared_layers: int = 0,
+    noise_from: int = 0,
 ) -> list[nn.Module]:
-    plans = member_plans(spec, num_members, shared_layers)
-    return [
-        perturb(prune_heads(copy.deepcopy(base), plan), 100 + m, frozen_layers=shared_layers)
-        for m, plan in enumerate(plans)
-    ]
+    """``num_members`` pruned copies of ``base`` (:func:`slice_plans`: disjoint ``1/M`` head
+    slices from layer ``shared_layers`` on, the layers below whole); members ``noise_from`` on
+    get seeded noise (:func:`perturb`, seed ``100 + m``) outside that trunk, a stand-in for their
+    own fine-tuning (``noise_from=1``: member 0 is fine-tuned for real by the caller)."""
+    plans = slice_plans(num_layers, num_heads, num_members, shared_layers)
+    members = [prune_heads(copy.deepcopy(base), plan) for plan in plans]
+    for m in range(noise_from, num_members):
+        perturb(members[m], 100 + m, frozen_layers=shared_layers)
+    return members
 
 
 def make_inputs(

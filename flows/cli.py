@@ -784,8 +784,8 @@ def study(
     """Run a study: every (variant, seed) point a full pipeline run and a DVC experiment, as
     Prefect tasks on a Dask cluster; then the study report (Markdown + PNG)."""
     from flows import dvcops
+    from flows.study.spec import load_study, study_points
     from tasks.params import ConfigError
-    from tasks.study_spec import load_study, study_points
 
     root = _root(project)
     try:
@@ -811,7 +811,7 @@ def study(
     if threads is None:
         threads = max(1, len(os.sched_getaffinity(0)) // (1 if cluster else workers))
     from flows import runlog
-    from flows.study import StudyError, hydra_study, task_runner
+    from flows.study.flow import StudyError, hydra_study, task_runner
 
     run_log = runlog.start_run_log(root)
     import logging

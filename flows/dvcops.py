@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flows.dvclinks import cache_dir, ensure_cache_links, link_remote_to_cache
 
@@ -315,6 +316,57 @@ def is_transient_failure(returncode: int, lines: Sequence[str]) -> bool:
     return killed is not None and is_transient_exit(int(killed.group(1)))
 
 
+def failure(message: str, returncode: int, lines: Sequence[str]) -> RuntimeError:
+    """The error of a failed command (exit status ``returncode``, output ``lines``):
+    :class:`TransientStageError` when :func:`is_transient_failure` says a retry may help, else
+    :class:`StageError`; ``message`` is its one line."""
+    transient = is_transient_failure(returncode, lines)
+    return (TransientStageError if transient else StageError)(message)
+
+
+def retry_if_transient(task: object, task_run: object, state: Any) -> bool:
+    """A Prefect ``retry_condition_fn``: retry a task only when it raised
+    :class:`TransientStageError` (the pipeline's stages and members, the study's points)."""
+    try:
+        state.result()
+    except TransientStageError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def relay(
+    args: Sequence[str],
+    cwd: Path,
+    log: Callable[[str], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[int, list[str]]:
+    """Run ``args`` in ``cwd`` (stdout and stderr merged; ``env`` defaults to
+    :func:`subprocess_env`) and return ``(exit status, lines)``: its output lines without blank
+    lines and progress bars (:func:`is_progress_line`; of a ``\r``-rewritten line, the last
+    segment). Each line goes to ``log`` as it comes, except DVC's after-stage advice
+    (:data:`_DVC_HINTS`)."""
+    proc = subprocess.Popen(
+        list(args),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=subprocess_env() if env is None else env,
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.rstrip().split("\r")[-1]
+        if not line.strip() or is_progress_line(line):
+            continue
+        lines.append(line)
+        if log is not None and not line.strip().startswith(_DVC_HINTS):
+            log(line)
+    return proc.wait(), lines
+
+
 def _refuse_if_interrupted(what: str) -> None:
     if INTERRUPTED.is_set():
         raise StageError(f"{what} not started: the run was interrupted")
@@ -324,33 +376,14 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
     """``dvc repro --single-item stage``; raise StageError / TransientStageError on failure."""
     _refuse_if_interrupted(f"stage {stage}")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [bin_path("dvc"), "repro", "--single-item", stage],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=subprocess_env(),
+    rc, lines = relay(
+        [bin_path("dvc"), "repro", "--single-item", stage], root, lambda ln: log(f"[{stage}] {ln}")
     )
-    lines: list[str] = []
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.rstrip().split("\r")[-1]
-        if not line.strip() or is_progress_line(line):
-            continue
-        lines.append(line)
-        if not line.strip().startswith(_DVC_HINTS):
-            log(f"[{stage}] {line}")
-    rc = proc.wait()
     seconds = time.perf_counter() - t0
-    text = "\n".join(lines)
     if rc != 0:
         errors = [ln for ln in lines if ln.startswith(("error", "ERROR"))] or lines[-3:]
-        msg = f"stage {stage} failed (exit {rc}): " + " | ".join(errors)
-        if is_transient_failure(rc, lines):
-            raise TransientStageError(msg)
-        raise StageError(msg)
-    ran = f"Running stage '{stage}'" in text
+        raise failure(f"stage {stage} failed (exit {rc}): " + " | ".join(errors), rc, lines)
+    ran = f"Running stage '{stage}'" in "\n".join(lines)
     return StageRun(stage, ran, seconds, lines)
 
 

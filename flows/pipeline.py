@@ -33,22 +33,12 @@ from tasks.common import METRICS, REGISTRY, REPORTS, STAGES, write_json
 from tasks.params import load_params
 
 
-def _retry_if_transient(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except dvcops.TransientStageError:
-        return True
-    except Exception:
-        return False
-    return False
-
-
 @task(
     name="stage",
     task_run_name="{stage}",
     retries=2,
     retry_delay_seconds=3,
-    retry_condition_fn=_retry_if_transient,
+    retry_condition_fn=dvcops.retry_if_transient,
 )
 def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
     """Run one DVC stage (DVC skips it if nothing changed); returns what ran and the out hashes."""
@@ -71,7 +61,7 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
     task_run_name="member-{member}",
     retries=1,
     retry_delay_seconds=3,
-    retry_condition_fn=_retry_if_transient,
+    retry_condition_fn=dvcops.retry_if_transient,
 )
 def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
     """Build (or verify) member ``member`` and its control (resumable units, tasks.resumable)."""

@@ -224,10 +224,18 @@ def load_evaluation(root: Path) -> dict[str, Any]:
     ev = read_json(root / METRICS / "evaluate.json", "evaluate output")
     latency_path = root / METRICS / LATENCY_FILE
     latency = read_json(latency_path, "evaluate output") if latency_path.is_file() else {}
-    for name, entry in ev["models"].items():
-        if name in latency:
-            entry["latency_ms"] = latency[name]
-    return ev
+    return with_latency(ev, latency)
+
+
+def with_latency(evaluation: dict[str, Any], latency: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``evaluation`` (``evaluate.json``) whose model entries carry their
+    ``latency_ms`` from ``latency`` (``latency.json``: model -> ms), where it has one: what the
+    gates' latency checks read."""
+    models = {
+        name: {**entry, **({"latency_ms": latency[name]} if name in latency else {})}
+        for name, entry in evaluation["models"].items()
+    }
+    return {**evaluation, "models": models}
 
 
 # ---- params ----

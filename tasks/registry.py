@@ -111,11 +111,17 @@ def check_reason(reason: str | None, option: str = "--reason", longest: int = MA
     return text
 
 
-def _git(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
+def git(
+    root: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    error: type[Exception] = RegistryError,
+) -> str:
+    """``git ARGS`` in ``root``; its stdout, or ``error`` with git's last line when it fails."""
     r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         msg = (r.stderr.strip() or r.stdout.strip()).splitlines()
-        raise RegistryError(f"git {' '.join(args[:2])} failed: {msg[-1] if msg else r.returncode}")
+        raise error(f"git {' '.join(args[:2])} failed: {msg[-1] if msg else r.returncode}")
     return r.stdout
 
 
@@ -163,7 +169,7 @@ def locked_md5(root: Path, path: Path) -> str | None:
 
 # ---- reading the registry ----
 def tag_message(root: Path, tag: str) -> str:
-    return _git(root, "for-each-ref", f"refs/tags/{tag}", "--format=%(contents)")
+    return git(root, "for-each-ref", f"refs/tags/{tag}", "--format=%(contents)")
 
 
 def parse_message(text: str) -> dict[str, str]:
@@ -216,7 +222,7 @@ def check_md5(value: str, what: str, folder: bool = False) -> str:
 
 def _tags(root: Path, pattern: str) -> list[tuple[str, str, str]]:
     """``(tag, commit it points at, creation time)`` of the tags matching a glob."""
-    out = _git(
+    out = git(
         root,
         "for-each-ref",
         f"refs/tags/{pattern}",
@@ -305,7 +311,7 @@ def missing_tags_evidence(root: Path, name: str) -> str | None:
     promotion."""
     if _tags(root, f"{name}@*"):
         return None
-    refs = _git(
+    refs = git(
         root,
         "for-each-ref",
         "--format=%(refname)",
@@ -400,16 +406,16 @@ def commit_run(root: Path, message: str) -> str:
         )
     with tempfile.TemporaryDirectory(prefix="hydra-ens-index-") as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _git(root, "read-tree", "HEAD", env=env)
-        _git(root, "add", "-u", env=env)
-        dvc_gitignores = _git(
+        git(root, "read-tree", "HEAD", env=env)
+        git(root, "add", "-u", env=env)
+        dvc_gitignores = git(
             root, "ls-files", "--others", "--exclude-standard", "--", ":(glob)**/.gitignore"
         ).split()
         paths = [p for p in RUN_FILES if (root / p).is_file()] + dvc_gitignores
         if paths:
-            _git(root, "add", "-f", "--", *paths, env=env)
-        tree = _git(root, "write-tree", env=env).strip()
-    head = _git(root, "rev-parse", "HEAD").strip()
+            git(root, "add", "-f", "--", *paths, env=env)
+        tree = git(root, "write-tree", env=env).strip()
+    head = git(root, "rev-parse", "HEAD").strip()
     parents = []
     tip = subprocess.run(
         ["git", "rev-parse", "--verify", "-q", f"refs/heads/{VERSIONS_BRANCH}"],
@@ -420,8 +426,8 @@ def commit_run(root: Path, message: str) -> str:
     if tip and tip != head:
         parents += ["-p", tip]
     parents += ["-p", head]
-    sha = _git(root, "commit-tree", tree, *parents, "-m", message).strip()
-    _git(root, "update-ref", f"refs/heads/{VERSIONS_BRANCH}", sha)
+    sha = git(root, "commit-tree", tree, *parents, "-m", message).strip()
+    git(root, "update-ref", f"refs/heads/{VERSIONS_BRANCH}", sha)
     return sha
 
 
@@ -469,7 +475,7 @@ def _after_last_tag(root: Path, name: str) -> None:
     """Wait (at most a second) until the clock is past the second of ``name``'s newest stage or
     deprecation tag: GTO orders a stage's assignments and unassignments by their tag time (whole
     seconds), so two of them in one second would be read in either order."""
-    newest = _git(
+    newest = git(
         root,
         "for-each-ref",
         "--sort=-creatordate",

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # benchmarks/ is a repo folder, not an installed package
+from benchmarks.report import evaluate_targets, markdown
+from benchmarks.run import COLUMNS, expected_rows, shared_values
+from benchmarks.workloads import MODELS, member_plans
 
-from benchmarks.report import evaluate_targets, markdown  # noqa: E402
-from benchmarks.run import COLUMNS, expected_rows, shared_values  # noqa: E402
-from benchmarks.workloads import MODELS, member_plans  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_smoke_benchmark_writes_every_row_and_column(tmp_path):
@@ -174,7 +173,7 @@ def test_precision_axis_rejects_fp16_on_cpu(tmp_path):
 
 def test_gpu_check_script_runs_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
-    args = ["benchmarks/gpu_check.py", "--device", "cpu", "--steps", "2", "--tiny"]
+    args = ["-m", "benchmarks.gpu_check", "--device", "cpu", "--steps", "2", "--tiny"]
     args += ["--backends", "eager"]  # the script, the member fine-tunes and the merge checks
     args += ["--batch", "4", "--seq", "8", "--train-batch", "4"]  # shapes do not matter here
     args += ["--shared-layers", "0,half"]  # the paper's merge and the served default's trunk
@@ -206,7 +205,7 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
 
 def test_gpu_stages_script_runs_every_model_stage_on_cpu(tmp_path):
     out = tmp_path / "gpu_stages.json"
-    args = ["benchmarks/gpu_stages.py", "--device", "cpu", "--tiny", "--precision", "bf16"]
+    args = ["-m", "benchmarks.gpu_stages", "--device", "cpu", "--tiny", "--precision", "bf16"]
     args += ["--train-precision", "fp32", "--steps", "1", "--batch", "4", "--seq", "8"]
     _run([*args, "--out", str(out)], tmp_path)
     report = json.loads(out.read_text())
@@ -268,7 +267,8 @@ def test_gpu_scripts_refuse_bad_input_in_one_line(script, args, said, tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            f"benchmarks/{script}.py",
+            "-m",
+            f"benchmarks.{script}",
             "--device",
             "cpu",
             "--tiny",

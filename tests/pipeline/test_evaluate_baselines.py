@@ -138,11 +138,6 @@ def test_ood_metrics_under_every_score_with_nulls_for_single_models(project):
 def test_precision_quality_compares_the_shipped_precision_with_fp32(project):
     """``benchmarks.precision_quality`` on the finished project: fp32 against itself differs by
     exactly 0 everywhere; bf16 differs a little, and every interval brackets its difference."""
-    import sys
-
-    from conftest import REPO
-
-    sys.path.insert(0, str(REPO))  # benchmarks/ is a repo folder, not an installed package
     from benchmarks.precision_quality import compare
 
     cfg, root, _, _ = project

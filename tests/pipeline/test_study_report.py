@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import re
 from pathlib import Path
 
@@ -16,15 +15,13 @@ import pytest
 import yaml
 from scipy import stats
 
-from tasks.gate import evaluate_check
-from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
-from tasks.study_report import (
+from flows.study.report import (
     PointResult,
     load_point,
-    mean_interval,
-    pareto_front,
     write_study_report,
 )
+from tasks.gate import evaluate_check
+from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
 from tasks.twin_gate import resolve_any_of
 
 SEEDS = (0, 1, 2)
@@ -165,20 +162,6 @@ def study(tmp_path_factory) -> tuple[dict, str, Path]:
         variants=variants,
     )
     return summary, (out / "study.md").read_text(), out
-
-
-def test_mean_interval_is_the_student_t_interval():
-    vals = [0.90, 0.93, 0.95]
-    got = mean_interval(vals)
-    mean = sum(vals) / 3
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / 2)
-    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2)
-    assert got["n"] == 3
-    assert got["mean"] == pytest.approx(mean)
-    assert (got["low"], got["high"]) == pytest.approx((mean - half, mean + half))
-    lo, hi = stats.t.interval(0.95, 2, loc=mean, scale=stats.sem(vals))
-    assert (got["low"], got["high"]) == pytest.approx((lo, hi))
-    assert mean_interval([0.5]) == {"n": 1, "mean": 0.5, "low": None, "high": None}
 
 
 def test_metrics_per_model_mean_and_interval(study):
@@ -419,12 +402,6 @@ def test_figures_are_pngs_linked_from_the_markdown(study):
     assert sorted(p.name for p in out.iterdir()) == ["figures", "study.json", "study.md"]
 
 
-def test_pareto_front():
-    pts = [("a", 1.0, 0.80), ("b", 2.0, 0.90), ("c", 3.0, 0.85), ("d", 2.0, 0.90)]
-    assert pareto_front(pts, True) == ["a", "b", "d"]
-    assert pareto_front(pts, False) == ["a"]
-
-
 def test_deterministic_markdown_and_unshared_baseline(tmp_path):
     points = [make_point(v, s) for v in ("fast", "slow") for s in SEEDS]
     # a variant that changes the Deep Ensemble (e.g. num_members): it is no longer pooled
@@ -531,11 +508,11 @@ def test_a_shared_baseline_seed_passes_only_when_every_run_passed(tmp_path):
 def test_a_zero_width_interval_is_no_evidence_of_a_difference(tmp_path):
     """Failing before: three equal per-seed differences gave a zero-width interval, and any
     nonzero difference counted as a win."""
-    from tasks.study_report.paired import _beats
+    from flows.study.report.paired import _beats
 
     st = {"n": 3, "mean": -0.01, "low": -0.01, "high": -0.01}
     assert not _beats(st, "nll")
-    from tasks.study_report.stats import t_test_p
+    from flows.study.report.stats import t_test_p
 
     assert t_test_p([-0.01, -0.01, -0.01]) == 1.0
     points = [make_point("fast", s) for s in SEEDS]
@@ -547,7 +524,7 @@ def test_a_zero_width_interval_is_no_evidence_of_a_difference(tmp_path):
 
 def test_displayed_intervals_stay_inside_the_metric_range(tmp_path):
     """Failing before: an AUROC near 1 printed an interval past 1."""
-    from tasks.study_report.cells import diff_cell, stat_cell
+    from flows.study.report.cells import diff_cell, stat_cell
 
     assert stat_cell({"mean": 0.99, "low": 0.97, "high": 1.01}, "far_ood.auroc") == (
         "0.9900 [0.9700, 1.0000]"
@@ -567,18 +544,6 @@ def test_displayed_intervals_stay_inside_the_metric_range(tmp_path):
     assert f"0.9900 [{low:.4f}, 1.0000]" in far
     for lo, hi in re.findall(r"\[(\d\.\d{4}), (\d\.\d{4})\]", md.split("### model")[0]):
         assert 0.0 <= float(lo) <= float(hi) <= 1.0
-
-
-def test_holm_matches_its_definition():
-    """Holm's step-down by hand: sorted p (d .005, a .01, c .03, b .04, e .2), m = 5, adjusted
-    max-accumulated (m - i) p: .025, .04, .09, max(.09, .08), .2; rejected at .05: d and a."""
-    from tasks.study_report.stats import holm
-
-    got = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005, "e": 0.2}, 0.05)
-    adjusted = {"d": 0.025, "a": 0.04, "c": 0.09, "b": 0.09, "e": 0.2}
-    assert {k: v["p_holm"] for k, v in got.items()} == pytest.approx(adjusted)
-    assert sorted(k for k, v in got.items() if v["rejected"]) == ["a", "d"]
-    assert holm({"a": 0.01, "x": None})["x"] == {"p": None, "p_holm": None, "rejected": False}
 
 
 def test_the_split_mark_follows_data_seed(tmp_path):
@@ -627,7 +592,7 @@ def test_pruned_enough_when_the_gates_pass_but_the_twin_is_not_beaten(tmp_path):
 def test_cost_ties_inside_the_interval_are_broken_by_flops():
     """`fast` is 5% cheaper by latency ratio: inside the intervals' half-width (0.2) a tie,
     broken by FLOPs (`slow` has fewer), then parameters; with narrow intervals `fast` wins."""
-    from tasks.study_report.recommend import cheapest
+    from flows.study.report.recommend import cheapest
 
     def row(v: str, ratio: float, half: float, flops: int, parameters: int) -> dict:
         cost = {"ratio": ratio, "half_width": half, "flops": flops, "parameters": parameters}

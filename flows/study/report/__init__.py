@@ -24,10 +24,10 @@ Conventions (docs/study_report.md says what each table means):
 - ``confirm_seeds``: points at those seeds never enter the choice; they are reported apart.
 """
 
-from tasks.study_report.gates import baseline_as_candidate
-from tasks.study_report.points import PointResult, load_point
-from tasks.study_report.report import write_study_report
-from tasks.study_report.stats import mean_interval, pareto_front
+from flows.study.report.gates import baseline_as_candidate
+from flows.study.report.results import PointResult, load_point
+from flows.study.report.stats import mean_interval, pareto_front
+from flows.study.report.write import write_study_report
 
 __all__ = [
     "PointResult",

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flows.study.report.cells import diff_cell
+from flows.study.report.collect import Collected
+from flows.study.report.stats import holm, seed_stats, t_test_p
 from tasks.params import GREATER_IS_BETTER
-from tasks.study_report.cells import diff_cell
-from tasks.study_report.collect import Collected
-from tasks.study_report.stats import holm, seed_stats, t_test_p
 
 #: The headline metrics of the paired differences (split.metric).
 HEADLINE = (
@@ -35,7 +35,7 @@ ALPHA = 0.05
 
 def paired_differences(col: Collected) -> dict[str, Any]:
     """``{variant: {baseline: {"split.metric": stats}}}`` of Hydra minus the baseline of the same
-    run, per :data:`HEADLINE` metric: :func:`~tasks.study_report.stats.seed_stats` of the per-seed
+    run, per :data:`HEADLINE` metric: :func:`~flows.study.report.stats.seed_stats` of the per-seed
     differences, ``greater_is_better`` and each seed's paired bootstrap interval (with its
     ``direction``) where evaluate.json has one."""
     out: dict[str, Any] = {}
@@ -107,7 +107,7 @@ def holm_claims(
 ) -> dict[str, Any]:
     """The family of "Hydra of variant v beats ``baseline`` on metric k across seeds" claims,
     one per (variant, k) with a paired difference: the t-test p-value of the per-seed
-    differences (:func:`~tasks.study_report.stats.t_test_p`), Holm's step-down at
+    differences (:func:`~flows.study.report.stats.t_test_p`), Holm's step-down at
     :data:`ALPHA`, and the claims kept: rejected by Holm *and* on the good side.
     ``{"m", "tests": {"v|k": {...}}, "kept": {v: [k, ...]}}``."""
     pvals: dict[str, float | None] = {}

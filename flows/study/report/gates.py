@@ -6,10 +6,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flows.study.report.collect import Collected
+from flows.study.report.results import PointResult
+from tasks.common import with_latency
 from tasks.gate import evaluate_check
 from tasks.params import GateCheck, default_gates
-from tasks.study_report.collect import Collected
-from tasks.study_report.points import PointResult
 from tasks.twin_gate import resolve_any_of
 
 
@@ -17,15 +18,6 @@ def _gate_checks(params: Mapping[str, Any]) -> list[GateCheck]:
     """The gate checks of a point's params (the defaults when it has none)."""
     raw = params.get("gates")
     return [GateCheck.model_validate(g) for g in (default_gates() if raw is None else raw)]
-
-
-def _with_latency(p: PointResult) -> dict[str, Any]:
-    """The point's evaluation with each model's ``latency_ms`` (what latency checks read)."""
-    models = {
-        name: {**entry, **({"latency_ms": p.latency[name]} if name in p.latency else {})}
-        for name, entry in p.evaluation["models"].items()
-    }
-    return {**p.evaluation, "models": models}
 
 
 def baseline_as_candidate(
@@ -78,7 +70,7 @@ def baseline_as_candidate(
 def point_gate(p: PointResult, gates: Sequence[GateCheck] | None = None) -> dict[str, Any]:
     """The point's verdict: its ``reports/gate.json``, or ``gates`` judged on its evaluation."""
     if gates is not None:
-        ev = _with_latency(p)
+        ev = with_latency(p.evaluation, p.latency)
         checks = resolve_any_of(gates, [evaluate_check(c, ev, None) for c in gates], ev)
         # an optional check that was compared and failed counts, as in tasks.gate
         failed = [c["name"] for c in checks if c["status"] == "failed"]
@@ -111,7 +103,14 @@ def baseline_gates(col: Collected, gates: Sequence[GateCheck] | None = None) -> 
             for s in col.seeds:
                 pts = [p for p in col.at_seed(s, b) if v is None or p.variant == v]
                 judged = [
-                    (p, baseline_as_candidate(gates or _gate_checks(p.params), _with_latency(p), b))
+                    (
+                        p,
+                        baseline_as_candidate(
+                            gates or _gate_checks(p.params),
+                            with_latency(p.evaluation, p.latency),
+                            b,
+                        ),
+                    )
                     for p in pts
                 ]
                 if not judged:

@@ -6,10 +6,10 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flows.study.report.cells import clip, metric_range
+from flows.study.report.collect import Collected
+from flows.study.report.stats import pareto_front
 from tasks.params import GREATER_IS_BETTER
-from tasks.study_report.cells import clip, metric_range
-from tasks.study_report.collect import Collected
-from tasks.study_report.stats import pareto_front
 
 #: Pareto panels: (file stem, y metric key, y label).
 PARETO = (

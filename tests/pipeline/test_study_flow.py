@@ -22,8 +22,8 @@ import pytest
 import yaml
 from conftest import commit_project, git, kill_group
 
+from flows.study.spec import SHARED_STAGES
 from tasks.params import TWIN_GROUP, default_gates
-from tasks.study_spec import SHARED_STAGES
 
 STUB = Path(__file__).parent / "study_stub"
 BIN = Path(sys.executable).parent
@@ -173,13 +173,14 @@ def test_a_killed_worker_and_a_failing_point_leave_the_other_points_complete(fir
     assert "stub was asked to fail" in summary["failed"]["taylor-seed1"]
     assert s["rc"] == 1, s["out"][-3000:]
     assert "taylor-seed1" in s["out"] and "failed" in s["out"]
-    from flows.study_points import POINT_FILES, experiment_refs
+    from flows.study.points import experiment_refs
+    from flows.study.report.results import POINT_FILES
 
     commit = git(s["project"], "rev-parse", "HEAD").strip()
     refs = experiment_refs(s["project"], commit)
     assert sorted(refs) == ["circuit-seed0", "circuit-seed1", "taylor-seed0"]
     for sha in refs.values():  # nothing half-written: every recorded point is complete
-        for rel in POINT_FILES:
+        for rel in POINT_FILES.values():
             git(s["project"], "cat-file", "-e", f"{sha}:{rel}")
 
 
@@ -282,7 +283,7 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
 
 
 def _exp_file(project: Path, name: str, rel: str) -> str:
-    from flows.study_points import experiment_refs
+    from flows.study.points import experiment_refs
 
     commit = git(project, "rev-parse", "HEAD").strip()
     return git(project, "show", f"{experiment_refs(project, commit)[name]}:{rel}")
@@ -368,28 +369,6 @@ def test_at_a_new_commit_the_upstream_starts_from_the_earlier_one(first_study, c
     assert not set(SHARED_STAGES) & set(summary["points"]["circuit-seed0"]["ran"])
 
 
-def test_an_earlier_upstream_gives_only_the_stages_whose_params_agree(tmp_path):
-    from flows.study_points import earlier_upstream
-
-    def stored(name: str, lock: dict) -> Path:
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({"lock": lock, "files": {"metrics/data.json": "{}"}}))
-        return path
-
-    params = {"seed": 1, "data": {"name": "x"}, "evaluate": {"batch_size": 64}}
-    data = {"params": {"params.yaml": {"data": {"name": "x"}}}}
-    base = {"params": {"params.yaml": {"seed": 1}}}
-    other_seed = {"params": {"params.yaml": {"seed": 2}}}
-    logits = {"params": {"params.yaml": {"seed": 1, "evaluate.batch_size": 32}}}
-    old = stored("old", {"prepare_data": data, "finetune_base": other_seed})
-    new = stored("new", {"prepare_data": data, "finetune_base": base, "baseline_logits": logits})
-    seed = earlier_upstream([new, old, tmp_path / "missing.json"], params)
-    assert seed is not None and seed["from"] == "new"
-    assert list(seed["lock"]) == ["prepare_data", "finetune_base"]
-    assert seed["files"] == {"metrics/data.json": "{}"}
-    assert earlier_upstream([old], {**params, "data": {"name": "y"}, "seed": 3}) is None
-
-
 def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):
     project = _stub_project(tmp_path / "proj")
     spec = _spec(tmp_path / "spec.yaml", {"bad": {"members.num_members": 0}})
@@ -428,24 +407,10 @@ def test_bad_gates_for_the_report_are_one_line(tmp_path, text, said):
     assert len(lines) == 1 and "--gates-from" in lines[0] and said in lines[0], lines
 
 
-def test_experiments_pushed_to_another_git_url_are_fetched_into_the_project(tmp_path):
-    from flows.study_points import experiment_refs, fetch_experiments
-
-    project = _stub_project(tmp_path / "proj")
-    commit = git(project, "rev-parse", "HEAD").strip()
-    bare = tmp_path / "server.git"
-    git(tmp_path, "clone", "-q", "--bare", str(project), str(bare))
-    git(bare, "update-ref", f"refs/exps/{commit[:2]}/{commit[2:]}/circuit-seed0", commit)
-    assert experiment_refs(project, commit) == {}
-    fetch_experiments(project, str(bare))
-    assert experiment_refs(project, commit) == {"circuit-seed0": commit}
-    fetch_experiments(project, str(project))  # the project itself: nothing to do
-
-
 def test_ctrl_c_during_a_local_study_is_one_line_and_stops_every_worker(tmp_path, prefect_server):
     """Ctrl-C (SIGINT to the terminal's process group) while points run on the local workers:
     exit 130 within seconds with the CLI's one line, no worker traceback on the terminal (the
-    workers lead their own process groups, :mod:`flows.worker_preload`), no process left."""
+    workers lead their own process groups, :mod:`flows.study.worker_preload`), no process left."""
     import psutil
 
     from flows.interrupts import INTERRUPTED_STUDY
@@ -523,7 +488,7 @@ def test_the_default_remote_is_read_whole_under_a_long_path(tmp_path):
     """``dvc remote list`` wraps a long URL onto a second line (it read as no URL at all, and
     ``study`` failed with an IndexError); the URL comes whole from ``dvc config``, resolved."""
     from flows import dvcops
-    from flows.study import StudyError, default_remote
+    from flows.study.flow import StudyError, default_remote
 
     project = tmp_path / ("a-project-folder-with-a-long-name-" * 4) / "proj"
     project.mkdir(parents=True)

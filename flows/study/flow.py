@@ -5,21 +5,20 @@ Dask cluster (prefect-dask), each a DVC experiment; then the study report.
   existing scheduler (``cluster="tcp://host:8786"``) whose workers may sit on other machines: one
   code path, the only difference is who started the cluster.
 * Shared work (a seed's data, base fine-tune, Deep Ensemble and the baselines' logits) is one
-  upstream task per :func:`tasks.study_spec.upstream_key`; the points of that key wait for it, so
+  upstream task per :func:`flows.study.spec.upstream_key`; the points of that key wait for it, so
   two workers never compute it at once, and reuse its outputs through the DVC remote. At a new
   commit an upstream starts from the stored one of an earlier commit: only the shared stages whose
   code, data or params changed are recomputed.
 * A worker that dies mid-point: Dask reruns the point on another worker (a fresh clone; the dead
   one's clone never pushed, so nothing half-written is recorded). A point that fails for a real
   reason is reported with its one error line; the others go on.
-* A rerun recomputes only missing or stale points (:func:`flows.study_points.fresh_points`).
+* A rerun recomputes only missing or stale points (:func:`flows.study.points.fresh_points`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import PrefectFuture
 
 from flows import dvcops
-from flows.study_points import (
+from flows.study.points import (
     PointJob,
     earlier_upstream,
     fetch_experiments,
@@ -39,10 +38,11 @@ from flows.study_points import (
     run_point,
     run_upstream,
 )
+from flows.study.report import load_point, write_study_report
+from flows.study.spec import StudyPoint, load_study, study_points
 from tasks.common import write_json
 from tasks.params import GateCheck
-from tasks.study_report import load_point, write_study_report
-from tasks.study_spec import StudyPoint, load_study, study_points
+from tasks.registry import git
 
 #: Project files a point does not take from the commit: it writes its own params and lock, and
 #: sets up DVC itself (its remote comes from the study).
@@ -53,18 +53,11 @@ class StudyError(RuntimeError):
     """A study cannot start (dirty tree, no remote, bad spec); one line."""
 
 
-def _transient(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except dvcops.TransientStageError:
-        return True
-    except Exception:
-        return False
-    return False
-
-
 @task(
-    name="study-upstream", task_run_name="upstream-{key}", retries=1, retry_condition_fn=_transient
+    name="study-upstream",
+    task_run_name="upstream-{key}",
+    retries=1,
+    retry_condition_fn=dvcops.retry_if_transient,
 )
 def upstream_task(job: PointJob, key: str) -> dict[str, Any]:
     """The shared stages of one upstream key; a failure is returned (``{"error": line}``), so
@@ -81,7 +74,12 @@ def upstream_task(job: PointJob, key: str) -> dict[str, Any]:
     return result
 
 
-@task(name="study-point", task_run_name="{job.name}", retries=1, retry_condition_fn=_transient)
+@task(
+    name="study-point",
+    task_run_name="{job.name}",
+    retries=1,
+    retry_condition_fn=dvcops.retry_if_transient,
+)
 def point_task(job: PointJob, upstream: dict[str, Any] | None) -> dict[str, Any]:
     from dataclasses import replace
 
@@ -110,26 +108,16 @@ def task_runner(workers: int = 2, cluster: str | None = None):
             "processes": True,
             "host": "127.0.0.1",
             "dashboard_address": None,
-            "preload": ["flows.worker_preload"],  # Ctrl-C reaches the CLI, not the workers
+            "preload": ["flows.study.worker_preload"],  # Ctrl-C reaches the CLI, not the workers
         },
     )
 
 
-def _git(root: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-    if r.returncode:
-        raise StudyError(f"git {' '.join(args)} failed: {r.stderr.strip()}")
-    return r.stdout.strip()
-
-
 def study_commit(root: Path) -> str:
     """HEAD, refusing a worktree whose tracked files differ from it (points clone the commit)."""
-    commit = _git(root, "rev-parse", "HEAD")
-    dirty = [
-        line[3:]
-        for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines()
-        if not line[3:].startswith(_POINT_OWNED)
-    ]
+    commit = git(root, "rev-parse", "HEAD", error=StudyError).strip()
+    status = git(root, "status", "--porcelain", "--untracked-files=no", error=StudyError)
+    dirty = [line[3:] for line in status.splitlines() if not line[3:].startswith(_POINT_OWNED)]
     if dirty:
         raise StudyError(
             f"uncommitted changes in {', '.join(dirty[:5])}: a study runs at a commit "

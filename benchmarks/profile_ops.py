@@ -1,4 +1,4 @@
-"""Which ops dominate: ``python -m benchmarks.profile --model minilm --batch 32 --seq 64``.
+"""Which ops dominate: ``python -m benchmarks.profile_ops --model minilm --batch 32 --seq 64``.
 
 Profiles (``torch.profiler``, CPU) the single base, the Hydra in a chosen grouped implementation
 and the sequential Deep Ensemble on the same inputs; prints the top ops by self CPU time.
@@ -30,7 +30,9 @@ def main(
     torch.set_num_threads(threads)
     spec = MODELS[model]
     base = spec.build()
-    hydra = merge_members(make_members(base, spec, members), attention=implementation)
+    hydra = merge_members(
+        make_members(base, spec.num_layers, spec.num_heads, members), attention=implementation
+    )
     inputs = make_inputs(
         spec, batch, seq if spec.family == "bert" else None, torch.device("cpu"), torch.float32
     )

@@ -14,14 +14,17 @@ import yaml
 #: The calibrated splits of evaluate.json, in report order.
 SPLITS = ("id_test", "shift", "near_ood", "far_ood")
 OOD_SPLITS = ("near_ood", "far_ood")
-#: A point's files (as the pipeline lays them out) per :class:`PointResult` field.
+#: A point's files (as the pipeline lays them out) per :class:`PointResult` field: what a
+#: worker checks its experiment commit holds before it counts as done, and copies out
+#: (:mod:`flows.study.points`).
 POINT_FILES = {
     "evaluation": "metrics/evaluate.json",
     "latency": "metrics/latency.json",
     "gate": "reports/gate.json",
     "params": "params.yaml",
 }
-#: Files a point may lack (written by a newer pipeline): field -> path.
+#: Files a point may lack (written by a newer pipeline): field -> path. ``metrics/cost.json``:
+#: evaluate's side-by-side timing of every model (:mod:`tasks.cost`).
 OPTIONAL_FILES = {"cost": "metrics/cost.json"}
 
 

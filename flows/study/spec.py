@@ -39,14 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.common import fingerprint
 from tasks.params import (
     ConfigError,
     PipelineConfig,
     ProfileName,
-    _Strict,
     read_yaml,
     resolve_params,
     to_raw,
@@ -61,7 +60,11 @@ POINT_TARGET = "gate"
 _NAME = r"^[a-z0-9][a-z0-9_-]{0,40}$"
 
 
-class StudySpec(_Strict):
+class StudySpec(BaseModel):
+    """``SPEC.yaml``, validated (the module docstring shows one); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
     name: str = Field(pattern=_NAME)
     profile: ProfileName = "default"
     params: str | None = None

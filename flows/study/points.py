@@ -2,7 +2,7 @@
 and the DVC remote. No shared filesystem is assumed between the study's driver and its workers.
 
 * :func:`run_upstream`: clone the study's commit, ``dvc repro`` the shared stages
-  (``tasks.study_spec.SHARED_STAGES``) for one seed, ``dvc push`` them; returns their lock entries
+  (``flows.study.spec.SHARED_STAGES``) for one seed, ``dvc push`` them; returns their lock entries
   and their small uncached files (metrics), which is all a point needs to reuse them. Started from
   an earlier commit's upstream (:func:`earlier_upstream`), it recomputes only what changed.
 * :func:`run_point`: clone, write the point's ``params.yaml``, lay down the upstream's lock and
@@ -34,24 +34,18 @@ from typing import Any
 import yaml
 
 from flows.dvcops import (
-    _DVC_HINTS,
     StageError,
-    TransientStageError,
     bin_path,
     dvc_error_line,
-    is_progress_line,
-    is_transient_failure,
+    failure,
+    relay,
     subprocess_env,
 )
+from flows.study.report.results import OPTIONAL_FILES, POINT_FILES
+from flows.study.spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 from tasks.params import validate_params, write_params
-from tasks.study_spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 
 Log = Callable[[str], None]
-#: Files a point must have in its experiment commit to count as done.
-POINT_FILES = ("params.yaml", "metrics/evaluate.json", "metrics/latency.json", "reports/gate.json")
-#: Files a point has when its pipeline writes them (``metrics/cost.json``: evaluate's side-by-side
-#: timing of every model, :mod:`tasks.cost`), copied out with the others.
-OPTIONAL_POINT_FILES = ("metrics/cost.json",)
 #: The clone's default DVC remote: the study's.
 _REMOTE = "study"
 _IDENTITY = {"user.name": "hydra-ens study", "user.email": "study@hydra-ens.invalid"}
@@ -87,25 +81,13 @@ def _env(threads: int) -> dict[str, str]:
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str], log: Log | None = None) -> list[str]:
-    """Run a command, relaying its lines to ``log``; raise with its error line when it fails."""
-    proc = subprocess.Popen(
-        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.rstrip().split("\r")[-1]
-        if not line.strip() or is_progress_line(line):
-            continue
-        lines.append(line)
-        if log is not None and not line.strip().startswith(_DVC_HINTS):
-            log(line)
-    rc = proc.wait()
+    """Run a command (:func:`flows.dvcops.relay`: its lines to ``log``); raise with its error
+    line when it fails."""
+    rc, lines = relay(args, cwd, log, env)
     if rc != 0:
         own = [ln.strip() for ln in lines if ln.strip().startswith("error:")]
         why = own[-1] if own else (dvc_error_line(lines) or " | ".join(lines[-2:]))
-        msg = f"{Path(args[0]).name} {args[1]} failed (exit {rc}): {why}"
-        raise (TransientStageError if is_transient_failure(rc, lines) else StageError)(msg)
+        raise failure(f"{Path(args[0]).name} {args[1]} failed (exit {rc}): {why}", rc, lines)
     return lines
 
 
@@ -198,7 +180,7 @@ def run_upstream(job: PointJob, log: Log) -> dict[str, Any]:
 
 def earlier_upstream(stored: list[Path], params: dict[str, Any]) -> dict[str, Any] | None:
     """The stored upstream (``run_upstream`` results, newest first) that covers the most shared
-    stages of ``params`` (:func:`tasks.study_spec.reusable_stages`), cut to those stages; None
+    stages of ``params`` (:func:`flows.study.spec.reusable_stages`), cut to those stages; None
     when none covers any. A study at a new commit starts its upstreams from it, so a change that
     leaves the shared stages' inputs alone recomputes none of them."""
     best: dict[str, Any] | None = None
@@ -247,7 +229,7 @@ def run_point(job: PointJob, log: Log) -> dict[str, Any]:
         ).stdout.strip()
         if not sha:
             raise StageError(f"{job.name}: dvc exp run made no experiment ref")
-        missing = [p for p in POINT_FILES if not _in_commit(wd, sha, p)]
+        missing = [p for p in POINT_FILES.values() if not _in_commit(wd, sha, p)]
         if missing:
             raise StageError(f"{job.name}: the experiment lacks {', '.join(missing)}")
         for attempt in range(3):  # two workers pushing at once may race on the origin's lock
@@ -310,7 +292,7 @@ def fresh_points(root: Path, commit: str, expected: dict[str, dict[str, Any]]) -
     fresh = {}
     for name, params in expected.items():
         sha = refs.get(name)
-        if sha is None or not all(_in_commit(root, sha, p) for p in POINT_FILES):
+        if sha is None or not all(_in_commit(root, sha, p) for p in POINT_FILES.values()):
             continue
         if yaml.safe_load(_show(root, sha, "params.yaml")) == params:
             fresh[name] = sha
@@ -324,10 +306,11 @@ def _show(root: Path, rev: str, path: str) -> str:
 
 
 def read_point(root: Path, sha: str, dest: Path) -> Path:
-    """Copy a point's :data:`POINT_FILES` (and those of :data:`OPTIONAL_POINT_FILES` it has)
-    out of its experiment commit into ``dest``."""
-    for rel in POINT_FILES + OPTIONAL_POINT_FILES:
-        if rel in OPTIONAL_POINT_FILES and not _in_commit(root, sha, rel):
+    """Copy a point's files (:data:`~flows.study.report.results.POINT_FILES`, and those of
+    :data:`~flows.study.report.results.OPTIONAL_FILES` it has) out of its experiment commit
+    into ``dest``, in the layout :func:`~flows.study.report.results.load_point` reads."""
+    for rel in [*POINT_FILES.values(), *OPTIONAL_FILES.values()]:
+        if rel in OPTIONAL_FILES.values() and not _in_commit(root, sha, rel):
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_text(_show(root, sha, rel))

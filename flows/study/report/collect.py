@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tasks.study_report.points import OOD_SPLITS, PointResult
-from tasks.study_report.stats import seed_stats
+from flows.study.report.results import OOD_SPLITS, PointResult
+from flows.study.report.stats import seed_stats
 
 #: Baselines that depend on the variant (pruned with its heads / given its member fine-tune).
 PER_VARIANT_BASELINES = ("naive_pruned", "control")
@@ -188,7 +188,7 @@ class Collected:
         return list(self.series)
 
     def stats(self, label: str, key: str) -> dict[str, Any] | None:
-        """:func:`~tasks.study_report.stats.seed_stats` of ``key`` for ``label``; None if absent."""
+        """:func:`~flows.study.report.stats.seed_stats` of ``key`` for ``label``; None if absent."""
         per_seed = {s: m[key] for s, m in self.series[label].items() if key in m}
         return seed_stats(per_seed) if per_seed else None
 

@@ -54,7 +54,7 @@ def fmt_value(v: float | None, key: str = "") -> str:
 
 
 def stat_cell(st: Mapping[str, Any] | None, key: str = "", mark: str = "") -> str:
-    """``mean [low, high]`` of a :func:`~tasks.study_report.stats.mean_interval` result, the
+    """``mean [low, high]`` of a :func:`~flows.study.report.stats.mean_interval` result, the
     interval clipped to the metric's range (:func:`metric_range` of ``key``), then ``mark``."""
     if st is None:
         return "-"

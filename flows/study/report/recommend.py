@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tasks.study_report.collect import Collected
+from flows.study.report.collect import Collected
 
 
 def cost_of(col: Collected, label: str) -> dict[str, Any]:
@@ -89,8 +89,8 @@ def recommend(
 ) -> dict[str, Any]:
     """One row per variant (gates on every seed, beats its twin, cost) and the choice.
 
-    ``gates``: the per-point verdicts of :func:`~tasks.study_report.gates.point_gate`; ``twin``:
-    :func:`~tasks.study_report.paired.beats_twin` (None: not required). ``variant`` is the
+    ``gates``: the per-point verdicts of :func:`~flows.study.report.gates.point_gate`; ``twin``:
+    :func:`~flows.study.report.paired.beats_twin` (None: not required). ``variant`` is the
     recommended one or None; then ``pruned_enough`` names the naive pruned model that does the
     job when every variant passing the gates fails to beat its twin, and ``best`` the variant
     passing the most seeds when none passes every seed."""

@@ -9,16 +9,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from flows.study.report import markdown
+from flows.study.report.collect import Collected, is_number, ood_summary
+from flows.study.report.figures import pareto_panels
+from flows.study.report.gates import baseline_gates, point_gate
+from flows.study.report.paired import beats_single, beats_twin, paired_differences
+from flows.study.report.recommend import cost_of, recommend
+from flows.study.report.results import PointResult, validate_points
+from flows.study.report.stats import CONFIDENCE
 from hydra_ops.atomic import atomic_write_bytes, atomic_write_dir
 from tasks.params import GateCheck
-from tasks.study_report import markdown
-from tasks.study_report.collect import Collected, is_number, ood_summary
-from tasks.study_report.figures import pareto_panels
-from tasks.study_report.gates import baseline_gates, point_gate
-from tasks.study_report.paired import beats_single, beats_twin, paired_differences
-from tasks.study_report.points import PointResult, validate_points
-from tasks.study_report.recommend import cost_of, recommend
-from tasks.study_report.stats import CONFIDENCE
 
 
 def write_study_report(

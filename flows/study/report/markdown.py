@@ -9,8 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tasks.params import GateCheck
-from tasks.study_report.cells import (
+from flows.study.report.cells import (
     arrow,
     clip,
     diff_cell,
@@ -19,10 +18,11 @@ from tasks.study_report.cells import (
     ordered_metrics,
     stat_cell,
 )
-from tasks.study_report.collect import Collected
-from tasks.study_report.paired import BEATS_SINGLE, HEADLINE, TWIN_METRICS
-from tasks.study_report.points import OOD_SPLITS, SPLITS
-from tasks.study_report.recommend import ratio_text
+from flows.study.report.collect import Collected
+from flows.study.report.paired import BEATS_SINGLE, HEADLINE, TWIN_METRICS
+from flows.study.report.recommend import ratio_text
+from flows.study.report.results import OOD_SPLITS, SPLITS
+from tasks.params import GateCheck
 
 #: Report order of the OOD scores of ``ood_by_score``; others follow, sorted.
 OOD_SCORE_ORDER = ("msp", "entropy", "energy", "mutual_information", "disagreement")
