@@ -1,4 +1,4 @@
-"""The study specs of docs/study.md "Plan" load with the project's spec loader (tasks.study_spec),
+"""The study specs of docs/study.md "Plan" load with the project's spec loader (flows.study.spec),
 every key they set is a real param that reaches the points' params, the studies can run at one
 commit without overwriting each other's experiments, and the full studies' candidates are exactly
 the screening variants. No study runs: the loader validates every point's params."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tasks.params import ConfigError, validate_params
-from tasks.study_spec import StudyPoint, load_study, study_points
+from flows.study.spec import StudyPoint, load_study, study_points
 
 REPO = Path(__file__).resolve().parents[2]
 STUDIES = REPO / "benchmarks" / "studies"
