@@ -62,23 +62,29 @@ def check_same_data(a: Path, b: Path) -> None:
 
 
 def trained_precisions(root: Path) -> dict[str, Any]:
-    """The precision each model's training recorded: ``base`` and every Deep Ensemble unit (their
-    ``checkpoint.json``), and the Hydra's ``metadata.precisions`` (None when not recorded)."""
+    """What identifies each model and the precision its training recorded: ``base`` and every
+    Deep Ensemble unit (``checkpoint.json``), the Hydra (``hydra.json``'s ``metadata.precisions``,
+    per fine-tuning stage; None where not recorded), each with its weights' sha256."""
     from hydra_ops.checkpoints import read_checkpoint_metadata
     from hydra_ops.serialization import read_hydra_config
     from tasks.common import BASE, BASELINES, HYDRA, read_json
 
-    def precision(directory: Path) -> str | None:
-        runtime = read_checkpoint_metadata(directory).get("metadata", {}).get("runtime", {})
-        return runtime.get("precision")
+    def record(directory: Path) -> dict[str, Any]:
+        meta = read_checkpoint_metadata(directory)
+        runtime = meta.get("metadata", {}).get("runtime", {})
+        return {"precision": runtime.get("precision"), "weights_sha256": meta["weights_sha256"]}
 
     units = read_json(root / BASELINES / "index.json", "finetune_baselines output")["units"]
     out: dict[str, Any] = {
-        "base": precision(root / BASE),
-        "baselines": {u: precision(root / BASELINES / u) for u in units},
+        "base": record(root / BASE),
+        "baselines": {u: record(root / BASELINES / u) for u in units},
     }
     if (root / HYDRA).is_dir():
-        out["hydra"] = read_hydra_config(root / HYDRA).get("metadata", {}).get("precisions")
+        config = read_hydra_config(root / HYDRA)
+        out["hydra"] = {
+            "precisions": config.get("metadata", {}).get("precisions"),
+            "weights_sha256": config.get("weights_sha256"),
+        }
     return out
 
 
@@ -154,8 +160,6 @@ def compare(
         }
     test = a[next(iter(a))]["outputs"]
     return {
-        "fp32_project": str(fp32_root),
-        "bf16_project": str(bf16_root),
         "inference": "cpu/fp32",
         "ood_score": scoring.evaluate.ood_score,
         "n_resamples": n_resamples,

@@ -187,7 +187,7 @@ def test_training_precision_of_a_project_against_itself_and_refused_on_other_dat
             assert r["fp32"] == r["bf16"] and math.isfinite(r["fp32"]), (name, split, metric)
             assert r["difference"] == r["low"] == r["high"] == 0.0, (name, split, metric)
     recorded = json.loads((root / "metrics" / "finetune_base.json").read_text())["runtime"]
-    assert result["trained"]["fp32"]["base"] == recorded["precision"]
+    assert result["trained"]["fp32"]["base"]["precision"] == recorded["precision"]
     assert len(markdown(result).splitlines()) == 2 + 3 * len(WATCHED)
 
     other = tmp_path / "other"
