@@ -300,6 +300,26 @@ def test_precision_quality_refuses_bad_input_before_any_work(args, said):
     assert done.returncode == 2 and said in done.stderr
 
 
+def test_training_precision_refuses_a_folder_without_a_finished_project(tmp_path):
+    projects = ["--fp32", "nowhere", "--bf16", "nowhere"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.training_precision",
+            *projects,
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "no models/base" in done.stderr, done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_allocator_benchmark_writes_ratios_against_system(tmp_path):
     """One child process (tiny model, one workload): the JSON has the reference row and the
     columns docs/benchmarks.md reads; an unknown allocator is refused before any child starts."""

@@ -153,3 +153,44 @@ def test_precision_quality_compares_the_shipped_precision_with_fp32(project):
     assert 0.0 < low["compile_check"]["max_abs_diff_probs"] < 0.5
     for k in keys:
         assert low[k]["low"] <= low[k]["difference"] <= low[k]["high"], k
+
+
+def test_training_precision_of_a_project_against_itself_and_refused_on_other_data(
+    project, tmp_path
+):
+    """``benchmarks.training_precision`` with the same project as A and B: every model scored,
+    A's and B's metrics equal, every difference and interval exactly 0, the training precisions
+    read from what the stages recorded; a project on other data is refused in one line before
+    any model is loaded."""
+    import shutil
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO))  # benchmarks/ is a repo folder, not an installed package
+    from benchmarks.training_precision import WATCHED, compare, markdown
+    from tasks import data as prepared
+
+    cfg, root, _, _ = project
+    result = compare(root, root, n_resamples=50, cfgs=(cfg, cfg))
+    assert list(result["models"]) == ["single", "deep_ensemble", "hydra"]
+    assert result["skipped"] == [] and result["counts"]["test"] == len(prepared.split(root, "test"))
+    for name, entry in result["models"].items():
+        assert entry["temperature"]["fp32"] == entry["temperature"]["bf16"] > 0
+        for split, metric in WATCHED:
+            r = entry[f"{split}.{metric}"]
+            assert r["fp32"] == r["bf16"] and math.isfinite(r["fp32"]), (name, split, metric)
+            assert r["difference"] == r["low"] == r["high"] == 0.0, (name, split, metric)
+    recorded = json.loads((root / "metrics" / "finetune_base.json").read_text())["runtime"]
+    assert result["trained"]["fp32"]["base"]["precision"] == recorded["precision"]
+    assert len(markdown(result).splitlines()) == 2 + 3 * len(WATCHED)
+
+    other = tmp_path / "other"
+    shutil.copytree(root / "data", other / "data")
+    manifest = other / "data" / "prepared" / "manifest.json"
+    changed = json.loads(manifest.read_text())
+    changed["duplicates_removed"] += 1
+    manifest.write_text(json.dumps(changed))
+    with pytest.raises(ValueError, match="hold different prepared data") as err:
+        compare(root, other, n_resamples=50, cfgs=(cfg, cfg))
+    assert "\n" not in str(err.value)
