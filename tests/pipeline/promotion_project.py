@@ -144,3 +144,12 @@ def build(root: Path, gates: list[dict] | None = None) -> Path:
     git(root, "commit", "-q", "-m", "project")
     ensure_project(root)
     return root
+
+
+def gto_prod(root: Path, name: str = "hydra") -> str | None:
+    """The version in ``prod`` as GTO's own ``gto show`` says (None: none)."""
+    gto = str(Path(sys.executable).parent / "gto")
+    out = subprocess.run(
+        [gto, "show", "--json"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    return (json.loads(out).get(name) or {}).get("stage", {}).get("prod")
