@@ -356,6 +356,10 @@ class ModelHolder:
         if isinstance(current, ModelSnapshot) and move and move["from"] == current.version:
             self.moving = f"{move['from']} -> {move['to']} ({move['tag']})"
             return False  # _seen unchanged: looked at again next poll, until the move ends
+        if self._fingerprint is not None and self._fingerprint() != seen:
+            # the tags changed while they were read (a move that ended between reading the stage
+            # and reading the move): decide on the next poll, from one state
+            return False
         self.moving = None
         self._seen = seen
         if isinstance(current, Withdrawn):

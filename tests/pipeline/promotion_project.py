@@ -87,8 +87,13 @@ def evaluation(acc: float) -> dict:
 
 
 def write(path: Path, obj) -> None:
+    """Replace ``path`` as a stage does (a new file renamed into place), never write into it: DVC
+    links the workspace's outputs to its cache, so writing into one would change the cached
+    object of an earlier version (its bundle could then not be rebuilt for a rollback)."""
+    from hydra_ops.atomic import atomic_write_bytes
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj))
+    atomic_write_bytes(path, json.dumps(obj).encode())
 
 
 def train(root: Path, seed: int, acc: float = 0.95) -> None:
