@@ -10,11 +10,16 @@ snapshot it took, so no answer mixes versions. Endpoints (JSON in, JSON out)::
                     "verdict_labels", "rows": [one object per input, the fields of
                     `hydra-ens predict --json`]}
     GET  /health    status, the model answering, reloads, the last reload error, batch counters
+                    (503 ``not serving`` once the registry holds no version in the stage)
     GET  /version   model, stage, version, commit, bundle md5, schema version
 
 A bad request gets one ``{"error": "..."}`` with status 400 (404 unknown path, 405 wrong method,
-411/413 missing or oversized body) and the server goes on. Answers within one batch are computed
-on inputs padded to the batch's longest, so they equal a lone ``predict`` to float rounding.
+411/413 missing or oversized body) and the server goes on. Once the registry holds no version in
+the stage (``gto deprecate``, ``gto unassign``), ``/predict`` and ``/version`` answer 503 with one
+line saying why and ``/health`` 503 ``not serving``, until a version is promoted
+(:class:`tasks.prod_model.Withdrawn`; a promotion's own second without a version is not that).
+Answers within one batch are computed on inputs padded to the batch's longest, so they equal a
+lone ``predict`` to float rounding.
 
 While it runs, the service is registered in ``.hydra-ens/service.json`` (URL, pid, model, stage);
 ``hydra-ens predict`` asks it first (:mod:`flows.service_client`) and loads the model itself when
@@ -34,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.service_client import SERVICE_FILE, RequestError
+from tasks.prod_model import ModelSnapshot, Withdrawn
 
 log = logging.getLogger("hydra_ens")
 
@@ -101,16 +107,29 @@ class PredictionService:
 
     def _run(self, requests: list[list[str]]) -> list[tuple[Any, Any]]:
         snapshot = self.holder.current  # one snapshot answers the whole batch
+        if isinstance(snapshot, Withdrawn):
+            return [(snapshot, None) for _ in requests]
         return [(snapshot, answer) for answer in snapshot.answer(requests)]
 
+    def _serving(self) -> ModelSnapshot:
+        """The snapshot answering now; RequestError(503) with the reason when it was withdrawn."""
+        snapshot = self.holder.current
+        if isinstance(snapshot, Withdrawn):
+            raise RequestError(503, snapshot.reason)
+        return snapshot
+
     def predict(self, inputs: list[str]) -> dict[str, Any]:
-        """The ``/predict`` answer for ``inputs`` (RequestError on a bad input)."""
+        """The ``/predict`` answer for ``inputs`` (RequestError on a bad input, 503 when no
+        version is in the stage)."""
         from hydra_ops.ood_thresholds import VERDICT_LABELS
 
+        self._serving()
         try:
             snapshot, rows = self.batcher.submit(inputs).result(timeout=ANSWER_TIMEOUT_S)
         except FutureTimeout:
             raise RequestError(503, f"no answer within {ANSWER_TIMEOUT_S:.0f} s") from None
+        if isinstance(snapshot, Withdrawn):  # withdrawn while the request waited for its batch
+            raise RequestError(503, snapshot.reason)
         if isinstance(rows, ValueError):
             raise RequestError(400, str(rows))
         return {
@@ -122,12 +141,26 @@ class PredictionService:
         }
 
     def health(self) -> dict[str, Any]:
+        """``status`` ``ok``, or ``not serving`` with the ``reason`` (the handler answers 503)."""
         snap, stats = self.holder.current, self.batcher.stats
+        if isinstance(snap, Withdrawn):
+            state = {
+                "status": "not serving",
+                "reason": snap.reason,
+                "model_version": None,
+                "withdrawn_version": snap.version,
+                "withdrawn_at": snap.since,
+            }
+        else:
+            state = {
+                "status": "ok",
+                "model_version": snap.version,
+                "answered_by": snap.answered_by,
+                "loaded_at": snap.loaded_at,
+            }
         return {
-            "status": "ok",
-            "model_version": snap.version,
-            "answered_by": snap.answered_by,
-            "loaded_at": snap.loaded_at,
+            **state,
+            "moving": self.holder.moving,
             "reloads": self.holder.reloads,
             "reload_error": self.holder.reload_error,
             "uptime_s": round(time.monotonic() - self.started, 1),
@@ -141,7 +174,7 @@ class PredictionService:
     def version(self) -> dict[str, Any]:
         from tasks.predict import SCHEMA_VERSION
 
-        snap = self.holder.current
+        snap = self._serving()
         fields = snap.record.get("fields", {})
         return {
             **self.info,
@@ -197,9 +230,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/health":
-            self._send(200, self.service.health())
+            health = self.service.health()
+            self._send(200 if health["status"] == "ok" else 503, health)
         elif self.path == "/version":
-            self._send(200, self.service.version())
+            try:
+                self._send(200, self.service.version())
+            except RequestError as err:
+                self._error(err.status, str(err))
         elif self.path == "/predict":
             self._error(405, "POST /predict with a JSON body; GET serves /health and /version")
         else:

@@ -20,7 +20,8 @@ many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`
 thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
 
 Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key/<model>.json`` (the
-few numbers per model DVC shows as metrics, :mod:`tasks.key_metrics`), ``plots/reliability.json``,
+few numbers per model that decide) and ``metrics/hydra.json`` (the Hydra's, the DVC metrics;
+:mod:`tasks.key_metrics`), ``plots/reliability.json``,
 ``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.score_histograms`),
 ``reports/evaluate.md`` (the Markdown tables; stage ``run_report`` draws the figures). What is
 computed from each model's member logits (metrics, OOD per score, bootstrap, verdicts, plot rows)
@@ -56,7 +57,7 @@ from tasks.common import (
 )
 from tasks.cost import COST_FILE, measure_cost
 from tasks.custody import check_compiled_source, scored_record
-from tasks.key_metrics import KEY_METRICS_DIR, key_metrics, write_key_metrics
+from tasks.key_metrics import key_metrics, write_key_metrics
 from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.params import PipelineConfig
 from tasks.report import latency_setup, render_report
@@ -212,8 +213,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     ev_cfg = cfg.evaluate
     cost = measure_cost(timed, ev_cfg.cost_rounds, rt.device, ev_cfg.latency_batch, rt.precision)
     write_json(root / METRICS / COST_FILE, cost)
-    # what DVC shows as metrics: the few numbers per model that decide (tasks.key_metrics)
-    write_key_metrics(root / METRICS / KEY_METRICS_DIR, key_metrics(models, latency))
+    # the few numbers per model that decide; the Hydra's are the DVC metrics (tasks.key_metrics)
+    write_key_metrics(root / METRICS, key_metrics(models, latency))
     report_extra = {
         "verdict_thresholds": verdict_thresholds,
         "latency_setup": latency_setup(

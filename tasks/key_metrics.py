@@ -1,8 +1,13 @@
-"""The few numbers per model that decide, from the evaluation: what DVC tracks as metrics (so that
+"""The few numbers per model that decide, from the evaluation: what DVC shows as metrics (so that
 ``dvc metrics show`` and ``dvc exp show`` fit a screen) and what the cost-vs-quality figure draws.
 The wide tables (every metric, raw and calibrated, OOD by score, bootstrap intervals, verdicts)
-stay in ``metrics/evaluate.json``, an output DVC versions but does not show as metrics. Written to
-``metrics/key/<model>.json``: ``dvc metrics show`` is then one row per model.
+stay in ``metrics/evaluate.json``, an output DVC versions but does not show as metrics.
+
+Written twice: ``metrics/key/<model>.json``, every model's (``dvc metrics show metrics/key``: one
+row per model), and ``metrics/hydra.json``, the shipped model's, the one file ``dvc.yaml``
+declares as metrics. ``dvc exp show`` makes a column of every key of every metrics file, headed
+``<file>:<key>`` when files share key names: with one file a study's points show seven short
+columns (``near_auroc``, ...) instead of 42 headed ``metrics/key/<model>.json:<key>``.
 
 Per model, calibrated: ``accuracy``, ``nll`` and ``ece`` on ID test, ``near_auroc`` and
 ``far_auroc`` (the OOD score of ``evaluate.ood_score``), ``shift_nll``, and ``latency_x``, the
@@ -35,6 +40,10 @@ KEY_METRICS_DIR = "key"
 DIGITS = 4
 #: The model latency ratios are relative to.
 REFERENCE = "single"
+#: The model that ships, whose key numbers are the DVC metrics file :data:`DVC_METRICS`.
+SHIPPED = "hydra"
+#: The DVC metrics file under ``metrics/``.
+DVC_METRICS = f"{SHIPPED}.json"
 
 
 def key_metrics(
@@ -55,9 +64,11 @@ def key_metrics(
     return result
 
 
-def write_key_metrics(folder: Path, keys: dict[str, dict[str, float]]) -> None:
-    """``folder/<model>.json`` per model of ``keys`` (:func:`key_metrics`), published atomically:
-    the folder holds exactly this evaluation's models."""
-    with publish_dir(folder) as tmp:
+def write_key_metrics(metrics: Path, keys: dict[str, dict[str, float]]) -> None:
+    """``metrics/key/<model>.json`` per model of ``keys`` (:func:`key_metrics`), published
+    atomically (the folder holds exactly this evaluation's models), and the :data:`SHIPPED`
+    model's as ``metrics/hydra.json`` (KeyError when ``keys`` has none)."""
+    with publish_dir(metrics / KEY_METRICS_DIR) as tmp:
         for name, values in keys.items():
             write_json(tmp / f"{name}.json", values)
+    write_json(metrics / DVC_METRICS, keys[SHIPPED])

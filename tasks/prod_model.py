@@ -9,8 +9,15 @@ answered by one snapshot is answered by one version.
 :class:`ModelHolder` keeps the current snapshot and watches a cheap fingerprint of what decides it
 (the stage's GTO assignment tags and ``params.yaml``): when it changes (a promotion, a rollback),
 the new snapshot is loaded beside the old one, which goes on answering, and then replaces it in one
-reference assignment. A load that fails leaves the old snapshot serving and is reported in
-:attr:`ModelHolder.reload_error`.
+reference assignment. When the registry holds no version in the stage (``gto deprecate``,
+``gto unassign``, a promotion killed halfway), the holder holds a :class:`Withdrawn` instead: the
+service answers no prediction until a version is promoted, never with one ``gto show`` no longer
+puts in the stage. The one exception is a move of the stage under way: a promotion or rollback
+unassigns the old version about a second before it assigns the new one, and for that gap
+(:func:`tasks.registry.stage_move_under_way`, at most ``MOVE_GRACE_S`` = 10 s) the old version
+answers on, so a promotion costs no refused request. Any other load that fails (a bundle that does
+not verify or is not in the cache, a registry that cannot be read) leaves the old snapshot serving
+and is reported in :attr:`ModelHolder.reload_error`.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tasks.registry import NoVersionInStage
 
 log = logging.getLogger("hydra_ens")
 
@@ -135,6 +144,22 @@ class ModelSnapshot:
             out.append(rows[start : start + len(request)])
             start += len(request)
         return out
+
+
+@dataclass(frozen=True)
+class Withdrawn:
+    """What a :class:`ModelHolder` holds once the registry puts no version in the stage: no
+    model, and the one line every request is refused with.
+
+    Attributes:
+        version: the version that answered until then.
+        reason: why nothing answers, one line (names the version and the registry's state).
+        since: UTC time of the withdrawal (ISO 8601).
+    """
+
+    version: str
+    reason: str
+    since: str
 
 
 def _error(rows: Callable[[Sequence[str]], list[dict[str, Any]]], request: list[str]) -> Any:
@@ -265,10 +290,15 @@ def stage_fingerprint(root: Path) -> str:
 
 
 class ModelHolder:
-    """The current :class:`ModelSnapshot`, swapped atomically when ``fingerprint()`` changes.
+    """The current :class:`ModelSnapshot`, swapped atomically when ``fingerprint()`` changes, or
+    a :class:`Withdrawn` once the registry holds no version in the stage (see the module doc).
+
+    :attr:`current` is the one reference readers take; it is replaced, never mutated.
+    :attr:`moving` names the move of the stage the old version answers through (None when none).
 
     Args:
-        load: builds a snapshot (ValueError/OSError on failure).
+        load: builds a snapshot (ValueError/OSError on failure; :class:`tasks.registry.
+            NoVersionInStage` when the stage is empty).
         fingerprint: a cheap string that changes when ``load`` would load another model; None:
             the model never changes (no watcher thread).
         poll_s: seconds between two fingerprints.
@@ -282,9 +312,10 @@ class ModelHolder:
     ) -> None:
         self._load, self._fingerprint, self.poll_s = load, fingerprint, poll_s
         self._seen = fingerprint() if fingerprint else ""
-        self.current = self._load_warm()  # the one reference readers take; replaced, never mutated
+        self.current: ModelSnapshot | Withdrawn = self._load_warm()
         self.reloads = 0
         self.reload_error: str | None = None
+        self.moving: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if fingerprint is not None:
@@ -300,17 +331,42 @@ class ModelHolder:
             return False
         try:
             fresh = self._load_warm()
+        except NoVersionInStage as err:
+            return self._stage_empty(err, seen)
         except (ValueError, OSError) as err:  # the old snapshot goes on answering
             why = f"{type(err).__name__}: {err}"
             if why != self.reload_error:
-                log.error("reload failed, still serving %s: %s", self.current.version, why)
+                still = "nothing" if isinstance(self.current, Withdrawn) else self.current.version
+                log.error("reload failed, still serving %s: %s", still, why)
             self.reload_error = why
             return False
         old, self.current, self._seen = self.current, fresh, seen
         self.reloads += 1
-        self.reload_error = None
-        if old.version != fresh.version:
+        self.reload_error = self.moving = None
+        if old.version != fresh.version or isinstance(old, Withdrawn):
             log.info("now serving %s (was %s)", fresh.version, old.version)
+        return True
+
+    def _stage_empty(self, err: NoVersionInStage, seen: str) -> bool:
+        """The registry holds no version in the stage: the current snapshot answers on only
+        through a move of the stage away from it (``err.move``), else it is withdrawn; True when
+        it was withdrawn now."""
+        current = self.current
+        move = err.move
+        if isinstance(current, ModelSnapshot) and move and move["from"] == current.version:
+            self.moving = f"{move['from']} -> {move['to']} ({move['tag']})"
+            return False  # _seen unchanged: looked at again next poll, until the move ends
+        if self._fingerprint is not None and self._fingerprint() != seen:
+            # the tags changed while they were read (a move that ended between reading the stage
+            # and reading the move): decide on the next poll, from one state
+            return False
+        self.moving = None
+        self._seen = seen
+        if isinstance(current, Withdrawn):
+            return False
+        name = current.record.get("tag") or current.version
+        self.current = Withdrawn(current.version, f"not serving {name}: {err}", _utc_now())
+        log.error("%s", self.current.reason)
         return True
 
     def _load_warm(self) -> ModelSnapshot:

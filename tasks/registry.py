@@ -25,12 +25,15 @@ The registry fails closed. The model in a stage is read with GTO's own state (so
 counts them); every move of a stage (a promotion, a rollback) first unassigns the version that
 held it, so the stage holds one version and GTO's SemVer and timestamp orders agree, and
 consecutive stage tags of a model are at least a second apart (GTO orders them by their tag
-time). A stage held by two versions (tags written by hand or by an older release) is refused
-with a line saying how to settle it. Every field read back from a tag message is validated
-(:func:`parse_record`: known keys, no repeats, formats and lengths) before it is used, and
-nothing from a tag is joined into a path unchecked. A bundle rebuilt from the DVC cache or a
-local remote is verified object by object and as a folder (:func:`materialise_from_cache`). A
-clone that lacks the registry's tags says so instead of reading as an empty registry.
+time). Between a move's two tags the stage is empty; a reader tells that from a stage left for
+good by :func:`stage_move_under_way` (the unassignment names the incoming version, and counts for
+at most :data:`MOVE_GRACE_S` seconds). A stage held by two versions (tags written by hand or by
+an older release) is refused with a line saying how to settle it. Every field read back from a
+tag message is validated (:func:`parse_record`: known keys, no repeats, formats and lengths)
+before it is used, and nothing from a tag is joined into a path unchecked. A bundle rebuilt from
+the DVC cache or a local remote is verified object by object and as a folder
+(:func:`materialise_from_cache`). A clone that lacks the registry's tags says so instead of
+reading as an empty registry.
 """
 
 from __future__ import annotations
@@ -91,6 +94,24 @@ _REFUSED_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
 
 class RegistryError(ValueError):
     """The registry (git tags) could not be read or written."""
+
+
+class NoVersionInStage(ValueError):
+    """No version of the model holds the stage, as ``gto show`` reads it. ``move``: the move of
+    the stage that hydra-ens has begun and not finished (:func:`stage_move_under_way`), if any."""
+
+    def __init__(self, message: str, move: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.move = move
+
+
+#: The message of the unassignment with which :func:`assign` starts moving a stage to another
+#: version; :func:`stage_move_under_way` reads it back.
+MOVE_MESSAGE = "hydra-ens: {name} {old} leaves {stage} for {new}"
+#: Seconds a move begun by :func:`assign` counts as under way: its unassignment and assignment
+#: are written about a second apart (:func:`_after_last_tag`), so a stage empty for longer was
+#: left for good (a promotion killed between its two tags).
+MOVE_GRACE_S = 10.0
 
 
 def check_reason(reason: str | None, option: str = "--reason", longest: int = MAX_REASON) -> str:
@@ -370,6 +391,47 @@ def prod_version(root: Path, name: str, stage: str) -> dict[str, Any] | None:
     return {**found, "stage_tag": latest["tag"], "assigned": latest["created"]}
 
 
+def stage_move_under_way(
+    root: Path, name: str, stage: str, now: float | None = None
+) -> dict[str, Any] | None:
+    """The move of ``stage`` that :func:`assign` has begun and not finished, else None.
+
+    A move unassigns the version that held the stage, then, a second later, assigns the new one;
+    in between GTO holds no version in the stage. The move counts as under way while the newest
+    of ``name``'s tags for ``stage``, deregistrations and deprecation is that unassignment, alone
+    in its second, with :data:`MOVE_MESSAGE`, written less than :data:`MOVE_GRACE_S` seconds from
+    ``now`` (default: the clock). So a ``gto deprecate`` or ``gto unassign`` of a person, or a
+    move that never finished, is never taken for one.
+
+    Returns:
+        ``{"from": version, "to": version, "tag": the unassignment tag, "age_s": seconds}``.
+    """
+    out = _git(
+        root,
+        "for-each-ref",
+        "--format=%(refname:strip=2)%00%(creatordate:unix)%00%(contents:subject)",
+        f"refs/tags/{name}#{stage}#*",
+        f"refs/tags/{name}#{stage}!#*",
+        f"refs/tags/{name}@*!*",
+        f"refs/tags/{name}@deprecated*",
+    )
+    rows = [line.split("\0", 2) for line in out.splitlines()]
+    if not rows:
+        return None
+    newest = max(int(created) for _, created, _ in rows)
+    latest = [row for row in rows if int(row[1]) == newest]
+    if len(latest) != 1 or not latest[0][0].startswith(f"{name}#{stage}!#"):
+        return None
+    tag, _, subject = latest[0]
+    v = r"v\d+\.\d+\.\d+"  # MOVE_MESSAGE, read back
+    moved = rf"hydra-ens: {re.escape(name)} (?P<old>{v}) leaves {re.escape(stage)} for (?P<new>{v})"
+    found = re.fullmatch(moved, subject)
+    age = (time.time() if now is None else now) - newest
+    if found is None or not -MOVE_GRACE_S < age < MOVE_GRACE_S:
+        return None
+    return {"from": found["old"], "to": found["new"], "tag": tag, "age_s": age}
+
+
 def prod_metrics(root: Path, name: str, stage: str) -> dict[str, Any] | None:
     """The metrics recorded with the version in ``stage`` (None when no version is there).
 
@@ -460,7 +522,7 @@ def assign(root: Path, name: str, stage: str, version: str, message: str) -> str
                     name,
                     stage=stage,
                     version=other,
-                    message=f"hydra-ens: {name} {other} leaves {stage} for {version}",
+                    message=MOVE_MESSAGE.format(name=name, old=other, stage=stage, new=version),
                 )
         _after_last_tag(root, name)
         # force: GTO refuses to re-assign a stage that an earlier assignment left on this
@@ -607,5 +669,13 @@ def resolve_prod_dir(root: Path, name: str, stage: str) -> tuple[Path, dict[str,
     """The bundle folder of the model in ``stage`` and its registry record (ValueError if none)."""
     prod = prod_version(root, name, stage)
     if prod is None:
-        raise ValueError(f"no model {name!r} in stage {stage!r}; run the pipeline / promote first")
+        move = stage_move_under_way(root, name, stage)
+        why = f"no model {name!r} in stage {stage!r}"
+        if move is None:
+            raise NoVersionInStage(f"{why}; run the pipeline / promote first")
+        raise NoVersionInStage(
+            f"{why}: hydra-ens is moving it from {move['from']} to {move['to']}; "
+            "try again in a moment",
+            move,
+        )
     return resolve_bundle_dir(root, prod), prod

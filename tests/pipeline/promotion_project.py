@@ -87,8 +87,13 @@ def evaluation(acc: float) -> dict:
 
 
 def write(path: Path, obj) -> None:
+    """Replace ``path`` as a stage does (a new file renamed into place), never write into it: DVC
+    links the workspace's outputs to its cache, so writing into one would change the cached
+    object of an earlier version (its bundle could then not be rebuilt for a rollback)."""
+    from hydra_ops.atomic import atomic_write_bytes
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj))
+    atomic_write_bytes(path, json.dumps(obj).encode())
 
 
 def train(root: Path, seed: int, acc: float = 0.95) -> None:
@@ -144,3 +149,12 @@ def build(root: Path, gates: list[dict] | None = None) -> Path:
     git(root, "commit", "-q", "-m", "project")
     ensure_project(root)
     return root
+
+
+def gto_prod(root: Path, name: str = "hydra") -> str | None:
+    """The version in ``prod`` as GTO's own ``gto show`` says (None: none)."""
+    gto = str(Path(sys.executable).parent / "gto")
+    out = subprocess.run(
+        [gto, "show", "--json"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    return (json.loads(out).get(name) or {}).get("stage", {}).get("prod")

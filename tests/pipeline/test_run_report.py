@@ -97,7 +97,7 @@ def write_evaluation(root: Path) -> dict:
     }
     write_json(root / METRICS / "evaluate.json", result)
     write_json(root / METRICS / LATENCY_FILE, LATENCY)
-    write_key_metrics(root / METRICS / KEY_METRICS_DIR, key_metrics(models, LATENCY))
+    write_key_metrics(root / METRICS, key_metrics(models, LATENCY))
     reliability, roc = plot_rows(cfg, outputs, temps, labels)
     write_json(root / PLOTS / "reliability.json", reliability)
     write_json(root / PLOTS / "roc.json", roc)
@@ -239,6 +239,8 @@ def test_key_metrics_are_the_evaluations_numbers(project):
         for key, (split, metric) in KEYS.items():
             assert keys[key] == round(entry["calibrated"][split][metric], 4)
         assert keys[LATENCY_KEY] == round(LATENCY[name] / LATENCY["single"], 3)
+    hydra = json.loads((folder / "hydra.json").read_text())
+    assert json.loads((project / METRICS / "hydra.json").read_text()) == hydra  # the DVC metrics
     assert "latency_x" not in key_metrics(ev["models"], {})["hydra"]  # nothing timed
 
 
@@ -331,13 +333,21 @@ def test_dvc_plots_show_draws_one_series_per_model_offline(dvc_project, tmp_path
     assert [v for t, v in found if t == "revision"] == [["workspace"]] * 2
 
 
-def test_dvc_metrics_show_is_one_short_row_per_model(dvc_project):
+def test_dvc_metrics_show_is_the_hydras_row_and_one_short_row_per_model(dvc_project):
+    """``dvc metrics show``: the Hydra's key numbers (the one DVC metrics file); ``dvc metrics
+    show metrics/key``: one row per model, the same columns."""
     from flows import dvcops
 
+    header = ["Path", *sorted([*KEYS, LATENCY_KEY])]
     shown = dvcops.dvc(dvc_project, "metrics", "show").stdout.strip().splitlines()
-    assert len(shown) == 1 + len(MEMBERS)
-    assert shown[0].split() == ["Path", *sorted([*KEYS, LATENCY_KEY])]
-    assert {line.split()[0] for line in shown[1:]} == {
+    assert [line.split()[0] for line in shown] == ["Path", "metrics/hydra.json"]
+    assert shown[0].split() == header and max(len(line) for line in shown) <= 110
+    per_model = dvcops.dvc(dvc_project, "metrics", "show", "metrics/key").stdout
+    rows = per_model.strip().splitlines()
+    assert rows[0].split() == header and len(rows) == 1 + len(MEMBERS)
+    assert {line.split()[0] for line in rows[1:]} == {
         f"metrics/key/{name}.json" for name in MEMBERS
     }
-    assert max(len(line) for line in shown) <= 110
+    hydra = [line.split() for line in rows if line.startswith("metrics/key/hydra.json")]
+    assert hydra == [["metrics/key/hydra.json", *shown[1].split()[1:]]]
+    assert max(len(line) for line in rows) <= 110

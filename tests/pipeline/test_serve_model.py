@@ -1,8 +1,9 @@
 """``hydra-ens serve-model``: the real HTTP server on 127.0.0.1 over a promoted bundle (a tiny BERT
 Hydra on the MiniLM tokenizer, gated, bundled and promoted with real git and GTO; no fine-tuning),
 talked to over HTTP: its rows equal ``predict``'s, bad requests get one error each, health and
-version, ``hydra-ens predict`` asking the running service, and a promotion under load. One project
-and one in-thread server are shared by the module; the promotion test runs last."""
+version, ``hydra-ens predict`` asking the running service, a promotion under load, and a stage
+left empty (GTO's own ``gto deprecate``, a promotion killed between its two tags). One project and
+one in-thread server are shared by the module; the registry tests run last, in order."""
 
 from __future__ import annotations
 
@@ -310,3 +311,82 @@ def test_a_promotion_under_load_switches_versions_atomically(project, service):
                 assert row["entropy"] == pytest.approx(ref["entropy"], abs=1e-5)
     assert any("v0.0.1" in [a["model_version"] for a in s] for s in seen.values())
     assert reference["v0.0.1"][0]["prob"] != pytest.approx(reference["v0.0.2"][0]["prob"])
+
+
+def wait_for(svc, done, limit_s: float = 60) -> tuple[int, dict]:
+    """Ask ``svc`` until ``done((status, answer))`` or ``limit_s`` passed; the last answer."""
+    deadline = time.monotonic() + limit_s
+    while not done(answer := ask(svc, TEXTS[:1])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return answer
+
+
+def test_a_stage_left_by_gto_deprecate_stops_the_answers_until_a_version_is_promoted(
+    project, service
+):
+    """After the promotion, GTO's own ``gto deprecate hydra v0.0.2 prod`` empties the stage
+    (``gto show``: no prod) while the service runs: every request is refused with one line naming
+    the version and the registry's state, ``/health`` and ``/version`` answer 503; a rollback to
+    v0.0.1 is served again, without a restart."""
+    from tasks.promote import rollback
+
+    assert ask(service, TEXTS[:1])[1]["model_version"] == "v0.0.2"
+    time.sleep(1.1)  # GTO orders tags by their whole-second tag time
+    gto = str(Path(sys.executable).parent / "gto")
+    subprocess.run([gto, "deprecate", "hydra", "v0.0.2", "prod"], cwd=project, check=True)
+    assert pp.gto_prod(project) is None
+    status, answer = wait_for(service, lambda a: a[0] != 200)
+    assert (status, answer["status"]) == (503, 503), answer
+    assert answer["error"] == (
+        "not serving hydra@v0.0.2: no model 'hydra' in stage 'prod'; "
+        "run the pipeline / promote first"
+    )
+    assert ask(service, TEXTS)[0] == 503  # it stays refused
+    status, health = request(service, "GET", "/health")
+    assert status == 503 and health["status"] == "not serving" and health["moving"] is None
+    assert health["withdrawn_version"] == "v0.0.2" and health["model_version"] is None
+    assert request(service, "GET", "/version") == (503, answer)
+    rollback(pp.cfg(project), project, "v0.0.1", "v0.0.2 deprecated")
+    assert pp.gto_prod(project) == "v0.0.1"
+    status, answer = wait_for(service, lambda a: a[0] == 200)
+    assert status == 200 and answer["model_version"] == "v0.0.1", answer
+    assert request(service, "GET", "/health")[1]["status"] == "ok"
+
+
+def test_a_promotion_killed_between_its_two_tags_is_covered_for_a_bounded_grace(
+    project, service, monkeypatch
+):
+    """A move of the stage writes the old version's unassignment, then the new assignment a
+    second later. Left after the first tag (a killed promotion), the stage is empty: the old
+    version answers on while the move counts as under way (``MOVE_GRACE_S``), then is withdrawn;
+    finishing the move serves again."""
+    import gto.api
+
+    import tasks.registry as registry
+
+    holder = ModelHolder(
+        lambda: load_prod_snapshot(project), lambda: stage_fingerprint(project), poll_s=60
+    )  # checked by hand below
+    try:
+        assert holder.current.version == "v0.0.1"
+        time.sleep(1.1)  # GTO orders tags by their whole-second tag time
+        message = registry.MOVE_MESSAGE.format(
+            name="hydra", old="v0.0.1", stage="prod", new="v0.0.2"
+        )
+        gto.api.unassign(str(project), "hydra", stage="prod", version="v0.0.1", message=message)
+        assert holder.check() is False and holder.current.version == "v0.0.1"  # within the grace
+        assert holder.moving and holder.moving.startswith("v0.0.1 -> v0.0.2")
+        move = registry.stage_move_under_way(project, "hydra", "prod")
+        assert move and (move["from"], move["to"]) == ("v0.0.1", "v0.0.2")
+        later = time.time() + registry.MOVE_GRACE_S
+        assert registry.stage_move_under_way(project, "hydra", "prod", now=later) is None
+        assert pp.gto_prod(project) is None
+        monkeypatch.setattr(registry, "MOVE_GRACE_S", 0.0)  # the grace is over
+        assert holder.check() is True and holder.moving is None
+        assert holder.current.reason.startswith("not serving hydra@v0.0.1: no model 'hydra'")
+        assert wait_for(service, lambda a: a[0] == 503)[0] == 503
+        registry.assign(project, "hydra", "prod", "v0.0.1", "hydra-ens: the move, finished")
+        assert holder.check() is True and holder.current.version == "v0.0.1"
+        assert wait_for(service, lambda a: a[0] == 200)[1]["model_version"] == "v0.0.1"
+    finally:
+        holder.close()
