@@ -228,7 +228,7 @@ class LoRAEnsemble(nn.Module):
 
         out = []
         for name in self.member_names:
-            self.peft.set_adapter(name)
+            self.peft.set_adapter(name, inference_mode=True)  # no requires_grad side effect
             out.append(model_logits(self.model, batch))
         return torch.stack(out, dim=1)
 
