@@ -170,7 +170,7 @@ class LoraEnsembleConfig(_Strict):
     ``epochs`` epochs with the base frozen."""
 
     enabled: bool = False
-    """Off in the default run (its cost: docs/pipeline.md#efficient-ensemble-baselines); the
+    """Off in the default run (its cost: docs/pipeline.md, "Efficient-ensemble baselines"); the
     study specs turn it on."""
     members: int | None = Field(default=None, ge=1)
     """``None``: M (``members.num_members``)."""
@@ -195,7 +195,7 @@ class BatchEnsembleConfig(_Strict):
     frozen; the fast weights train ``epochs`` epochs on the batch repeated per member."""
 
     enabled: bool = False
-    """Off in the default run (its cost: docs/pipeline.md#efficient-ensemble-baselines); the
+    """Off in the default run (its cost: docs/pipeline.md, "Efficient-ensemble baselines"); the
     study specs turn it on."""
     members: int | None = Field(default=None, ge=1)
     """``None``: M (``members.num_members``)."""
