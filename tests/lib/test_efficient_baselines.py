@@ -37,7 +37,7 @@ def labelled(family: str, batch: int = 6, seed: int = 1) -> dict[str, torch.Tens
 
 
 def train(model: torch.nn.Module, batches_fn, steps_lr: float = 5e-2) -> None:
-    fine_tune(model, batches_fn, epochs=2, lr=steps_lr, progress=False, log_fn=None)
+    fine_tune(model, batches_fn, epochs=1, lr=steps_lr, progress=False, log_fn=None)
 
 
 def assert_members_differ(logits: torch.Tensor) -> None:
