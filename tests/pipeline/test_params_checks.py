@@ -193,8 +193,9 @@ def test_relative_paths_are_read_from_the_project_folder(tmp_path, monkeypatch):
     ],
 )
 def test_efficient_baseline_params_are_refused_in_one_line_naming_the_key(key, value, expected):
+    section, method, leaf = key.split(".")
     with pytest.raises(ConfigError) as info:
-        resolve_params("quick", sets={key: value})
+        validate_params({section: {method: {"enabled": True, leaf: value}}})
     msg = one_line(info)
     assert msg.startswith("params.yaml: baselines.") and expected in msg
 
