@@ -181,10 +181,11 @@ class LoraEnsembleConfig(_Strict):
     """Dropout on the LoRA branch's input while training."""
     epochs: int = Field(default=1, ge=1)
     lr: float = Field(default=5e-4, gt=0)
-    batched: bool = True
+    batched: bool = False
     """Run the members as one pass over the M stacked copies of a batch (``peft``'s mixed-adapter
-    batches) instead of one pass per member: the same logits; benchmarks/lora_ensemble.py
-    measures which is faster (docs/benchmarks.md)."""
+    batches) instead of one pass per member: the same logits. Off: on 2 CPU cores the batched pass
+    was 1.17x the member-by-member time on MiniLM-L6 and 0.91x [0.73, 1.03] on the image ViT
+    (``benchmarks/efficient_baselines.py``, docs/benchmarks.md)."""
     seed: int = Field(default=0, ge=0)
     """Member i's adapter init and data order use ``seed + i`` (shifted per replicate)."""
 

@@ -13,8 +13,9 @@ Two ways to run the members, the same numbers (``tests/lib/test_efficient_baseli
 - *looped*: member by member, ``peft``'s active adapter switched between ``M`` forward passes;
 - *batched*: one forward pass over the member-major copy of the batch
   (:mod:`hydra_ops.baselines.batching`), each row routed to its member's adapter by ``peft``'s
-  mixed-adapter batches (``adapter_names``, one per row). ``benchmarks/lora_ensemble.py``
-  measures which is faster.
+  mixed-adapter batches (``adapter_names``, one per row). ``benchmarks/efficient_baselines.py``
+  measures which is faster; on 2 CPU cores member by member was (MiniLM-L6) or tied with
+  (a small ViT) the batched pass, so it is the default.
 
 The LoRA layers are those of ``peft`` (its ``LoraLayer`` and ``ModulesToSaveWrapper``); the per-row
 adapter names reach them as the ``adapter_names`` keyword their ``forward`` takes, by forward
@@ -126,8 +127,8 @@ class LoRAEnsemble(nn.Module):
 
     ``base`` gets the adapters in place (``peft.get_peft_model``) and keeps its class, so its
     family adapter still runs it. Member ``i`` is ``peft`` adapter ``member_<i>``.
-    ``batched`` picks how :meth:`forward` runs the members (module docstring); both give the same
-    logits.
+    ``batched`` picks how :meth:`forward` runs the members (module docstring; default: member by
+    member); both give the same logits.
 
     Shape:
         - Input: a contract batch (``input_ids`` / ``attention_mask`` [B, T] or
@@ -143,7 +144,7 @@ class LoRAEnsemble(nn.Module):
         alpha: float = 16.0,
         dropout: float = 0.0,
         seed: int = 0,
-        batched: bool = True,
+        batched: bool = False,
     ) -> None:
         super().__init__()
         from peft import LoraConfig, get_peft_model
@@ -307,7 +308,7 @@ def read_config(directory: Any) -> dict[str, Any]:
     return config
 
 
-def load_lora_ensemble(directory: Any, base: nn.Module, batched: bool = True) -> LoRAEnsemble:
+def load_lora_ensemble(directory: Any, base: nn.Module, batched: bool = False) -> LoRAEnsemble:
     """The LoRA-Ensemble saved in ``directory`` on ``base`` (adapters injected in place), in eval
     mode. ValueError when ``base`` is not the model it was trained on (state-dict SHA-256)."""
     from safetensors.torch import load_file
