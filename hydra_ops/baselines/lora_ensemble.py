@@ -102,8 +102,8 @@ def classifier_name(model: nn.Module) -> str:
 
 @contextlib.contextmanager
 def _adapter_per_row(model: nn.Module, names: Sequence[str]) -> Iterator[None]:
-    """Within the block, every ``peft`` LoRA layer and saved-module wrapper of ``model`` runs each
-    row of its input with the adapter ``names[row]`` (``peft``'s mixed-adapter batches)."""
+    """Inside the ``with``, every ``peft`` LoRA layer and saved-module wrapper of ``model`` runs
+    each row of its input with the adapter ``names[row]`` (``peft``'s mixed-adapter batches)."""
     from peft.tuners.lora import LoraLayer
     from peft.utils import ModulesToSaveWrapper
 
