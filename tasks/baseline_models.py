@@ -1,8 +1,9 @@
 """The baselines made of a seed's upstream alone: ``single`` (the fine-tuned base),
-``deep_ensemble`` (the base plus ``models/baselines``) and ``mc_dropout`` (the base with dropout on
-at inference, ``baselines.mc_dropout.samples`` passes, when enabled). They are the same for every
-Hydra variant of a seed, so stage ``baseline_logits`` computes their logits once and ``evaluate``
-reads them back (it still times them itself, beside the Hydra).
+``deep_ensemble`` (the base plus ``models/baselines/seed_*``), ``mc_dropout`` (the base with
+dropout on at inference, ``baselines.mc_dropout.samples`` passes, when enabled) and, when
+enabled, ``lora_ensemble`` and ``batch_ensemble`` (:mod:`tasks.efficient_baselines`). They are
+the same for every Hydra variant of a seed, so stage ``baseline_logits`` computes their logits
+once and ``evaluate`` reads them back (it still times them itself, beside the Hydra).
 
 :class:`Candidate` is the one interface ``evaluate`` runs models through.
 """
@@ -120,23 +121,43 @@ def mc_dropout_model(
 def seed_baselines(
     cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
 ) -> list[Candidate]:
-    """``single``, ``deep_ensemble`` and (when enabled) ``mc_dropout``: the baselines made of the
-    seed's base and Deep Ensemble alone, the same for every Hydra variant of that seed. The base
-    runs once per split for both ``single`` and Deep Ensemble member 0."""
+    """``single``, ``deep_ensemble`` and, when enabled, ``mc_dropout``, ``lora_ensemble`` and
+    ``batch_ensemble``: the baselines made of the seed's base and ``models/baselines`` alone, the
+    same for every Hydra variant of that seed. The base runs once per split for both ``single``
+    and Deep Ensemble member 0."""
     rt = runtime or Runtime()
     cache: dict[tuple[int, int], torch.Tensor] = {}
     base = load_model(root / BASE)
     ensemble = [base]
     index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
     for unit in index["units"]:
-        ensemble.append(load_model(root / BASELINES / unit))
+        if unit.startswith("seed_"):  # the others are the efficient baselines' units
+            ensemble.append(load_model(root / BASELINES / unit))
     cands = [
         independent_models("single", [base], cache, rt),
         independent_models("deep_ensemble", ensemble, cache, rt),
     ]
     if cfg.baselines.mc_dropout.enabled:
         cands.append(mc_dropout_model(cfg, base, rt))
-    return cands
+    return cands + efficient_models(cfg, root, rt)
+
+
+def efficient_models(cfg: PipelineConfig, root: Path, runtime: Runtime) -> list[Candidate]:
+    """The enabled efficient ensembles (:mod:`tasks.efficient_baselines`) as candidates, K =
+    their members; latency times one forward of the ensemble (one pass over the stacked batch,
+    or LoRA-Ensemble member by member when ``baselines.lora_ensemble.batched`` is off)."""
+    from tasks import efficient_baselines as eff
+
+    out = []
+    for name in eff.enabled(cfg):
+        module = eff.load(cfg, root, name)
+
+        def split_logits(batches: list[dict], module: torch.nn.Module = module) -> torch.Tensor:
+            return eff.member_logits(module, batches, runtime)
+
+        fn = lambda b, f=split_logits: f([b])  # noqa: E731
+        out.append(Candidate(name, fn, module.num_parameters(), module.num_members, split_logits))
+    return out
 
 
 def eval_batches(

@@ -25,7 +25,15 @@ from tasks.common import COMPILED, DATA, HYDRA, METRICS, read_json
 
 #: The params ``evaluate`` reads (its ``params`` in ``dvc.yaml``; a test keeps the two equal).
 #: Only these: a gate-only edit must not make the evaluation stale, as DVC does not rerun it.
-SCORED_PARAMS = ("seed", "evaluate", "baselines.mc_dropout", "scoring.method", "runtime")
+SCORED_PARAMS = (
+    "seed",
+    "evaluate",
+    "baselines.mc_dropout",
+    "baselines.lora_ensemble",
+    "baselines.batch_ensemble",
+    "scoring.method",
+    "runtime",
+)
 #: What ``scored`` records, in the order a broken link is looked for (upstream first).
 SCORED_ROLES = ("model", "compiled", "data", "params")
 RERUN = "hydra-ens run (or dvc repro evaluate)"

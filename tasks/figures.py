@@ -27,7 +27,16 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 #: Known models in the order they are drawn (others follow in their own order).
-MODEL_ORDER = ("hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout", "control")
+MODEL_ORDER = (
+    "hydra",
+    "single",
+    "naive_pruned",
+    "deep_ensemble",
+    "mc_dropout",
+    "control",
+    "lora_ensemble",
+    "batch_ensemble",
+)
 _COLORS = ("#d62728", "#1f77b4", "#7f7f7f", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 _MARKERS = ("o", "s", "v", "D", "^", "P", "X", "*")
 #: Splits of the histograms and their colours (ID, near-OOD, far-OOD).

@@ -1,4 +1,6 @@
-"""Stage ``finetune_baselines``: the Deep Ensemble baseline's extra members.
+"""Stage ``finetune_baselines``: the Deep Ensemble baseline's extra members, and the efficient
+ensembles trained on the fine-tuned base when enabled (LoRA-Ensemble, BatchEnsemble:
+:mod:`tasks.efficient_baselines`, units ``models/baselines/lora_ensemble`` and ``batch_ensemble``).
 
 The Deep Ensemble has K = ``baselines.deep_ensemble_size`` (default M) bases fine-tuned with
 different seeds; member 0 is ``models/base`` itself, members 1..K-1 land in
@@ -16,6 +18,7 @@ from typing import Any
 
 from hydra_ops.runtime import Runtime
 from tasks.common import BASELINES, DATA, dir_sha256, fingerprint, stage_main
+from tasks.efficient_baselines import train_units
 from tasks.finetune_base import train_base, training_runtime
 from tasks.params import PipelineConfig
 from tasks.resumable import ensure_unit, finalise
@@ -63,6 +66,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
             lambda tmp, s=seed: _train_seed(cfg, root, s, tmp, rt),
             f"deep ensemble {name}",
         )
+    units.update(train_units(cfg, root, rt))
     finalise(out, units, {"deep_ensemble_size": cfg.deep_ensemble_size, "base_is_member_0": True})
     return {"units": list(units)}
 

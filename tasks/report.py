@@ -9,6 +9,14 @@ from typing import Any
 from tasks.member_diversity import diversity_section
 from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
 
+#: Baselines whose members run in one forward pass over the stacked batch (how, from the params).
+ONE_PASS = {
+    "batch_ensemble": lambda cfg: "one pass",
+    "lora_ensemble": lambda cfg: (
+        "one batched pass" if cfg.baselines.lora_ensemble.batched else "turn (one adapter each)"
+    ),
+}
+
 
 def _fmt(v: float) -> str:
     return f"{v:.4f}" if abs(v) < 100 else f"{v:,.0f}"
@@ -30,7 +38,8 @@ def latency_setup(
     other, on ``device`` in the runtime's ``precision``, except Hydra, which runs at the precision
     its compiled artifact ships in (weights and inputs cast; compile checked the two agree); a
     model of K independent members (Deep Ensemble, control) runs its K models in turn, MC Dropout
-    its K passes."""
+    its K passes, BatchEnsemble its K members in one pass over the stacked batch, LoRA-Ensemble
+    likewise or one adapter at a time (``baselines.lora_ensemble.batched``)."""
     shipped = _precision(compiled.get("precision"))
     timed = {}
     for name, entry in models.items():
@@ -39,7 +48,9 @@ def latency_setup(
             how += f", {entry['members']} members in one pass"
         else:
             how = f"eager {precision}"
-            if entry["members"] > 1:
+            if name in ONE_PASS:
+                how += f", {entry['members']} members in {ONE_PASS[name](cfg)}"
+            elif entry["members"] > 1:
                 unit = "passes" if name == "mc_dropout" else "models"
                 how += f", {entry['members']} {unit} in turn"
         timed[name] = how

@@ -1,5 +1,5 @@
-"""The evaluate stage's MC Dropout baseline and its OOD metrics under every OOD score, on a tiny
-digits project (stage functions called directly, CPU fp32)."""
+"""The evaluate stage's MC Dropout, LoRA-Ensemble and BatchEnsemble baselines and their OOD metrics
+under every OOD score, on a tiny digits project (stage functions called directly, CPU fp32)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,12 @@ SETS = {
     "members.num_members": 2,
     "runtime.device": "cpu",
     "baselines.mc_dropout.samples": 3,
+    "baselines.lora_ensemble.enabled": True,
+    "baselines.lora_ensemble.rank": 2,
+    "baselines.batch_ensemble.enabled": True,
+    "baselines.batch_ensemble.members": 3,
 }
+EFFICIENT = {"lora_ensemble": 2, "batch_ensemble": 3}  # their members (lora: M = 2)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +68,14 @@ def test_mc_dropout_is_evaluated_like_every_baseline_and_reruns_are_byte_identic
     from tasks import evaluate
 
     cfg, root, ev, first = project
-    assert set(ev["models"]) == {"hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout"}
+    assert set(ev["models"]) == {
+        "hydra",
+        "single",
+        "naive_pruned",
+        "deep_ensemble",
+        "mc_dropout",
+        *EFFICIENT,
+    }
     mc, single = ev["models"]["mc_dropout"], ev["models"]["single"]
     assert mc["members"] == 3 and mc["parameters"] == single["parameters"]
     assert mc["temperature"] > 0 and mc["latency_ms"] > 0
@@ -74,6 +86,16 @@ def test_mc_dropout_is_evaluated_like_every_baseline_and_reruns_are_byte_identic
     assert set(cost["models"]) == set(ev["models"]) and cost["models"]["single"]["ratio"] == 1.0
     assert all(m["ratio_low"] <= m["ratio"] <= m["ratio_high"] for m in cost["models"].values())
     assert cost["models"]["mc_dropout"]["flops_ratio"] == 3.0  # three passes of the base
+    # the efficient ensembles: evaluated, bootstrapped and timed like every baseline
+    for name, k in EFFICIENT.items():
+        e = ev["models"][name]
+        assert e["members"] == k and name in ev["bootstrap"] and e["latency_ms"] > 0
+        assert e["calibrated"] != single["calibrated"]
+        assert e["diversity"]["id_test"]["members"] == k
+        assert cost["models"][name]["flops_ratio"] > k - 1  # k forward passes' worth of compute
+    # BatchEnsemble holds the base's weights once plus small fast weights, unlike k models
+    assert single["parameters"] < ev["models"]["batch_ensemble"]["parameters"]
+    assert ev["models"]["batch_ensemble"]["parameters"] < 1.5 * single["parameters"]
     # a rerun: the same masks, the same bytes (the gate verdict is bound to this file's hash)
     caplog.set_level(logging.INFO, logger="hydra_ens")
     evaluate.run(cfg, root)
@@ -95,7 +117,7 @@ def test_evaluate_reads_the_seed_baselines_logits_stage_baseline_logits_computed
     cfg, root, _, _ = project
     sizes = {s: len(prepared.split(root, s)) for s in EVAL_SPLITS}
     stored = load_baseline_logits(root, sizes)
-    assert set(stored) == {"single", "deep_ensemble", "mc_dropout"}
+    assert set(stored) == {"single", "deep_ensemble", "mc_dropout", *EFFICIENT}
     from hydra_ops.runtime import Runtime
 
     # at the precision the stage resolved (auto may pick bf16 where it is native and faster)
@@ -103,6 +125,9 @@ def test_evaluate_reads_the_seed_baselines_logits_stage_baseline_logits_computed
     batched = eval_batches(cfg, root)
     for cand in seed_baselines(cfg, root, Runtime(precision=resolved["precision"])):
         assert stored[cand.name]["members"] == cand.members
+        if cand.name in EFFICIENT:  # trained members that differ from each other
+            test = stored[cand.name]["outputs"]["test"]
+            assert all((test[:, 0] - test[:, m]).abs().max() > 0 for m in range(1, cand.members))
         for split, batches in batched.items():
             assert torch.equal(stored[cand.name]["outputs"][split], cand.member_logits(batches))
     with pytest.raises(ValueError, match="re-run stage baseline_logits"):
@@ -125,12 +150,16 @@ def test_ood_metrics_under_every_score_with_nulls_for_single_models(project):
             # the score the gates read is the same number in both places
             assert by_kind[cfg.evaluate.ood_score] == entry["calibrated"][split]
     assert ev["models"]["single"]["ood_by_score"]["near_ood"]["disagreement"] is None
-    assert ev["models"]["mc_dropout"]["ood_by_score"]["near_ood"]["disagreement"] is not None
+    for name in ("mc_dropout", *EFFICIENT):
+        assert ev["models"][name]["ood_by_score"]["near_ood"]["disagreement"] is not None
+        assert ev["models"][name]["ood_by_score"]["near_ood"]["mutual_information"] is not None
     stored = json.loads((root / "metrics" / "evaluate.json").read_text())
     assert stored["models"]["naive_pruned"]["ood_by_score"]["far_ood"]["mutual_information"] is None
     report = (root / "reports" / "evaluate.md").read_text()
     assert "OOD detection by score" in report
     assert "| mc_dropout | near_ood |" in report and "| single | far_ood |" in report
+    assert "| lora_ensemble | near_ood |" in report and "| batch_ensemble | far_ood |" in report
+    assert "3 members in one pass" in report  # what batch_ensemble's latency timed
     header = next(line for line in report.splitlines() if line.startswith("| model | split |"))
     assert all(kind in header for kind in OOD_SCORE_KINDS)
 

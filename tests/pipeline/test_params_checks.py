@@ -177,3 +177,32 @@ def test_relative_paths_are_read_from_the_project_folder(tmp_path, monkeypatch):
     assert (cfg.data.near_ood.path, cfg.model_heads) == ("data/near.csv", 4)
     with pytest.raises(ConfigError, match=r"data\.path: 'nope\.csv' does not exist"):
         resolve_run_params(project, None, None, ["data.path=nope.csv"])
+
+
+# ---- the efficient-ensemble baselines' sections ----
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("baselines.lora_ensemble.rank", 0, "baselines.lora_ensemble.rank: "),
+        ("baselines.lora_ensemble.dropout", 1.0, "baselines.lora_ensemble.dropout: "),
+        ("baselines.batch_ensemble.init_std", -0.1, "baselines.batch_ensemble.init_std: "),
+        ("baselines.batch_ensemble.members", 0, "baselines.batch_ensemble.members: "),
+        ("baselines.lora_ensemble.rnak", 4, "(did you mean 'rank'?)"),
+    ],
+)
+def test_efficient_baseline_params_are_refused_in_one_line_naming_the_key(key, value, expected):
+    section, method, leaf = key.split(".")
+    with pytest.raises(ConfigError) as info:
+        validate_params({section: {method: {"enabled": True, leaf: value}}})
+    msg = one_line(info)
+    assert msg.startswith("params.yaml: baselines.") and expected in msg
+
+
+def test_efficient_baselines_are_off_by_default_and_dumped_with_their_settings():
+    cfg = resolve_params("default")
+    assert not cfg.baselines.lora_ensemble.enabled and not cfg.baselines.batch_ensemble.enabled
+    raw = to_raw(resolve_params("default", sets={"baselines.lora_ensemble.enabled": True}))
+    assert raw["baselines"]["lora_ensemble"]["enabled"] is True
+    assert set(raw["baselines"]["batch_ensemble"]) >= {"enabled", "members", "init_std", "lr"}

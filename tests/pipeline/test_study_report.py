@@ -649,3 +649,35 @@ def test_confirmation_seeds_are_reported_apart_and_never_change_the_choice(tmp_p
     assert "| `slow` | 10 | FAILED |" in confirm and "| `slow` | 10 |" not in main
     with pytest.raises(ValueError, match="nothing to choose on"):
         write_study_report(held, tmp_path / "c", "t", confirm_seeds=[10, 11, 12])
+
+
+def test_efficient_baselines_are_paired_and_gated_like_the_deep_ensemble():
+    """LoRA-Ensemble and BatchEnsemble in a point's evaluation: the Hydra is paired with each
+    (per-seed differences and their bootstrap) and each is judged by the gates as the
+    candidate, pooled once per seed like the Deep Ensemble."""
+    from tasks.study_report.collect import Collected
+    from tasks.study_report.gates import baseline_gates
+    from tasks.study_report.paired import paired_differences
+
+    efficient = {"lora_ensemble": 23_000_000, "batch_ensemble": 22_100_000}
+    points = []
+    for s in SEEDS:
+        p = make_point("fast", s)
+        for name, parameters in efficient.items():
+            p.evaluation["models"][name] = entry(DEEP[s], parameters, 3, True)
+            p.evaluation["bootstrap"][name] = bootstrap(
+                p.evaluation["models"]["hydra"], p.evaluation["models"][name]
+            )
+            p.latency[name] = 8.0
+        points.append(p)
+    col = Collected(points)
+    paired = paired_differences(col)
+    gated = baseline_gates(col)
+    for name in efficient:
+        near = paired["fast"][name]["near_ood.auroc"]
+        assert [r["value"] for r in near["per_seed"]] == pytest.approx(
+            [hydra_values("fast", s)[3] - DEEP[s][3] for s in SEEDS]
+        )
+        assert len(near["bootstrap"]) == len(SEEDS)
+        # the Deep Ensemble's numbers: it passes where the Deep Ensemble passes
+        assert gated[name]["seeds_passed"] == gated["deep_ensemble"]["seeds_passed"] == list(SEEDS)

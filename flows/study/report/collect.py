@@ -13,7 +13,15 @@ from flows.study.report.stats import seed_stats
 #: Baselines that depend on the variant (pruned with its heads / given its member fine-tune).
 PER_VARIANT_BASELINES = ("naive_pruned", "control")
 #: Report order of the baselines; others found in evaluate.json follow, sorted.
-BASELINE_ORDER = ("single", "naive_pruned", "deep_ensemble", "mc_dropout", "control")
+BASELINE_ORDER = (
+    "single",
+    "naive_pruned",
+    "deep_ensemble",
+    "mc_dropout",
+    "lora_ensemble",
+    "batch_ensemble",
+    "control",
+)
 #: Two runs' metrics of one model at one seed are "the same" within these tolerances.
 _ISCLOSE = {"rel_tol": 1e-9, "abs_tol": 1e-12}
 

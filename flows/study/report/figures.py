@@ -27,8 +27,10 @@ KIND_STYLE = {
     "control": ("#009E73", "D"),
     "deep_ensemble": ("#CC79A7", "^"),
     "mc_dropout": ("#E69F00", "P"),
+    "lora_ensemble": ("#56B4E9", "*"),
+    "batch_ensemble": ("#F0E442", "h"),
 }
-_OTHER_STYLE = ("#56B4E9", "X")
+_OTHER_STYLE = ("#999999", "X")
 #: Tick marks of the cost-ratio axis.
 _RATIO_TICKS = (0.125, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 #: Candidate offsets (points) of a point's number label, tried in order.

@@ -23,7 +23,15 @@ HEADLINE = (
 )
 #: Baselines Hydra is paired with (those present in evaluate.json): the single model, the
 #: Hydra's naive pruned twin and its control (same variant), then the costlier baselines.
-PAIRED_BASELINES = ("single", "naive_pruned", "control", "deep_ensemble", "mc_dropout")
+PAIRED_BASELINES = (
+    "single",
+    "naive_pruned",
+    "control",
+    "deep_ensemble",
+    "mc_dropout",
+    "lora_ensemble",
+    "batch_ensemble",
+)
 #: The UQ metrics on which the report states whether any variant beats the single model.
 BEATS_SINGLE = ("id_test.nll", "id_test.ece", "near_ood.auroc", "near_ood.fpr_at_95_tpr")
 #: The uncertainty metrics the default gates watch against the naive pruned twin
