@@ -655,9 +655,9 @@ def test_efficient_baselines_are_paired_and_gated_like_the_deep_ensemble():
     """LoRA-Ensemble and BatchEnsemble in a point's evaluation: the Hydra is paired with each
     (per-seed differences and their bootstrap) and each is judged by the gates as the
     candidate, pooled once per seed like the Deep Ensemble."""
-    from tasks.study_report.collect import Collected
-    from tasks.study_report.gates import baseline_gates
-    from tasks.study_report.paired import paired_differences
+    from flows.study.report.collect import Collected
+    from flows.study.report.gates import baseline_gates
+    from flows.study.report.paired import paired_differences
 
     efficient = {"lora_ensemble": 23_000_000, "batch_ensemble": 22_100_000}
     points = []
