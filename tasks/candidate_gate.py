@@ -160,10 +160,11 @@ def judge_all(
     the checks of ``candidate``: the one that ships, else the first allowed (the Hydra by
     default; what ``--force`` would ship)."""
     allowed = list(cfg.promote.candidates)
+    exports = (ev.get("scored") or {}).get("candidates") or {}
     judged: dict[str, Any] = {}
     for name in ev["models"]:
         verdict = judge_candidate(cfg.gates, ev, prod, name)
-        shippable = name == "hydra" or bool(ev["models"][name].get("export"))
+        shippable = name == "hydra" or name in exports
         judged[name] = {
             **verdict,
             "cost": _cost(name, ev, cost),
