@@ -20,6 +20,7 @@ import torch
 from tiny_models import make_members, member_plans, tiny_model
 
 from hydra_ops.checkpoints import load_pruned, save_model
+from hydra_ops.inference import logits
 from hydra_ops.merge import merge_members
 from hydra_ops.plans import save_plans
 from hydra_ops.serialization import save_hydra
@@ -204,10 +205,9 @@ def test_an_allowed_cheaper_candidate_ships_and_answers_predict(project):
     # the numbers are the naive pruned model's own: the base pruned to the plan, at its T
     from tasks.preprocessing import load_preprocessing
 
-    model = load_pruned(project / "models" / "base", member_plans(1)[0]).eval()
+    model = load_pruned(project / "models" / "base", member_plans(1)[0])
     batch = load_preprocessing(bundled).batch(TEXTS)
-    with torch.no_grad():
-        probs = torch.softmax(model(**batch).logits / 1.5, dim=-1)
+    probs = torch.softmax(logits(model, [batch]) / 1.5, dim=-1)
     assert torch.allclose(torch.tensor([r["prob"] for r in rows]), probs.max(-1).values, atol=1e-6)
     assert [r["class"] for r in rows] == [CLASSES[i] for i in probs.argmax(-1).tolist()]
 
@@ -222,11 +222,12 @@ def test_a_candidate_bundle_keeps_the_chain_of_custody(project):
     # an edited candidate file, with the bundle's own manifest updated to match, is refused: the
     # bundled evaluation (bound to the verdict) holds the hashes of what was scored
     weights = bundled / "candidate" / "base" / "model.safetensors"
-    weights.chmod(0o644)
-    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    tampered = weights.read_bytes()[:-4] + b"\0\0\0\0"
+    weights.unlink()  # a new file: the DVC cache the bundle may link to stays intact
+    weights.write_bytes(tampered)
     manifest = json.loads((bundled / "bundle.json").read_text())
     manifest["files"]["candidate/base/model.safetensors"] = sha256_file(weights)
-    (bundled / "bundle.json").chmod(0o644)
+    (bundled / "bundle.json").unlink()
     (bundled / "bundle.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=r"candidate/base/model\.safetensors is changed"):
         load_served(bundled)
