@@ -51,7 +51,7 @@ class ServedCandidate:
             return self._logits(batch).float()
 
 
-def _runner(folder: Path, recipe: Mapping[str, Any]) -> Any:
+def candidate_logits(folder: Path, recipe: Mapping[str, Any]) -> Any:
     """``batch -> [B, K, C]`` of the recipe's model(s), rebuilt from ``folder`` (CPU, fp32)."""
     import torch
 
@@ -98,5 +98,5 @@ def load_candidate(directory: Path, preprocessing: Any) -> ServedCandidate:
         answered_by=f"{name} (eager, cpu fp32; the candidate promote.candidates shipped)",
         unavailable=dict(desc["unavailable"]),
         preprocessing=preprocessing,
-        _logits=_runner(directory / FOLDER, desc["recipe"]),
+        _logits=candidate_logits(directory / FOLDER, desc["recipe"]),
     )

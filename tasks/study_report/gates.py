@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tasks.candidate_gate import applicability
 from tasks.gate import evaluate_check
 from tasks.params import GateCheck, default_gates
 from tasks.study_report.collect import Collected
@@ -39,10 +40,11 @@ def baseline_as_candidate(
     point has no prod model) and a comparison of the candidate with itself, unless the check asks
     for a strict improvement (``min_absolute_change > 0``), which no model makes on itself: that
     fails. A check with
-    ``use_bootstrap_bound`` compares the point difference instead: the paired bootstrap in
-    evaluate.json is Hydra minus each baseline, not candidate minus baseline; for the same reason
-    an ``any_of`` group (:mod:`tasks.twin_gate`) asks for a better point difference, and fails a
-    candidate that is the group's own baseline.
+    ``use_bootstrap_bound`` compares the point difference instead (a point written before
+    evaluate recorded ``candidate_bootstrap`` has only Hydra minus each baseline); for the same
+    reason an ``any_of`` group (:mod:`tasks.twin_gate`) asks for a better point difference. A
+    candidate that is the group's own baseline: not applicable, as in the run's own gate
+    (:func:`tasks.candidate_gate.applicability`).
     """
     ev = {
         **evaluation,
@@ -53,9 +55,10 @@ def baseline_as_candidate(
     for check in checks:
         rec = {"name": check.name, "metric": check.metric, "split": check.split}
         if check.baseline == candidate and check.any_of is not None:
-            # an any_of group asks for a separable improvement: no model makes one on itself
-            r = evaluate_check(check.model_copy(update={"use_bootstrap_bound": False}), ev, None)
-            out.append({**r, "note": "a model cannot improve on itself"})
+            # the group holds a model against this cheaper model: the run's gate says the same
+            # (tasks.candidate_gate.applicability)
+            _, note = applicability(check, candidate) or ("", "")
+            out.append({**rec, "status": "n/a", "note": note})
         elif check.split == "model":
             out.append({**rec, "status": "n/a", "note": "model-level check (Hydra artifact)"})
         elif check.baseline == "prod":
