@@ -120,7 +120,7 @@ def recompute_verdict(cfg: PipelineConfig, root: Path, gate: dict[str, Any]) -> 
             )
     again = decide(cfg, load_evaluation(root), prod, load_cost(root))
     if _outcome(again) != _outcome(gate):
-        said, _, _ = _outcome(gate)
+        said = _outcome(gate)[0]
         raise ValueError(
             f"reports/gate.json says {said!r}, but the gates in params.yaml on "
             f"metrics/evaluate.json give {again['verdict']!r}"
