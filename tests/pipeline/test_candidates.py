@@ -128,9 +128,11 @@ def _set_candidates(root: Path, names: list[str]) -> None:
     pp.write_params(resolve_params("quick", overrides), root / "params.yaml")
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = pp.build(tmp_path / "proj", gates=GATES)
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """One project for the module (its tests run in order, in one worker: each sets
+    ``promote.candidates`` and reruns the gate itself)."""
+    root = pp.build(tmp_path_factory.mktemp("candidates") / "proj", gates=GATES)
     # the stand-in also writes metrics/cost.json (evaluate's), which promote holds to dvc.lock
     dvc_yaml = root / "dvc.yaml"
     evaluation = "      - metrics/evaluate.json: {cache: false}\n"
@@ -146,6 +148,8 @@ def project(tmp_path: Path) -> Path:
 
 def test_every_candidate_is_judged_and_the_summary_names_a_cheaper_one(project):
     from flows.cli import _print_summary, console
+
+    _set_candidates(project, ["hydra"])
 
     verdict = gate.run(pp.cfg(project), project)
     assert (verdict["verdict"], verdict["ships"], verdict["candidate"]) == (
