@@ -226,8 +226,8 @@ def predict(
         answered_by=served.answered_by,
         model_version=prod.get("version"),
         preprocessing=served.preprocessing.describe(),
-        candidate=served.candidate,
-        unavailable=served.unavailable,
+        candidate=getattr(served, "candidate", "hydra"),
+        unavailable=getattr(served, "unavailable", None),
     )
     kind = rows[0]["ood_score_kind"]
     text = legend(member_logits.shape[2], member_logits.shape[1], kind, thresholds)

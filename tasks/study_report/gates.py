@@ -54,18 +54,18 @@ def baseline_as_candidate(
     out = []
     for check in checks:
         rec = {"name": check.name, "metric": check.metric, "split": check.split}
-        if check.baseline == candidate and check.any_of is not None:
-            # the group holds a model against this cheaper model: the run's gate says the same
-            # (tasks.candidate_gate.applicability)
-            _, note = applicability(check, candidate) or ("", "")
-            out.append({**rec, "status": "n/a", "note": note})
-        elif check.split == "model":
+        if check.split == "model":
             out.append({**rec, "status": "n/a", "note": "model-level check (Hydra artifact)"})
         elif check.baseline == "prod":
             out.append({**rec, "status": "n/a", "note": "no prod model in a study point"})
         elif check.baseline == candidate and (check.min_absolute_change or 0) > 0:
             r = evaluate_check(check.model_copy(update={"use_bootstrap_bound": False}), ev, None)
             out.append({**r, "note": "a model cannot improve on itself"})
+        elif check.baseline == candidate and check.any_of is not None:
+            # the group holds a model against this cheaper model: not applicable, as in the
+            # run's own gate (tasks.candidate_gate.applicability)
+            _, note = applicability(check, candidate) or ("", "")
+            out.append({**rec, "status": "n/a", "note": note})
         elif check.baseline == candidate:
             out.append({**rec, "status": "n/a", "note": "the candidate is this check's baseline"})
         elif check.use_bootstrap_bound:
