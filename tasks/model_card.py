@@ -118,7 +118,10 @@ def render_card(
             "## Verdicts served by predict",
             f"OOD score `{thresholds.get('score', '-')}` (higher = more likely OOD): `uncertain` "
             f"above {_f(thresholds.get('uncertain'))}, `likely OOD` above "
-            f"{_f(thresholds.get('likely_ood'))} (quantiles of the ID validation scores).",
+            f"{_f(thresholds.get('likely_ood'))} (quantiles of the ID validation scores)."
+            if thresholds
+            else "None: this model stores no verdict thresholds, so `predict`'s `verdict` is "
+            "null (`unavailable` says why).",
             "",
             "## Lineage",
             "The verdict judged (DVC md5):",
