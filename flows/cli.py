@@ -290,6 +290,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         console.print(
             f"\n[bold]gate:[/] [{color}]{gate['verdict'].upper()}[/]"
             + (f" (failed: {', '.join(gate['failed'])})" if gate["failed"] else "")
+            + (f"; {escape(gate['note'])}" if gate.get("note") else ""),
+            soft_wrap=True,
         )
         promo = summary.get("promotion") or {}
         if promo.get("promoted"):
@@ -365,16 +367,20 @@ def prediction_table(
         table.add_column(
             col, no_wrap=True, justify="left" if col in ("class", "verdict") else "right"
         )
+
+    def num(v: float | None, fmt: str = ".3f") -> str:
+        return "n/a" if v is None else format(v, fmt)  # a column this model cannot give
+
     for r in rows:
         cells = [
             Text(r["input"][:60]),
             Text(str(r["class"])),
-            f"{r['prob']:.3f}",
-            f"{r['entropy']:.3f}",
-            f"{r['mutual_information']:.3f}",
-            f"{r['disagreement']:.3f}",
+            num(r["prob"]),
+            num(r["entropy"]),
+            num(r["mutual_information"]),
+            num(r["disagreement"]),
         ]
-        cells += [f"{r['ood_score']:.4f}"] if with_score else []
+        cells += [num(r["ood_score"], ".4f")] if with_score else []
         table.add_row(*cells, labels.get(r["verdict"], "n/a"))
     return table
 

@@ -89,6 +89,7 @@ def _locked_outs(root: Path, stage: str) -> dict[str, str]:
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
+    from tasks.candidate_gate import gate_summary
     from tasks.common import load_evaluation
     from tasks.report import metrics_table
     from tasks.run_report import HTML, artifact_markdown
@@ -135,7 +136,7 @@ def _publish_artifacts(root: Path) -> dict[str, Any]:
             + f"\n\nPromotion: {json.dumps(promo)}\n",
             description=f"gate verdict: {gate['verdict']}",
         )
-        summary["gate"] = {"verdict": gate["verdict"], "failed": gate["failed"]}
+        summary["gate"] = gate_summary(gate)
         summary["promotion"] = promo
     return summary
 
@@ -190,9 +191,10 @@ def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     write_json(root / ".hydra-ens" / "last_run.json", summary)
     logger.info(
-        "pipeline done in %.1fs; ran: %s; gate: %s",
+        "pipeline done in %.1fs; ran: %s; gate: %s%s",
         summary["seconds"],
         ", ".join(summary["ran"]) or "nothing",
         summary.get("gate", {}).get("verdict", "n/a"),
+        f"; {note}" if (note := summary.get("gate", {}).get("note")) else "",
     )
     return summary

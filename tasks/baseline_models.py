@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -20,6 +21,7 @@ from hydra_ops.checkpoints import load_model
 from hydra_ops.inference import logits as run_logits
 from hydra_ops.runtime import Runtime
 from tasks import data as prepared
+from tasks.candidate_export import deep_ensemble_export, mc_dropout_export, single_export
 from tasks.common import BASE, BASELINES, read_json
 from tasks.params import PipelineConfig
 
@@ -44,6 +46,8 @@ class Candidate:
     ):
         self.name, self.fn, self.parameters, self.members = name, fn, parameters, k
         self.split_logits = split_logits
+        #: how it ships (:mod:`tasks.candidate_export`: recipe and source files); None: it cannot
+        self.export: dict[str, Any] | None = None
 
     @torch.no_grad()
     def member_logits(self, data_batches: list[dict]) -> torch.Tensor:
@@ -115,7 +119,9 @@ def mc_dropout_model(
         )
 
     params = sum(p.numel() for p in base.parameters())
-    return Candidate("mc_dropout", lambda b: split_logits([b]), params, mc.samples, split_logits)
+    cand = Candidate("mc_dropout", lambda b: split_logits([b]), params, mc.samples, split_logits)
+    cand.export = mc_dropout_export(mc.samples, seed, mc.rate)
+    return cand
 
 
 def seed_baselines(
@@ -137,6 +143,8 @@ def seed_baselines(
         independent_models("single", [base], cache, rt),
         independent_models("deep_ensemble", ensemble, cache, rt),
     ]
+    cands[0].export = single_export()
+    cands[1].export = deep_ensemble_export(list(index["units"]))
     if cfg.baselines.mc_dropout.enabled:
         cands.append(mc_dropout_model(cfg, base, rt))
     return cands + efficient_models(cfg, root, rt)

@@ -12,7 +12,11 @@
     gate.json     the gate verdict, with the hashes of what it judged
     evaluate.json the metrics of Hydra and every baseline, with paired-bootstrap intervals
     MODEL_CARD.md what the model is, data, metrics vs baselines, gates, lineage, how to call it
-    bundle.json   the sha256 of every file above, the verdict's hashes, the lineage
+    candidate/    only when the verdict's candidate is not the Hydra (``promote.candidates``):
+                  that model's scored files and ``candidate.json`` (:mod:`tasks.candidate_bundle`);
+                  ``predict`` answers with it, ``model/`` and ``compiled/`` stay as judged
+    bundle.json   the sha256 of every file above, the verdict's hashes, the candidate it ships,
+                  the lineage
 
 The stage refuses a verdict that does not match the workspace (it was written for another model,
 evaluation or params). The card is :func:`tasks.model_card.render_card`; loading a bundle back to
@@ -29,6 +33,7 @@ from typing import Any
 import yaml
 
 from hydra_ops.hashing import sha256_file
+from tasks.candidate_bundle import write_candidate
 from tasks.common import (
     BUNDLE,
     COMPILED,
@@ -99,18 +104,33 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     hydra_cfg = read_json(root / HYDRA / "hydra.json", "calibrated model")
     compiled = read_json(root / COMPILED / "compiled.json", "compile output")
     data_manifest = root / DATA / "manifest.json"
+    # the verdict names the candidate (promote recomputes it and refuses another)
+    candidate = gate.get("candidate", "hydra")
     with publish_dir(root / BUNDLE) as tmp:
         shutil.copytree(root / HYDRA, tmp / "model")
         shutil.copytree(root / COMPILED, tmp / "compiled")
+        if candidate != "hydra":
+            write_candidate(root, ev, candidate, tmp)
         write_preprocessing(cfg, tmp)
         write_json(tmp / "gate.json", gate)
         write_json(tmp / "evaluate.json", ev)
         facts = {
             "model_name": cfg.promote.model_name,
             "verdict": gate["verdict"],
+            "candidate": candidate,
             "judged": recorded,
-            "temperature": hydra_cfg["temperature"],
-            "ood_thresholds": hydra_cfg.get("metadata", {}).get("ood_thresholds"),
+            # of the model that answers predict: the Hydra, or the candidate that ships
+            **(
+                {
+                    "temperature": hydra_cfg["temperature"],
+                    "ood_thresholds": hydra_cfg.get("metadata", {}).get("ood_thresholds"),
+                }
+                if candidate == "hydra"
+                else {
+                    "temperature": ev["models"][candidate]["temperature"],
+                    "ood_thresholds": ev["models"][candidate].get("ood_thresholds"),
+                }
+            ),
             "compiled_backend": compiled["backend"],
             "data_manifest_sha256": sha256_file(data_manifest) if data_manifest.is_file() else None,
             "lineage": _lineage(root),
@@ -123,10 +143,11 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         }
         write_json(tmp / MANIFEST, {"format": FORMAT, **facts, "files": files})
     log.info(
-        "bundle: %s (%d files, gate %s, compiled backend %s)",
+        "bundle: %s (%d files, gate %s, ships %s, compiled backend %s)",
         BUNDLE,
         len(files) + 1,
         gate["verdict"],
+        candidate,
         compiled["backend"],
     )
     return facts

@@ -7,6 +7,8 @@ what ships and is scored as it is. ``single``, ``naive_pruned`` (the base
 pruned to the top-k heads), ``deep_ensemble``, ``mc_dropout`` (when enabled) and, when members were
 fine-tuned, ``control``. ``single``, ``deep_ensemble`` and ``mc_dropout`` come from
 :func:`tasks.baseline_models.seed_baselines` (the seed's models alone, whatever the variant).
+Each baseline carries its ``export`` (:mod:`tasks.candidate_export`): how it ships when
+``promote.candidates`` lets it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from hydra_ops.inference import logits as run_logits
 from hydra_ops.plans import load_plans
 from hydra_ops.runtime import Runtime
 from tasks.baseline_models import Candidate, independent_models, seed_baselines
+from tasks.candidate_export import control_export, naive_pruned_export
 from tasks.common import BASE, COMPILED, HYDRA, PLANS, read_json
 from tasks.params import PipelineConfig
 
@@ -108,9 +111,13 @@ def build_candidates(
     shared = {c.name: c for c in seed_baselines(cfg, root, rt)}
     cands.append(shared.pop("single"))
     naive_plan = load_plans(root / PLANS / "naive_plan.json")[0]
-    cands.append(independent_models("naive_pruned", [load_pruned(root / BASE, naive_plan)], {}, rt))
+    naive = independent_models("naive_pruned", [load_pruned(root / BASE, naive_plan)], {}, rt)
+    naive.export = naive_pruned_export()
+    cands.append(naive)
     cands += shared.values()  # deep_ensemble, then mc_dropout when enabled
     controls = load_members(cfg, root, kind="control")
     if controls:
-        cands.append(independent_models("control", controls, {}, rt))
+        control = independent_models("control", controls, {}, rt)
+        control.export = control_export(len(controls))
+        cands.append(control)
     return cands, temperature

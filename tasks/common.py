@@ -217,6 +217,8 @@ def remove_stage_leftovers(stage: str, root: Path) -> list[Path]:
 # ---- the evaluation (read by gate, bundle, promote, the flow) ----
 #: evaluate writes latency beside the evaluation, not in it: a fact of one run on one machine
 LATENCY_FILE = "latency.json"
+#: ``metrics/cost.json``: every candidate timed side by side (:mod:`tasks.cost`).
+COST_FILE = "cost.json"
 
 
 def load_evaluation(root: Path) -> dict[str, Any]:

@@ -29,13 +29,14 @@ from typing import Any
 import torch
 
 from hydra_ops.cost import count_flops, interleaved_ms, ratio_interval
+from tasks.common import COST_FILE
+
+__all__ = ["COST_FILE", "REFERENCE", "measure_cost"]
 
 log = logging.getLogger("hydra_ens")
 
 #: The model every ratio is taken to.
 REFERENCE = "single"
-#: Where ``evaluate`` writes it (relative to the project).
-COST_FILE = "cost.json"
 
 
 def measure_cost(

@@ -1,5 +1,8 @@
 """Stage ``evaluate``: Hydra and the baselines a user needs to trust it, on ID test, near-OOD,
-far-OOD and shift, each raw and after temperature scaling fitted on validation.
+far-OOD and shift, each raw and after temperature scaling fitted on validation. Every model is a
+candidate the gate judges with the same checks; :mod:`tasks.candidate_scoring` adds what that
+needs (the paired bootstrap of each candidate against every baseline, its own verdict
+thresholds, how it ships).
 
 Models: ``hydra`` (``models/hydra``), ``single`` (the fine-tuned base), ``naive_pruned`` (the base
 pruned to the top-k heads, one member, the members' per-layer budget), ``deep_ensemble`` (the base
@@ -42,6 +45,7 @@ from hydra_ops.runtime import Runtime, describe_device, move_batch
 from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
+from tasks.candidate_scoring import candidate_bootstrap, candidate_exports
 from tasks.candidates import ShippedHydra, build_candidates
 from tasks.common import (
     COMPILED,
@@ -190,6 +194,13 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     )
 
     manifest = prepared.manifest(root)
+    # every other candidate: judged like the Hydra (its bootstrap), and shipped if allowed
+    exports, thresholds = candidate_exports(
+        root, candidates, outputs, temps, verdict_thresholds, list(manifest.classes)
+    )
+    for name, found in thresholds.items():
+        models[name]["ood_thresholds"] = found
+    scored["candidates"] = exports
     result = {
         "variant": cfg.scoring.method,
         "num_members": cfg.members.num_members,
@@ -199,6 +210,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         "plan_overlap": plan_overlap_summary(cfg, root),
         "models": models,
         "bootstrap": bootstrap,
+        "candidate_bootstrap": candidate_bootstrap(cfg, outputs, labels, temps),
         "scored": scored,
     }
     # latency is a fact of this run on this machine: kept beside the evaluation, not in it, so

@@ -38,11 +38,20 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
+from tasks.common import (
+    COST_FILE,
+    METRICS,
+    REPORTS,
+    load_evaluation,
+    read_json,
+    stage_main,
+    write_json,
+    write_text,
+)
 from tasks.custody import check_chain
 from tasks.lineage import judged_hashes
 from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
-from tasks.twin_gate import resolve_any_of
+from tasks.twin_gate import paired_interval
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 #: The failed "check" of a verdict in which no check applied.
@@ -85,15 +94,20 @@ def _cannot_compare(rec: dict[str, Any], check: GateCheck, why: str) -> dict[str
 
 
 def evaluate_check(
-    check: GateCheck, ev: dict[str, Any], prod: dict[str, Any] | str | None
+    check: GateCheck,
+    ev: dict[str, Any],
+    prod: dict[str, Any] | str | None,
+    candidate: str = "hydra",
 ) -> dict[str, Any]:
-    """One check's record: values, the rule applied, and its status.
+    """One check's record for ``candidate`` (a model of ``ev``): values, the rule applied, and its
+    status. Which checks apply to a candidate other than the Hydra is decided before this is
+    called (:func:`tasks.candidate_gate.judge_candidate`).
 
     ``prod``: the prod model's metrics, None when no model is in the stage yet, or the one-line
     reason the registry could not be read.
     """
     gib = bool(check.greater_is_better)
-    hydra = ev["models"]["hydra"]
+    hydra = ev["models"][candidate]
     value = _value(hydra, check)
     rec: dict[str, Any] = {
         "name": check.name,
@@ -148,9 +162,7 @@ def evaluate_check(
     rec["difference"] = diff
     compared = diff
     if check.use_bootstrap_bound:
-        variant = "calibrated" if check.calibrated else "raw"
-        b = ev.get("bootstrap", {}).get(check.baseline, {}).get(variant, {})
-        interval = b.get(check.split, {}).get(check.metric)
+        interval = paired_interval(check, ev, candidate)
         if interval is None:
             return {
                 **rec,
@@ -194,37 +206,37 @@ def compares_with_prod(cfg: PipelineConfig) -> bool:
 
 
 def decide(
-    cfg: PipelineConfig, ev: dict[str, Any], prod: dict[str, Any] | str | None
+    cfg: PipelineConfig,
+    ev: dict[str, Any],
+    prod: dict[str, Any] | str | None,
+    cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The verdict of ``cfg.gates`` on evaluation ``ev`` (``prod``: :func:`evaluate_check`'s):
-    every check's record, the failed ones, the counts. It passes only when no check failed and
-    at least one applied (passed): no check at all (``gates: []``), or only skipped and not
-    applicable ones, fails as :data:`NO_CHECK`. ``promote`` calls this again on the same inputs;
-    it never trusts a stored ``passed``."""
-    checks = resolve_any_of(cfg.gates, [evaluate_check(c, ev, prod) for c in cfg.gates], ev)
-    counts = {
-        s: sum(c["status"] == s for c in checks)
-        for s in ("passed", "failed", "not applicable", "skipped")
-    }
-    failed = [c["name"] for c in checks if c["status"] == "failed"]
-    if counts["passed"] + counts["failed"] == 0:
-        failed = [NO_CHECK]
-    return {
-        "passed": not failed,
-        "verdict": "passed" if not failed else "failed",
-        "failed": failed,
-        "num_checks": len(checks),
-        "counts": counts,
-        "checks": checks,
-    }
+    """The verdict of ``cfg.gates`` on evaluation ``ev`` (``prod``: :func:`evaluate_check`'s;
+    ``cost``: ``metrics/cost.json``, None when not measured): every candidate of ``ev`` judged,
+    the one that ships, and at top level the checks, failed ones and counts of the candidate that
+    ships (else of the first allowed; :func:`tasks.candidate_gate.judge_all`). A candidate passes
+    only when no check failed and at least one applied (passed): no check at all
+    (``gates: []``), or only skipped and not applicable ones, fails as :data:`NO_CHECK`.
+    ``promote`` calls this again on the same inputs; it never trusts a stored ``passed``."""
+    from tasks.candidate_gate import judge_all
+
+    return judge_all(cfg, ev, prod, cost)
+
+
+def load_cost(root: Path) -> dict[str, Any] | None:
+    """``metrics/cost.json`` (:mod:`tasks.cost`), None when this run measured no cost."""
+    path = root / METRICS / COST_FILE
+    return read_json(path, "evaluate output") if path.is_file() else None
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    from tasks.candidate_gate import summary_note
+
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
     check_chain(cfg, root, ev)  # never judge an evaluation of another model, artifact or params
     prod, seen = prod_seen(cfg, root) if compares_with_prod(cfg) else (None, None)
-    verdict = {**decide(cfg, ev, prod), "judged": judged}
+    verdict = {**decide(cfg, ev, prod, load_cost(root)), "judged": judged}
     if seen is not None:
         verdict["prod_compared"] = seen
     checks = verdict["checks"]
@@ -240,7 +252,14 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         )
     if verdict["failed"] == [NO_CHECK]:
         log.info("gate %s: %s", NO_CHECK, NO_CHECK_NOTE)
-    log.info("gate verdict: %s", verdict["verdict"].upper())
+    for name, j in verdict["candidates"].items():
+        log.info("gate candidate %-14s %s", name, j["verdict"].upper())
+    log.info(
+        "gate verdict: %s (ships: %s)%s",
+        verdict["verdict"].upper(),
+        verdict["ships"] or "none",
+        f"; {note}" if (note := summary_note(verdict)) else "",
+    )
     return verdict
 
 
@@ -249,8 +268,14 @@ def _f(v: Any) -> str:
 
 
 def render_gate(verdict: dict[str, Any]) -> str:
+    from tasks.candidate_gate import render_candidates, summary_note
+
+    note = summary_note(verdict)
     lines = [
         f"# Gate: **{verdict['verdict'].upper()}**",
+        "",
+        f"Checks below: `{verdict.get('candidate', 'hydra')}`; ships: "
+        f"**{verdict.get('ships') or 'none'}**" + (f". {note}." if note else "."),
         "",
         "Judged (DVC md5): "
         + ", ".join(f"{r['path']} `{r['md5']}`" for r in verdict["judged"].values()),
@@ -266,6 +291,7 @@ def render_gate(verdict: dict[str, Any]) -> str:
             f"{_f(c.get('baseline_value'))} | {_f(c.get('difference'))} | "
             f"{c.get('rule', c.get('note', ''))} |"
         )
+    lines += render_candidates(verdict)
     return "\n".join(lines) + "\n"
 
 

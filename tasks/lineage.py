@@ -4,8 +4,9 @@
 a folder: md5 of the sorted ``[{"md5", "relpath"}]`` listing plus ``.dir``, built with dvc-data's
 own ``Tree`` so the two never drift), computed from the workspace without running DVC (the
 ``gate`` and ``promote`` stages run inside ``dvc repro``, which holds the repo lock).
-``params_md5`` hashes the validated params except the ``promote`` section (which names the
-registry entry and does not change what is judged).
+``params_md5`` hashes the validated params except ``promote.model_name`` and ``promote.stage``
+(which name the registry entry and do not change what is judged); ``promote.candidates`` is
+hashed: it decides which judged candidate ships.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def dvc_md5(path: Path) -> str:
 
 
 def params_md5(cfg: Any) -> str:
-    """md5 of the validated params (a pydantic model) without the ``promote`` section."""
-    data = cfg.model_dump(mode="json", exclude={"promote"})
+    """md5 of the validated params (a pydantic model) without ``promote.model_name`` and
+    ``promote.stage``."""
+    data = cfg.model_dump(mode="json", exclude={"promote": {"model_name", "stage"}})
     return hashlib.md5(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

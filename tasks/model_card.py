@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tasks.candidate_gate import candidate_rows
 from tasks.params import PipelineConfig
 
 
@@ -47,6 +48,18 @@ def render_card(
                     f"| {base} | {split}.{metric} | {r['difference']:+.4f} | "
                     f"[{r['low']:+.4f}, {r['high']:+.4f}] |"
                 )
+    shipped = facts.get("candidate", "hydra")
+    ships = (
+        []
+        if shipped == "hydra"
+        else [
+            f"**This bundle ships `{shipped}`, not the Hydra**: it passed the same gate checks "
+            "and is the cheapest candidate `promote.candidates` allows. `predict` answers with "
+            f"it (`answered_by` names it; the columns it cannot give are null, and "
+            "`unavailable` says why). The Hydra below is the model it was judged beside.",
+            "",
+        ]
+    )
     checks = ["| check | status | value | rule or note |", "|---|---|---|---|"]
     for c in gate["checks"]:
         checks.append(
@@ -59,14 +72,16 @@ def render_card(
     name = facts["model_name"]
     return "\n".join(
         [
-            f"# Model card: {name} (Hydra Ensemble)",
+            f"# Model card: {name} ({'Hydra Ensemble' if shipped == 'hydra' else shipped})",
             "",
+            *ships,
             f"A Hydra Ensemble of M = {arch['num_members']} members cut from one fine-tuned "
             f"`{arch.get('family', cfg.family)}` model by pruning different attention heads "
             f"({cfg.scoring.method} head scoring, {cfg.members.num_members} members, "
             f"{cfg.shared_layers} shared unpruned layers), merged into one network: one forward "
             "pass gives every member's prediction. Probabilities are the mean of the members' "
-            f"softmax, temperature-scaled (T = {facts['temperature']:.4f}, fitted on validation).",
+            f"softmax, temperature-scaled (T = {hydra_cfg['temperature']:.4f}, fitted on "
+            "validation).",
             "",
             f"Gate verdict: **{gate['verdict'].upper()}**. Shipped artifact: "
             f"{compiled['backend']} ({compiled.get('precision', '-')} on "
@@ -89,12 +104,24 @@ def render_card(
             "\n".join(diffs),
             "",
             "## Gates",
+            f"Checks of `{gate.get('candidate', 'hydra')}`:",
+            "",
             "\n".join(checks),
+            "",
+            "## Candidates",
+            "Every model this run built, judged by the same checks (a check that does not apply "
+            "to a candidate says why in `gate.json`), with its cost measured in one process "
+            "beside the others (`metrics/cost.json`):",
+            "",
+            "\n".join(candidate_rows(gate)),
             "",
             "## Verdicts served by predict",
             f"OOD score `{thresholds.get('score', '-')}` (higher = more likely OOD): `uncertain` "
             f"above {_f(thresholds.get('uncertain'))}, `likely OOD` above "
-            f"{_f(thresholds.get('likely_ood'))} (quantiles of the ID validation scores).",
+            f"{_f(thresholds.get('likely_ood'))} (quantiles of the ID validation scores)."
+            if thresholds
+            else "None: this model stores no verdict thresholds, so `predict`'s `verdict` is "
+            "null (`unavailable` says why).",
             "",
             "## Lineage",
             "The verdict judged (DVC md5):",

@@ -517,9 +517,29 @@ def default_gates() -> list[dict[str, Any]]:
     ]
 
 
+#: The models a run builds and judges, by the names ``metrics/evaluate.json`` keys them with: the
+#: Hydra and every baseline a gate may compare with (``prod`` is not a model of the run).
+CANDIDATES = ("hydra", *(b for b in BASELINES if b != "prod"))
+
+
 class PromoteConfig(_Strict):
     model_name: str = Field(default="hydra", pattern=r"^[a-z][a-z0-9-]*$")
     stage: str = Field(default="prod", pattern=r"^[a-z][a-z0-9-]*$")
+    candidates: list[str] = Field(default_factory=lambda: ["hydra"])
+    """The candidates (:data:`CANDIDATES`) allowed to ship: of those that pass the gates, the
+    cheapest ships (:mod:`tasks.candidate_gate`). Every candidate is judged either way."""
+
+    @field_validator("candidates")
+    @classmethod
+    def _known_candidates(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"name at least one candidate; allowed: {', '.join(CANDIDATES)}")
+        for name in value:
+            if name not in CANDIDATES:
+                raise ValueError(f"unknown candidate {name!r}; allowed: {', '.join(CANDIDATES)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"a candidate is named twice: {', '.join(value)}")
+        return value
 
 
 def _known_profile(value: str) -> str:

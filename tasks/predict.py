@@ -14,7 +14,7 @@ calibrate stage fitted on ID validation scores (``hydra_ops.ood_thresholds``). T
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ ROW_FIELDS = (
     "ood_score_kind",
     "verdict",
     "preprocessing",
+    "candidate",
+    "unavailable",
 )
 """Keys of every row, in order."""
 
@@ -79,6 +81,8 @@ def rows_from_member_logits(
     answered_by: str = "eager",
     model_version: str | None = None,
     preprocessing: str | None = None,
+    candidate: str = "hydra",
+    unavailable: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of ``hydra-ens predict`` (pure: no model, no files).
 
@@ -96,6 +100,11 @@ def rows_from_member_logits(
         model_version: the registry version (e.g. ``v0.0.3``), echoed.
         preprocessing: what made the model inputs (``Preprocessing.describe()`` of the bundle),
             echoed.
+        candidate: the candidate that answers (``promote.candidates``; ``hydra`` by default),
+            echoed.
+        unavailable: ``{column: why}`` for the columns this model cannot give (a single model's
+            ``mutual_information`` and ``disagreement``, a ``verdict`` without thresholds): they
+            are ``None`` in every row and ``unavailable`` says why, never a made-up value.
 
     Returns:
         N dicts with the keys :data:`ROW_FIELDS` (types and units in docs/pipeline.md).
@@ -112,6 +121,10 @@ def rows_from_member_logits(
     if len(names) != c:
         raise ValueError(f"class_names must have {c} names (the model's classes), got {len(names)}")
     kind = thresholds.score if thresholds is not None else default_score_kind
+    missing = dict(unavailable or {})
+    unknown = set(missing) - set(ROW_FIELDS)
+    if unknown:
+        raise ValueError(f"unavailable names no row column: {', '.join(sorted(unknown))}")
     unc = calibrated_uncertainty(member_logits, temperature, kind)
     found: list[str | None] = (
         list(verdicts(unc.ood_score, thresholds))
@@ -138,8 +151,11 @@ def rows_from_member_logits(
                 "ood_score_kind": kind,
                 "verdict": found[i],
                 "preprocessing": preprocessing,
+                "candidate": candidate,
+                "unavailable": dict(missing),
             }
         )
+        rows[-1].update(dict.fromkeys(missing))
     return rows
 
 
@@ -210,6 +226,8 @@ def predict(
         answered_by=served.answered_by,
         model_version=prod.get("version"),
         preprocessing=served.preprocessing.describe(),
+        candidate=getattr(served, "candidate", "hydra"),
+        unavailable=getattr(served, "unavailable", None),
     )
     kind = rows[0]["ood_score_kind"]
     text = legend(member_logits.shape[2], member_logits.shape[1], kind, thresholds)

@@ -126,6 +126,8 @@ class ModelSnapshot:
             answered_by=self.answered_by,
             model_version=self.version,
             preprocessing=pre.describe(),
+            candidate=getattr(self.served, "candidate", "hydra"),
+            unavailable=getattr(self.served, "unavailable", None),
         )
 
     def answer(self, requests: list[list[str]]) -> list[list[dict[str, Any]] | ValueError]:

@@ -15,6 +15,11 @@ Every promoted bundle gets its own version on its own version commit (:func:`tas
 commit_run`), so runs that share a code commit (a nightly schedule, a ``--set`` variant) each
 promote without a person; the same bundle promoted again reuses its version.
 ``hydra-ens promote --version vX.Y.Z --reason TEXT`` moves the stage back to an earlier version.
+
+What ships is the verdict's candidate (:mod:`tasks.candidate_gate`: the cheapest passing one that
+``promote.candidates`` allows; the Hydra by default): the recomputed verdict must name the same
+one, the bundle must ship it and, for a candidate other than the Hydra, hold exactly the files
+the judged evaluation scored for it (:func:`tasks.candidate_bundle.check_candidate`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
+from tasks.candidate_bundle import check_candidate
 from tasks.common import (
     BUNDLE,
     REGISTRY,
@@ -36,7 +42,7 @@ from tasks.common import (
     write_json,
 )
 from tasks.custody import check_chain
-from tasks.gate import compares_with_prod, decide, prod_seen
+from tasks.gate import compares_with_prod, decide, load_cost, prod_seen
 from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
 from tasks.params import PipelineConfig
 from tasks.registry import (
@@ -53,12 +59,14 @@ from tasks.registry import (
 log = logging.getLogger("hydra_ens")
 EVALUATION = Path("metrics/evaluate.json")
 #: Inputs of the verdict held to ``dvc.lock`` when they exist.
-OPTIONAL_LOCKED = (Path("metrics/latency.json"),)
+OPTIONAL_LOCKED = (Path("metrics/latency.json"), Path("metrics/cost.json"))
 
 
-def _metrics_snapshot(root: Path) -> dict[str, Any]:
-    hydra = load_evaluation(root)["models"]["hydra"]
-    return {k: hydra[k] for k in hydra if k not in ("members", "verdicts", "verdict_fractions")}
+def _metrics_snapshot(root: Path, candidate: str = "hydra") -> dict[str, Any]:
+    """The shipped candidate's metrics, recorded in the registry (what a ``prod`` check reads)."""
+    entry = load_evaluation(root)["models"][candidate]
+    skip = ("members", "verdicts", "verdict_fractions", "ood_thresholds")
+    return {k: entry[k] for k in entry if k not in skip}
 
 
 #: What ``promote`` holds to ``dvc.lock`` besides the judged artifacts: the verdict and the bundle.
@@ -67,9 +75,22 @@ RERUN = "rerun the gate: hydra-ens run (or dvc repro gate)"
 REBUILD = "rebuild it: hydra-ens run (or dvc repro bundle)"
 
 
-def _outcome(verdict: dict[str, Any]) -> tuple[str, list[str], list[tuple[str, str]]]:
+def _outcome(verdict: dict[str, Any]) -> tuple[Any, ...]:
+    """What a recomputed verdict must repeat: the verdict, its failed checks, every check's
+    status, the candidate it names and ships, and every candidate's verdict."""
     checks = [(str(c.get("name")), str(c.get("status"))) for c in verdict.get("checks") or []]
-    return str(verdict.get("verdict")), list(verdict.get("failed") or []), checks
+    judged = sorted(
+        (str(n), str((j or {}).get("verdict")))
+        for n, j in (verdict.get("candidates") or {}).items()
+    )
+    return (
+        str(verdict.get("verdict")),
+        list(verdict.get("failed") or []),
+        checks,
+        verdict.get("candidate"),
+        verdict.get("ships"),
+        judged,
+    )
 
 
 def recompute_verdict(cfg: PipelineConfig, root: Path, gate: dict[str, Any]) -> dict[str, Any]:
@@ -97,9 +118,9 @@ def recompute_verdict(cfg: PipelineConfig, root: Path, gate: dict[str, Any]) -> 
                 f"{saw['version'] or 'no version'}, now it is {seen['version'] or 'no version'}; "
                 f"{RERUN}"
             )
-    again = decide(cfg, load_evaluation(root), prod)
+    again = decide(cfg, load_evaluation(root), prod, load_cost(root))
     if _outcome(again) != _outcome(gate):
-        said, _, _ = _outcome(gate)
+        said = _outcome(gate)[0]
         raise ValueError(
             f"reports/gate.json says {said!r}, but the gates in params.yaml on "
             f"metrics/evaluate.json give {again['verdict']!r}"
@@ -109,10 +130,14 @@ def recompute_verdict(cfg: PipelineConfig, root: Path, gate: dict[str, Any]) -> 
     return again
 
 
-def check_bundle(root: Path, gate: dict[str, Any], verdict: str) -> dict[str, Any]:
+def check_bundle(
+    root: Path, gate: dict[str, Any], verdict: str, candidate: str = "hydra"
+) -> dict[str, Any]:
     """``models/bundle``'s manifest, after checking the bundle against what was judged rather
     than against itself: its model and compiled folders hash to the judged md5s, its verdict and
-    metrics are the workspace's, and it holds no file its manifest does not list."""
+    metrics are the workspace's, it ships the verdict's ``candidate`` (a candidate other than the
+    Hydra: its ``candidate/`` files are the ones the judged evaluation scored), and it holds no
+    file its manifest does not list."""
     directory = root / BUNDLE
     try:
         manifest = verify_bundle(directory)
@@ -130,6 +155,16 @@ def check_bundle(root: Path, gate: dict[str, Any], verdict: str) -> dict[str, An
             raise ValueError(f"{BUNDLE}/{name} is not {source}; {REBUILD}")
     if manifest.get("judged") != recorded or manifest.get("verdict") != verdict:
         raise ValueError(f"{BUNDLE}/{MANIFEST} was built from another gate verdict; {REBUILD}")
+    ships = manifest.get("candidate", "hydra")
+    if ships != candidate:
+        raise ValueError(
+            f"{BUNDLE} ships {ships}, but the verdict's candidate is {candidate}; {REBUILD}"
+        )
+    if candidate != "hydra":
+        try:
+            check_candidate(directory, read_json(root / EVALUATION, "evaluate output"), candidate)
+        except ValueError as err:
+            raise ValueError(f"{err}; {REBUILD}") from None
     return manifest
 
 
@@ -161,7 +196,7 @@ def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         raise ValueError(stale_verdict_message(stale, recorded, current))
     check_chain(cfg, root, read_json(root / EVALUATION, "evaluate output"))
     verdict = recompute_verdict(cfg, root, gate)
-    check_bundle(root, gate, verdict["verdict"])
+    check_bundle(root, gate, verdict["verdict"], verdict.get("candidate", "hydra"))
     locked = [JUDGED[r] for r in JUDGED] + [p for p in OPTIONAL_LOCKED if (root / p).exists()]
     if broken := lock_break(root, [*locked, *LOCKED], skip_stages=("promote",)):
         raise ValueError(broken)
@@ -179,6 +214,7 @@ def promote(
     record: dict[str, Any] = {
         "model": name,
         "stage": stage,
+        "candidate": gate.get("candidate", "hydra"),
         "gate": gate["verdict"],
         "failed_checks": gate["failed"],
     }
@@ -216,6 +252,7 @@ def promote(
             f"params_md5: {gate['judged']['params']['md5']}",
             f"verdict_md5: {dvc_md5(root / REPORTS / 'gate.json')}",
             f"gate: {'passed' if gate['passed'] else 'FAILED (forced)'}",
+            f"candidate: {gate.get('candidate', 'hydra')}",
         ]
         if forced:
             lines.append(f"reason: {reason.strip()}")
@@ -224,7 +261,8 @@ def promote(
                 ", ".join(gate["failed"]), "failed checks", RECORD_FIELDS["failed_checks"][1]
             )
             lines.append(f"failed_checks: {failed}")
-        lines.append(f"metrics: {json.dumps(_metrics_snapshot(root), separators=(',', ':'))}")
+        snapshot = _metrics_snapshot(root, gate.get("candidate", "hydra"))
+        lines.append(f"metrics: {json.dumps(snapshot, separators=(',', ':'))}")
         version, _ = register(root, name, "\n".join(lines))
     assign_msg = f"hydra-ens: {name} {version} -> {stage}" + (
         f" (forced past failed gate; reason: {reason.strip()})" if forced else ""

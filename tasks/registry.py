@@ -81,6 +81,7 @@ RECORD_FIELDS: dict[str, tuple[str, int]] = {
     "params_md5": (_MD5, 32),
     "verdict_md5": (_MD5, 32),
     "gate": (r"passed|FAILED \(forced\)", 16),
+    "candidate": (r"[a-z][a-z0-9_]*", 40),
     "reason": (r".+", 500),
     "failed_checks": (r".+", 4000),
     "metrics": (r"\{.*\}", 200_000),

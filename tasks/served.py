@@ -1,7 +1,9 @@
 """Loading a bundle back to serve it: every file verified against ``bundle.json`` (an edited
 ``hydra.json`` is refused like edited weights), then the compiled artifact when its backend runs on
 this machine (checked at load: backend importable, device present, artifact loads) and the eager
-model otherwise; :attr:`Served.answered_by` says which one answered."""
+model otherwise; :attr:`Served.answered_by` says which one answered. A bundle that ships another
+candidate (``promote.candidates``) is served by :class:`tasks.candidate_serving.ServedCandidate`,
+whose ``answered_by`` names it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.bundle import verify_bundle
+from tasks.bundle import MANIFEST, verify_bundle
+from tasks.candidate_serving import ServedCandidate, load_candidate
 from tasks.common import read_json
 from tasks.custody import check_bundle
 from tasks.preprocessing import Preprocessing, load_preprocessing
@@ -33,6 +36,9 @@ class Served:
     _compiled: Callable[[dict], torch.Tensor] | None = field(default=None, repr=False)
     #: how inputs become model inputs, as shipped (:mod:`tasks.preprocessing`)
     preprocessing: Preprocessing | None = None
+    #: the candidate that answers, and the ``predict`` columns it cannot give (none: the Hydra)
+    candidate: str = "hydra"
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def member_logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         import torch
@@ -85,11 +91,17 @@ def _compiled_runner(directory: Path) -> tuple[Callable[[dict], torch.Tensor] | 
     return artifact, f"compiled {backend} ({meta.get('precision', '?')} on {artifact.device})"
 
 
-def load_served(directory: Path, prefer_compiled: bool = True) -> Served:
-    """Verify and load a bundle (see the module docstring)."""
+def load_served(directory: Path, prefer_compiled: bool = True) -> Served | ServedCandidate:
+    """Verify and load a bundle (see the module docstring). A bundle that ships a candidate
+    other than the Hydra (``bundle.json``'s ``candidate``) answers with that candidate, after
+    every file, the chain of custody and its ``candidate/`` files are checked."""
     from hydra_ops.serialization import load_hydra, read_hydra_config
 
     directory = Path(directory)
+    if read_json(directory / MANIFEST, "bundle").get("candidate", "hydra") != "hydra":
+        verify_bundle(directory)
+        check_bundle(directory)  # compiled/ <- model/, evaluate.json <- both
+        return load_candidate(directory, load_preprocessing(directory))
     manifest = verify_bundle(directory, skip=MODEL_FILES)  # load_hydra checks those two
     hydra = load_hydra(
         directory / "model",

@@ -22,14 +22,27 @@ from typing import Any
 from tasks.params import GateCheck
 
 
-def _interval(check: GateCheck, ev: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def paired_interval(
+    check: GateCheck, ev: Mapping[str, Any], candidate: str = "hydra"
+) -> Mapping[str, Any] | None:
+    """The paired bootstrap interval of (``candidate`` - ``check.baseline``) on ``check``'s split
+    and metric, from ``metrics/evaluate.json``: ``bootstrap`` for the Hydra,
+    ``candidate_bootstrap[candidate]`` for any other candidate; None when it was not computed."""
     variant = "calibrated" if check.calibrated else "raw"
-    boot = (ev.get("bootstrap") or {}).get(check.baseline, {}).get(variant, {})
+    if candidate == "hydra":
+        by_baseline = ev.get("bootstrap") or {}
+    else:
+        by_baseline = (ev.get("candidate_bootstrap") or {}).get(candidate) or {}
+    boot = (by_baseline.get(check.baseline) or {}).get(variant) or {}
     return (boot.get(check.split) or {}).get(check.metric)
 
 
 def separably_better(
-    check: GateCheck, ev: Mapping[str, Any], record: Mapping[str, Any], point: bool = False
+    check: GateCheck,
+    ev: Mapping[str, Any],
+    record: Mapping[str, Any],
+    point: bool = False,
+    candidate: str = "hydra",
 ) -> tuple[bool, str]:
     """``(better, evidence)``: whether the paired bootstrap interval of (candidate - baseline)
     on ``check``'s metric excludes zero on the good side. ``point``: judge the point difference
@@ -41,7 +54,7 @@ def separably_better(
         if diff is None:
             return False, "no difference"
         return (diff > 0 if gib else diff < 0), f"point difference {diff:+.4f}"
-    interval = _interval(check, ev)
+    interval = paired_interval(check, ev, candidate)
     if interval is None:
         return False, "no bootstrap interval"
     lo, hi = float(interval["low"]), float(interval["high"])
@@ -53,19 +66,21 @@ def resolve_any_of(
     records: Sequence[dict[str, Any]],
     ev: Mapping[str, Any],
     point: bool = False,
+    candidate: str = "hydra",
 ) -> list[dict[str, Any]]:
     """The records of ``checks`` (one each, in order, from ``tasks.gate.evaluate_check``) with
     every ``any_of`` group resolved: each record of a group gains ``any_of``, ``better`` and
     ``evidence``; a group with no separably better member fails every member that passed.
-    ``point``: see :func:`separably_better`. Records of checks without a group are unchanged."""
+    ``point``, ``candidate``: see :func:`separably_better`. Records of checks without a group,
+    and ``not applicable`` records (:mod:`tasks.candidate_gate`), are unchanged."""
     out = [dict(r) for r in records]
     groups: dict[str, list[int]] = {}
     for i, check in enumerate(checks):
-        if check.any_of is not None:
+        if check.any_of is not None and out[i].get("status") != "not applicable":
             groups.setdefault(check.any_of, []).append(i)
     for group, members in groups.items():
         for i in members:
-            better, evidence = separably_better(checks[i], ev, out[i], point)
+            better, evidence = separably_better(checks[i], ev, out[i], point, candidate)
             out[i].update(any_of=group, better=better, evidence=evidence)
         if any(out[i]["better"] for i in members):
             continue

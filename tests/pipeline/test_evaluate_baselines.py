@@ -223,3 +223,67 @@ def test_training_precision_of_a_project_against_itself_and_refused_on_other_dat
     with pytest.raises(ValueError, match="hold different prepared data") as err:
         compare(root, other, n_resamples=50, cfgs=(cfg, cfg))
     assert "\n" not in str(err.value)
+
+
+def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(project, tmp_path):
+    """What evaluate adds for every candidate (tasks.candidate_scoring): its paired bootstrap
+    against every other baseline, its own verdict thresholds and its export; the gate judges
+    them all; a candidate rebuilt from its bundled files computes the logits it was scored on."""
+    import torch
+
+    from hydra_ops.checkpoints import load_pruned
+    from hydra_ops.inference import logits
+    from hydra_ops.plans import load_plans
+    from hydra_ops.runtime import Runtime
+    from tasks.baseline_models import eval_batches, seed_baselines
+    from tasks.candidate_bundle import write_candidate
+    from tasks.candidate_export import source_hashes
+    from tasks.candidate_serving import candidate_logits
+    from tasks.common import load_evaluation
+    from tasks.gate import decide, load_cost
+
+    cfg, root, _, _ = project
+    ev = json.loads((root / "metrics" / "evaluate.json").read_text())
+    models = ev["models"]
+    others = set(models) - {"hydra"}
+    assert set(ev["candidate_bootstrap"]) == others
+    for name in others:
+        assert set(ev["candidate_bootstrap"][name]) == others - {name}
+    # (candidate - baseline) is the difference of the two models' own metrics
+    got = ev["candidate_bootstrap"]["naive_pruned"]["single"]["calibrated"]["id_test"]["nll"]
+    want = models["naive_pruned"]["calibrated"]["id_test"]["nll"]
+    assert got["difference"] == pytest.approx(
+        want - models["single"]["calibrated"]["id_test"]["nll"]
+    )
+    kind = cfg.evaluate.ood_score
+    for name in others:
+        one_model = models[name]["members"] == 1 and kind in ENSEMBLE_ONLY_KINDS
+        assert (models[name]["ood_thresholds"] is None) == one_model
+        export = ev["scored"]["candidates"][name]
+        assert export["sha256"] == source_hashes(root, export["sources"])
+    # the gate judges every candidate; compile checks do not apply to the eager candidates
+    allowed = cfg.model_copy(
+        update={
+            "promote": cfg.promote.model_copy(update={"candidates": ["hydra", *sorted(others)]})
+        }
+    )
+    verdict = decide(allowed, load_evaluation(root), None, load_cost(root))
+    assert set(verdict["candidates"]) == set(models)
+    for name in others:
+        statuses = {c["metric"]: c["status"] for c in verdict["candidates"][name]["checks"]}
+        assert statuses["compile_argmax_agreement"] == "not applicable"
+        assert verdict["candidates"][name]["cost"]["ratio"] > 0
+    # shipped files rebuild the scored models: the Deep Ensemble and the naive pruned model
+    test = eval_batches(cfg, root)["test"]
+    scored = {c.name: c for c in seed_baselines(cfg, root, Runtime())}
+    plan = load_plans(root / "artifacts" / "plans" / "naive_plan.json")[0]
+    naive = logits(load_pruned(root / "models" / "base", plan), test)[:, None, :]
+    for name, expected in (
+        ("deep_ensemble", scored["deep_ensemble"].member_logits(test)),
+        ("naive_pruned", naive),
+    ):
+        out = tmp_path / name
+        out.mkdir()
+        write_candidate(root, ev, name, out)
+        run = candidate_logits(out / "candidate", ev["scored"]["candidates"][name]["recipe"])
+        assert torch.allclose(torch.cat([run(b) for b in test]), expected, atol=1e-6)

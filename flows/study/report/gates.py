@@ -8,6 +8,7 @@ from typing import Any
 
 from flows.study.report.collect import Collected
 from flows.study.report.results import PointResult
+from tasks.candidate_gate import applicability
 from tasks.common import with_latency
 from tasks.gate import evaluate_check
 from tasks.params import GateCheck, default_gates
@@ -31,10 +32,11 @@ def baseline_as_candidate(
     point has no prod model) and a comparison of the candidate with itself, unless the check asks
     for a strict improvement (``min_absolute_change > 0``), which no model makes on itself: that
     fails. A check with
-    ``use_bootstrap_bound`` compares the point difference instead: the paired bootstrap in
-    evaluate.json is Hydra minus each baseline, not candidate minus baseline; for the same reason
-    an ``any_of`` group (:mod:`tasks.twin_gate`) asks for a better point difference, and fails a
-    candidate that is the group's own baseline.
+    ``use_bootstrap_bound`` compares the point difference instead (a point written before
+    evaluate recorded ``candidate_bootstrap`` has only Hydra minus each baseline); for the same
+    reason an ``any_of`` group (:mod:`tasks.twin_gate`) asks for a better point difference. A
+    candidate that is the group's own baseline: not applicable, as in the run's own gate
+    (:func:`tasks.candidate_gate.applicability`).
     """
     ev = {
         **evaluation,
@@ -44,17 +46,18 @@ def baseline_as_candidate(
     out = []
     for check in checks:
         rec = {"name": check.name, "metric": check.metric, "split": check.split}
-        if check.baseline == candidate and check.any_of is not None:
-            # an any_of group asks for a separable improvement: no model makes one on itself
-            r = evaluate_check(check.model_copy(update={"use_bootstrap_bound": False}), ev, None)
-            out.append({**r, "note": "a model cannot improve on itself"})
-        elif check.split == "model":
+        if check.split == "model":
             out.append({**rec, "status": "n/a", "note": "model-level check (Hydra artifact)"})
         elif check.baseline == "prod":
             out.append({**rec, "status": "n/a", "note": "no prod model in a study point"})
         elif check.baseline == candidate and (check.min_absolute_change or 0) > 0:
             r = evaluate_check(check.model_copy(update={"use_bootstrap_bound": False}), ev, None)
             out.append({**r, "note": "a model cannot improve on itself"})
+        elif check.baseline == candidate and check.any_of is not None:
+            # the group holds a model against this cheaper model: not applicable, as in the
+            # run's own gate (tasks.candidate_gate.applicability)
+            _, note = applicability(check, candidate) or ("", "")
+            out.append({**rec, "status": "n/a", "note": note})
         elif check.baseline == candidate:
             out.append({**rec, "status": "n/a", "note": "the candidate is this check's baseline"})
         elif check.use_bootstrap_bound:
