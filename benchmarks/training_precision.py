@@ -77,7 +77,8 @@ def trained_precisions(root: Path) -> dict[str, Any]:
     units = read_json(root / BASELINES / "index.json", "finetune_baselines output")["units"]
     out: dict[str, Any] = {
         "base": record(root / BASE),
-        "baselines": {u: record(root / BASELINES / u) for u in units},
+        # the Deep Ensemble's seeds; the efficient baselines' units keep no checkpoint.json
+        "baselines": {u: record(root / BASELINES / u) for u in units if u.startswith("seed_")},
     }
     if (root / HYDRA).is_dir():
         config = read_hydra_config(root / HYDRA)

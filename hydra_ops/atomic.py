@@ -45,15 +45,36 @@ def current_umask() -> int:
 
 def publish_modes(root: str | os.PathLike[str]) -> None:
     """Give ``root`` and everything under it the modes ``mkdir`` / ``open`` give under the umask:
-    folders and executable files ``0o777 & ~umask``, other files ``0o666 & ~umask`` (symlinks are
-    left alone)."""
+    folders and executable files ``0o777 & ~umask``, other files ``0o666 & ~umask`` (symlinks and
+    hard-linked files are left alone: their mode is their target's, e.g. a read-only DVC cache
+    object)."""
     umask = current_umask()
     root = Path(root)
     for path in [root, *root.rglob("*")]:
-        if path.is_symlink():
-            continue
+        if path.is_symlink() or (path.is_file() and path.stat().st_nlink > 1):
+            continue  # a link (:func:`link_or_copy`) keeps its target's mode
         executable = path.is_dir() or path.stat().st_mode & 0o111
         os.chmod(path, (0o777 if executable else 0o666) & ~umask)
+
+
+def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Put ``src``'s bytes at ``dst``: a hard link where ``src`` is read-only (a DVC cache link,
+    whose bytes never change in place) on the same filesystem, else a copy with metadata.
+
+    A linked ``dst`` is one more name of the same read-only file, so a folder assembled from
+    workspace outputs (the bundle) costs no second copy on disk."""
+    if not os.stat(src).st_mode & 0o222:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src, dst)
+
+
+def copy_tree_linked(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """``shutil.copytree`` whose files are placed by :func:`link_or_copy`."""
+    shutil.copytree(src, dst, copy_function=link_or_copy)
 
 
 def atomic_write_file(

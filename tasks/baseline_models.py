@@ -136,15 +136,15 @@ def seed_baselines(
     base = load_model(root / BASE)
     ensemble = [base]
     index = read_json(root / BASELINES / "index.json", "finetune_baselines output")
-    for unit in index["units"]:
-        if unit.startswith("seed_"):  # the others are the efficient baselines' units
-            ensemble.append(load_model(root / BASELINES / unit))
+    # the Deep Ensemble's seeds; the other units are the efficient baselines'
+    seeds = [unit for unit in index["units"] if unit.startswith("seed_")]
+    ensemble += [load_model(root / BASELINES / unit) for unit in seeds]
     cands = [
         independent_models("single", [base], cache, rt),
         independent_models("deep_ensemble", ensemble, cache, rt),
     ]
     cands[0].export = single_export()
-    cands[1].export = deep_ensemble_export(list(index["units"]))
+    cands[1].export = deep_ensemble_export(seeds)
     if cfg.baselines.mc_dropout.enabled:
         cands.append(mc_dropout_model(cfg, base, rt))
     return cands + efficient_models(cfg, root, rt)

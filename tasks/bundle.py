@@ -26,12 +26,12 @@ serve it (every file verified first) is :func:`tasks.served.load_served`.
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
+from hydra_ops.atomic import copy_tree_linked
 from hydra_ops.hashing import sha256_file
 from tasks.candidate_bundle import write_candidate
 from tasks.common import (
@@ -107,8 +107,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     # the verdict names the candidate (promote recomputes it and refuses another)
     candidate = gate.get("candidate", "hydra")
     with publish_dir(root / BUNDLE) as tmp:
-        shutil.copytree(root / HYDRA, tmp / "model")
-        shutil.copytree(root / COMPILED, tmp / "compiled")
+        copy_tree_linked(root / HYDRA, tmp / "model")
+        copy_tree_linked(root / COMPILED, tmp / "compiled")
         if candidate != "hydra":
             write_candidate(root, ev, candidate, tmp)
         write_preprocessing(cfg, tmp)

@@ -14,11 +14,11 @@ chain of custody of :mod:`tasks.custody` is checked as for any bundle.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra_ops.atomic import copy_tree_linked, link_or_copy
 from hydra_ops.hashing import sha256_file
 from tasks.candidate_export import DESCRIPTION, FOLDER, source_hashes
 from tasks.common import read_json, write_json
@@ -75,9 +75,9 @@ def write_candidate(root: Path, ev: Mapping[str, Any], name: str, bundle_tmp: Pa
     for bundled, rel in export["sources"].items():
         src = Path(root) / rel
         if src.is_dir():
-            shutil.copytree(src, out / bundled)
+            copy_tree_linked(src, out / bundled)
         else:
-            shutil.copy2(src, out / bundled)
+            link_or_copy(src, out / bundled)
     write_json(out / DESCRIPTION, description(ev, name))
     check_candidate(bundle_tmp, ev, name)
 

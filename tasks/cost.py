@@ -13,7 +13,12 @@ models (the text study saw one model at 875-1,221 ms across runs).
 
     {"reference": "single", "rounds": R, "batch": B, "device": "...", "precision": "fp32",
      "pid": 1234, "models": {name: {"median_ms", "ratio", "ratio_low", "ratio_high", "flops",
-     "flops_ratio", "parameters", "parameters_ratio"}}}
+     "flops_ratio", "parameters", "parameters_ratio"}},
+     "shipped": {"model": "hydra", "artifact": "compiled inductor (bf16 on cpu)", ...}}
+
+Every model is timed as an eager module at the stage's precision (the Hydra too: its eager
+model); a compiled artifact that ships is timed in the same rounds and reported under
+``shipped`` only (:func:`measure_candidates`).
 
 Like ``metrics/latency.json`` it is a fact of this run on this machine, kept out of
 ``metrics/evaluate.json`` (the evaluation a gate verdict is bound to).
@@ -31,12 +36,14 @@ import torch
 from hydra_ops.cost import count_flops, interleaved_ms, ratio_interval
 from tasks.common import COST_FILE
 
-__all__ = ["COST_FILE", "REFERENCE", "measure_cost"]
+__all__ = ["COST_FILE", "REFERENCE", "SHIPPED", "measure_candidates", "measure_cost"]
 
 log = logging.getLogger("hydra_ens")
 
 #: The model every ratio is taken to.
 REFERENCE = "single"
+#: The shipped artifact's row while it is timed; reported apart, under ``"shipped"``.
+SHIPPED = "hydra_shipped"
 
 
 def measure_cost(
@@ -89,3 +96,37 @@ def measure_cost(
         "pid": os.getpid(),
         "models": out,
     }
+
+
+def measure_candidates(
+    candidates: Sequence[Any],
+    batch: Any,
+    rounds: int,
+    device: torch.device | None = None,
+    batch_size: int | None = None,
+    precision: str | None = None,
+) -> dict[str, Any]:
+    """:func:`measure_cost` of ``evaluate``'s candidates on ``batch``, like with like.
+
+    Every model is timed as its eager module (the Hydra's eager model, not the compiled artifact
+    that ships), so a ratio compares architectures on one backend and precision, never a bf16
+    inductor program with an fp32 eager baseline. Where a compiled artifact ships it is timed in
+    the same interleaved rounds and reported apart, under ``"shipped"`` (its ratio to the same
+    single model, and ``artifact``: what it is), never among ``models``.
+    """
+    timed: list[tuple[str, Callable[[], Any], int]] = []
+    shipped: tuple[str, Callable[[], Any], int] | None = None
+    artifact = None
+    for c in candidates:
+        eager = getattr(c, "eager", None)
+        run = eager if eager is not None else c.fn
+        timed.append((c.name, lambda run=run: run(batch), c.parameters))
+        if eager is not None:
+            shipped = (SHIPPED, lambda c=c: c.fn(batch), c.parameters)
+            artifact = getattr(c, "scored_by", None)
+    if shipped is not None:
+        timed.append(shipped)
+    cost = measure_cost(timed, rounds, device, batch_size, precision)
+    if shipped is not None:
+        cost["shipped"] = {"model": "hydra", "artifact": artifact, **cost["models"].pop(SHIPPED)}
+    return cost

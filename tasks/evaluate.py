@@ -59,7 +59,7 @@ from tasks.common import (
     write_json,
     write_text,
 )
-from tasks.cost import COST_FILE, measure_cost
+from tasks.cost import COST_FILE, measure_candidates
 from tasks.custody import check_compiled_source, scored_record
 from tasks.key_metrics import key_metrics, write_key_metrics
 from tasks.member_diversity import model_diversity, plan_overlap_summary
@@ -221,9 +221,15 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     )
     latency = {n: e["latency_ms"] for n, e in models.items()}
     write_json(root / METRICS / LATENCY_FILE, latency)
-    timed = [(c.name, lambda c=c: c.fn(latency_batch), c.parameters) for c in candidates]
     ev_cfg = cfg.evaluate
-    cost = measure_cost(timed, ev_cfg.cost_rounds, rt.device, ev_cfg.latency_batch, rt.precision)
+    cost = measure_candidates(
+        candidates,
+        latency_batch,
+        ev_cfg.cost_rounds,
+        rt.device,
+        ev_cfg.latency_batch,
+        rt.precision,
+    )
     write_json(root / METRICS / COST_FILE, cost)
     # the few numbers per model that decide; the Hydra's are the DVC metrics (tasks.key_metrics)
     write_key_metrics(root / METRICS, key_metrics(models, latency))

@@ -30,3 +30,37 @@ def test_the_cost_record_times_every_model_in_one_process():
     )
     for e in m.values():
         assert e["ratio_low"] <= e["ratio"] <= e["ratio_high"] and e["median_ms"] > 0
+
+
+def test_the_hydra_is_timed_as_its_eager_model_and_the_shipped_artifact_apart():
+    """Like with like: the Hydra's ratio comes from its eager model, whatever ships; a compiled
+    artifact is timed in the same rounds and reported under ``shipped`` only."""
+    from types import SimpleNamespace
+
+    from tasks.cost import measure_candidates
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    small, wide = torch.nn.Linear(16, 16), torch.nn.Linear(16, 48)
+    calls: list[str] = []
+
+    def run(name, module):
+        return lambda b: (calls.append(name), module(b))[1]
+
+    hydra = SimpleNamespace(
+        name="hydra",
+        fn=run("artifact", small),
+        eager=run("eager", wide),
+        parameters=1,
+        scored_by="compiled inductor (bf16 on cpu)",
+    )
+    single = SimpleNamespace(name="single", fn=run("single", small), parameters=1)
+    cost = measure_candidates([hydra, single], x, rounds=2, batch_size=4, precision="fp32")
+    assert sorted(cost["models"]) == ["hydra", "single"]
+    assert cost["models"]["hydra"]["flops_ratio"] == 3.0  # the eager (wide) model's FLOPs
+    shipped = cost["shipped"]
+    assert shipped["model"] == "hydra" and shipped["artifact"] == hydra.scored_by
+    assert shipped["flops_ratio"] == 1.0 and shipped["ratio_low"] <= shipped["ratio_high"]
+    assert {"artifact", "eager", "single"} <= set(calls)
+    no_artifact = measure_candidates([single], x, rounds=2)
+    assert "shipped" not in no_artifact

@@ -256,9 +256,14 @@ def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(proje
         want - models["single"]["calibrated"]["id_test"]["nll"]
     )
     kind = cfg.evaluate.ood_score
+    # the efficient baselines are judged but have no export: they cannot ship (yet)
+    unexported = {"lora_ensemble", "batch_ensemble"} & others
+    assert unexported and set(ev["scored"]["candidates"]) == others - unexported
     for name in others:
         one_model = models[name]["members"] == 1 and kind in ENSEMBLE_ONLY_KINDS
         assert (models[name]["ood_thresholds"] is None) == one_model
+        if name in unexported:
+            continue
         export = ev["scored"]["candidates"][name]
         assert export["sha256"] == source_hashes(root, export["sources"])
     # the gate judges every candidate; compile checks do not apply to the eager candidates
@@ -273,6 +278,7 @@ def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(proje
         statuses = {c["metric"]: c["status"] for c in verdict["candidates"][name]["checks"]}
         assert statuses["compile_argmax_agreement"] == "not applicable"
         assert verdict["candidates"][name]["cost"]["ratio"] > 0
+        assert verdict["candidates"][name]["shippable"] == (name not in unexported)
     # shipped files rebuild the scored models: the Deep Ensemble and the naive pruned model
     test = eval_batches(cfg, root)["test"]
     scored = {c.name: c for c in seed_baselines(cfg, root, Runtime())}
