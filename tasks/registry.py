@@ -407,7 +407,7 @@ def stage_move_under_way(
     Returns:
         ``{"from": version, "to": version, "tag": the unassignment tag, "age_s": seconds}``.
     """
-    out = _git(
+    out = git(
         root,
         "for-each-ref",
         "--format=%(refname:strip=2)%00%(creatordate:unix)%00%(contents:subject)",

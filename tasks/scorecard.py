@@ -174,8 +174,12 @@ def compiled_vs_eager(
     from hydra_ops.compile import compare_logits
 
     keep = (
-        "max_abs_diff_probs", "max_abs_diff_logits", "argmax_agreement", "raw_argmax_agreement",
-        "near_ties", "passed",
+        "max_abs_diff_probs",
+        "max_abs_diff_logits",
+        "argmax_agreement",
+        "raw_argmax_agreement",
+        "near_ties",
+        "passed",
     )
     result: dict[str, dict[str, Any]] = {}
     for split, key in COMPARED_SPLITS:

@@ -68,7 +68,11 @@ def compare_logits(
 
 #: What :func:`verify_compiled_by_split` keeps of each split's :func:`compare_logits` record.
 PER_SPLIT_KEYS = (
-    "max_abs_diff_probs", "argmax_agreement", "raw_argmax_agreement", "near_ties", "passed"
+    "max_abs_diff_probs",
+    "argmax_agreement",
+    "raw_argmax_agreement",
+    "near_ties",
+    "passed",
 )
 
 

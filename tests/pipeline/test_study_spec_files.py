@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tasks.params import ConfigError, validate_params
 from flows.study.spec import StudyPoint, load_study, study_points
+from tasks.params import ConfigError, validate_params
 
 REPO = Path(__file__).resolve().parents[2]
 STUDIES = REPO / "benchmarks" / "studies"
