@@ -313,7 +313,7 @@ def status(project: Project = None) -> None:
         cfg = load_params(root / "params.yaml")
     except ConfigError as err:
         _fail(str(err), 2)
-    from tasks.common import STAGES
+    from tasks.layout import STAGES
 
     try:
         stale = dvcops.stale_stages(root) if (root / ".dvc").is_dir() else set(STAGES)
@@ -680,7 +680,6 @@ def serve_model(
     import signal
 
     from flows.serve_model import PredictionService, register, unregister
-    from tasks.common import set_threads, setup_logging
     from tasks.params import ConfigError
     from tasks.prod_model import (
         ModelHolder,
@@ -688,6 +687,7 @@ def serve_model(
         load_single_snapshot,
         stage_fingerprint,
     )
+    from tasks.stage import set_threads, setup_logging
 
     root = _root(project)
     setup_logging()
@@ -948,7 +948,7 @@ def stage(
     until ``hydra-ens run`` has recorded it."""
     import importlib
 
-    from tasks.common import STAGES
+    from tasks.layout import STAGES
     from tasks.params import ConfigError, load_params
 
     if name not in STAGES:

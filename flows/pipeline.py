@@ -29,7 +29,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import dvcops
 from hydra_ops.allocators import allocator_env
-from tasks.common import METRICS, REGISTRY, REPORTS, STAGES, write_json
+from tasks.dvcfiles import locked_outs
+from tasks.layout import METRICS, REGISTRY, REPORTS, STAGES
+from tasks.outputs import write_json
 from tasks.params import load_params
 
 
@@ -62,7 +64,7 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
         "stage": stage,
         "ran": result.ran,
         "seconds": round(result.seconds, 2),
-        "outs": _locked_outs(root, stage),
+        "outs": {p: md5 or "" for p, md5 in locked_outs(root, stage).items()},
     }
 
 
@@ -88,18 +90,8 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
     return {"member": member, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def _locked_outs(root: Path, stage: str) -> dict[str, str]:
-    import yaml
-
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return {}
-    data = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).get(stage, {})
-    return {o["path"]: o.get("md5", "") for o in data.get("outs", [])}
-
-
 def _publish_artifacts(root: Path) -> dict[str, Any]:
-    from tasks.common import load_evaluation
+    from tasks.outputs import load_evaluation
     from tasks.report import metrics_table
     from tasks.run_report import HTML, artifact_markdown
 

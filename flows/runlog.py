@@ -42,7 +42,7 @@ _TB_CHAIN = (
     "During handling of the above exception",
     "The above exception was the direct cause",
 )
-# the stage's own "error: ..." line (tasks.common.stage_main) and DVC's "ERROR: failed to
+# the stage's own "error: ..." line (tasks.stage.stage_main) and DVC's "ERROR: failed to
 # reproduce ..." after it: the CLI ends with the first, so the console skips both
 _ERROR_PREFIXES = ("error: ", "ERROR: ")
 _STAGE_FAILED = re.compile(r"^stage (\S+) failed \(exit -?\d+\): (.*)$", re.DOTALL)
@@ -263,7 +263,7 @@ def error_line(err: BaseException, run_log: RunLog | None = None) -> str:
     """One line for a failed pipeline run: the failing stage's own message when there is one.
 
     A :class:`flows.dvcops.StageError` reads ``stage S failed (exit N): line | line ...`` with the
-    stage's ``error: ...`` lines (from ``tasks.common.stage_main``) and DVC's; this returns the
+    stage's ``error: ...`` lines (from ``tasks.stage.stage_main``) and DVC's; this returns the
     stage's own line, else the exception line of the stage's traceback (seen by the console
     filter), else the stage's failure without DVC's boilerplate; other errors as
     ``pipeline failed: ...``.

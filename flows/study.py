@@ -39,7 +39,7 @@ from flows.study_points import (
     run_point,
     run_upstream,
 )
-from tasks.common import write_json
+from tasks.outputs import write_json
 from tasks.params import GateCheck
 from tasks.study_report import load_point, write_study_report
 from tasks.study_spec import StudyPoint, load_study, study_points

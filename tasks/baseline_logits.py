@@ -29,9 +29,11 @@ from hydra_ops.checkpoints import load_model
 from hydra_ops.inference_probe import time_inference
 from hydra_ops.runtime import Runtime, resolve_device
 from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
-from tasks.common import BASE, METRICS, publish_dir, read_json, stage_main, write_json
+from tasks.layout import BASE, METRICS
+from tasks.outputs import publish_dir, read_json, write_json
 from tasks.params import PipelineConfig
 from tasks.precision import check_batches, precision_record, stage_runtime
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -19,7 +19,8 @@ from hydra_ops.checkpoints import load_model
 from hydra_ops.inference import logits as run_logits
 from hydra_ops.runtime import Runtime
 from tasks import data as prepared
-from tasks.common import BASE, BASELINES, read_json
+from tasks.layout import BASE, BASELINES
+from tasks.outputs import read_json
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")

@@ -26,28 +26,16 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
 from hydra_ops.hashing import sha256_file
-from tasks.common import (
-    BUNDLE,
-    COMPILED,
-    DATA,
-    HYDRA,
-    METRICS,
-    REPORTS,
-    cached_outputs,
-    publish_dir,
-    read_json,
-    stage_main,
-    write_json,
-    write_text,
-)
 from tasks.custody import check_chain
+from tasks.dvcfiles import cached_outputs, locked_outs
+from tasks.layout import BUNDLE, COMPILED, DATA, HYDRA, METRICS, REPORTS
 from tasks.lineage import judged_hashes, stale_roles
 from tasks.model_card import render_card
+from tasks.outputs import publish_dir, read_json, write_json, write_text
 from tasks.params import PipelineConfig
 from tasks.preprocessing import write_preprocessing
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 
@@ -72,17 +60,8 @@ def stale_verdict_message(stale: list[str], recorded: dict, current: dict) -> st
 
 def _lineage(root: Path) -> dict[str, Any]:
     """Every cached output's md5 from ``dvc.lock`` (what the bundle was built from)."""
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return {}
-    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
     cached = cached_outputs(root)  # uncached metrics hold run facts (timings)
-    return {
-        out["path"]: out.get("md5")
-        for stage in stages.values()
-        for out in stage.get("outs") or []
-        if out.get("md5") and out["path"] in cached
-    }
+    return {path: md5 for path, md5 in locked_outs(root).items() if md5 and path in cached}
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:

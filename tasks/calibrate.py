@@ -27,21 +27,13 @@ from hydra_ops.data import split_labels
 from hydra_ops.inference import logits
 from hydra_ops.inference_probe import time_inference
 from hydra_ops.runtime import Runtime, resolve_device
-from tasks.common import (
-    BASE,
-    HYDRA,
-    MEMBERS,
-    MERGED,
-    METRICS,
-    publish_dir,
-    read_json,
-    stage_main,
-    write_json,
-)
 from tasks.data import batches, split
+from tasks.layout import BASE, HYDRA, MEMBERS, MERGED, METRICS
+from tasks.outputs import publish_dir, read_json, write_json
 from tasks.params import PipelineConfig
 from tasks.precision import check_batches, precision_record, stage_runtime
 from tasks.resumable import DONE
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -23,7 +23,8 @@ from hydra_ops.inference import logits as run_logits
 from hydra_ops.plans import load_plans
 from hydra_ops.runtime import Runtime
 from tasks.baseline_models import Candidate, independent_models, seed_baselines
-from tasks.common import BASE, COMPILED, HYDRA, PLANS, read_json
+from tasks.layout import BASE, COMPILED, HYDRA, PLANS
+from tasks.outputs import read_json
 from tasks.params import PipelineConfig
 
 log = logging.getLogger("hydra_ens")

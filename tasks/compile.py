@@ -37,11 +37,13 @@ import numpy as np
 import torch
 
 from hydra_ops.data import Split, split_batches, text_tokenizer
-from tasks.common import COMPILED, HYDRA, METRICS, publish_dir, stage_main, write_json
 from tasks.custody import source_record
 from tasks.data import batches, split
+from tasks.layout import COMPILED, HYDRA, METRICS
+from tasks.outputs import publish_dir, write_json
 from tasks.params import PipelineConfig
 from tasks.precision import measurement_cache
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.data import Manifest, Split, load_manifest, load_split, split_batches, text_tokenizer
-from tasks.common import DATA
+from tasks.layout import DATA
 from tasks.params import PipelineConfig
 
 

@@ -42,22 +42,12 @@ from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
 from tasks.candidates import ShippedHydra, build_candidates
-from tasks.common import (
-    COMPILED,
-    HYDRA,
-    LATENCY_FILE,
-    METRICS,
-    PLOTS,
-    REPORTS,
-    read_json,
-    stage_main,
-    write_json,
-    write_text,
-)
 from tasks.cost import COST_FILE, measure_cost
 from tasks.custody import check_compiled_source, scored_record
 from tasks.key_metrics import KEY_METRICS_DIR, key_metrics, write_key_metrics
+from tasks.layout import COMPILED, HYDRA, METRICS, PLOTS, REPORTS
 from tasks.member_diversity import model_diversity, plan_overlap_summary
+from tasks.outputs import LATENCY_FILE, read_json, write_json, write_text
 from tasks.params import PipelineConfig
 from tasks.report import latency_setup, render_report
 from tasks.score_histograms import score_histograms
@@ -70,6 +60,7 @@ from tasks.scorecard import (
     plot_rows,
     split_metrics,
 )
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -22,9 +22,11 @@ from hydra_ops.precision_probe import PrecisionChoice
 from hydra_ops.runtime import Runtime
 from hydra_ops.training import fine_tune
 from tasks import data
-from tasks.common import BASE, METRICS, stage_main, write_json
+from tasks.layout import BASE, METRICS
+from tasks.outputs import write_json
 from tasks.params import PipelineConfig
 from tasks.precision import precision_record, probe_batch, stage_runtime
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

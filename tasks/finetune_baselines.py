@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.runtime import Runtime
-from tasks.common import BASELINES, DATA, dir_sha256, fingerprint, stage_main
 from tasks.finetune_base import train_base, training_runtime
+from tasks.layout import BASELINES, DATA
 from tasks.params import PipelineConfig
-from tasks.resumable import ensure_unit, finalise
+from tasks.resumable import dir_sha256, ensure_unit, finalise, fingerprint
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

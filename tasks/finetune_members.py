@@ -39,11 +39,12 @@ from hydra_ops.checkpoints import load_model, load_pruned, save_member, split_ti
 from hydra_ops.plans import load_plans
 from hydra_ops.runtime import Runtime, describe_device, resolve_device
 from hydra_ops.training import fine_tune, freeze_layers
-from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
 from tasks.data import batches, split, train_batches
+from tasks.layout import BASE, MEMBERS, PLANS
 from tasks.params import PipelineConfig
 from tasks.precision import precision_record, probe_batch, stage_runtime
-from tasks.resumable import ensure_unit, finalise
+from tasks.resumable import ensure_unit, finalise, fingerprint
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -38,10 +38,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.common import REPORTS, load_evaluation, stage_main, write_json, write_text
 from tasks.custody import check_chain
+from tasks.layout import REPORTS
 from tasks.lineage import judged_hashes
+from tasks.outputs import load_evaluation, write_json, write_text
 from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
+from tasks.stage import stage_main
 from tasks.twin_gate import resolve_any_of
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")

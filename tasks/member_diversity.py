@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.common import PLANS
+from tasks.layout import PLANS
 from tasks.params import PipelineConfig
 
 if TYPE_CHECKING:  # the report (and the flow process that renders it) runs without torch

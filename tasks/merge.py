@@ -14,9 +14,11 @@ from torch import nn
 
 from hydra_ops.checkpoints import CheckpointError, load_member, load_pruned, weights_hash
 from hydra_ops.plans import load_plans
-from tasks.common import BASE, MEMBERS, MERGED, PLANS, publish_dir, read_json, stage_main
 from tasks.data import manifest
+from tasks.layout import BASE, MEMBERS, MERGED, PLANS
+from tasks.outputs import publish_dir, read_json
 from tasks.params import PipelineConfig
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.data import materialise_splits
-from tasks.common import DATA, METRICS, stage_main, write_json
+from tasks.layout import DATA, METRICS
+from tasks.outputs import write_json
 from tasks.params import PipelineConfig
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

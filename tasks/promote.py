@@ -26,18 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
-from tasks.common import (
-    BUNDLE,
-    REGISTRY,
-    REPORTS,
-    load_evaluation,
-    read_json,
-    stage_main,
-    write_json,
-)
 from tasks.custody import check_chain
 from tasks.gate import compares_with_prod, decide, prod_seen
+from tasks.layout import BUNDLE, REGISTRY, REPORTS
 from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
+from tasks.outputs import load_evaluation, read_json, write_json
 from tasks.params import PipelineConfig
 from tasks.registry import (
     RECORD_FIELDS,
@@ -49,6 +42,7 @@ from tasks.registry import (
     register,
     versions,
 )
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 EVALUATION = Path("metrics/evaluate.json")

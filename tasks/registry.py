@@ -47,10 +47,9 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
-from tasks.common import BUNDLE, publish_dir
+from tasks.layout import BUNDLE
 from tasks.lineage import file_md5
+from tasks.outputs import publish_dir
 
 DVC_REMOTE_DIR = ".dvc-remote"
 VERSIONS_BRANCH = "hydra-ens/versions"
@@ -146,19 +145,6 @@ def ensure_git_identity(root: Path) -> str | None:
         f"git has no user.name/user.email here; registry commits and tags are signed {name} "
         f"<{email}> (set git config user.name and user.email to sign them yourself)"
     )
-
-
-def locked_md5(root: Path, path: Path) -> str | None:
-    """The md5 that ``dvc.lock`` records for output ``path`` (None if not locked yet)."""
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return None
-    data = yaml.safe_load(lock.read_text()) or {}
-    for stage in (data.get("stages") or {}).values():
-        for out in stage.get("outs") or []:
-            if Path(out.get("path", "")) == Path(path):
-                return out.get("md5")
-    return None
 
 
 # ---- reading the registry ----

@@ -17,18 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.common import (
-    PLOTS,
-    REPORTS,
-    load_evaluation,
-    publish_dir,
-    read_json,
-    stage_main,
-    write_text,
-)
 from tasks.html_report import Figure, render_html
 from tasks.key_metrics import LATENCY_KEY, REFERENCE, key_metrics
+from tasks.layout import PLOTS, REPORTS
+from tasks.outputs import load_evaluation, publish_dir, read_json, write_text
 from tasks.params import PipelineConfig
+from tasks.stage import stage_main
 
 FIGURES = REPORTS / "figures"
 HTML = REPORTS / "evaluate.html"
@@ -60,7 +54,7 @@ def build_figures(
     histograms: list[dict[str, Any]],
 ) -> list[Figure]:
     """Every figure of the report, in page order, as PNG. ``evaluation``: ``metrics/evaluate.json``
-    with ``latency_ms`` merged in (:func:`tasks.common.load_evaluation`). No disagreement figure
+    with ``latency_ms`` merged in (:func:`tasks.outputs.load_evaluation`). No disagreement figure
     when no model has several members; no cost figure when nothing was timed."""
     from tasks import figures as fig
 

@@ -20,9 +20,11 @@ from typing import Any
 
 from hydra_ops.checkpoints import load_model
 from hydra_ops.runtime import Runtime
-from tasks.common import BASE, METRICS, SCORES, publish_dir, stage_main, write_json
 from tasks.data import batches, manifest, split
+from tasks.layout import BASE, METRICS, SCORES
+from tasks.outputs import publish_dir, write_json
 from tasks.params import PipelineConfig
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from hydra_ops.calibration import ensemble_probs
-from tasks.common import HYDRA
+from tasks.layout import HYDRA
 from tasks.params import PipelineConfig
 
 #: Metrics of the paired bootstrap on ``id_test`` and ``shift`` (names in ``hydra_ops.metrics``).

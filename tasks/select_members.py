@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.plans import save_plans
-from tasks.common import METRICS, PLANS, SCORES, publish_dir, stage_main, write_json
+from tasks.layout import METRICS, PLANS, SCORES
+from tasks.outputs import publish_dir, write_json
 from tasks.params import PipelineConfig
+from tasks.stage import stage_main
 
 log = logging.getLogger("hydra_ens")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tasks.bundle import verify_bundle
-from tasks.common import read_json
 from tasks.custody import check_bundle
+from tasks.outputs import read_json
 from tasks.preprocessing import Preprocessing, load_preprocessing
 
 if TYPE_CHECKING:

@@ -41,7 +41,6 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tasks.common import fingerprint
 from tasks.params import (
     ConfigError,
     PipelineConfig,
@@ -51,6 +50,7 @@ from tasks.params import (
     resolve_params,
     to_raw,
 )
+from tasks.resumable import fingerprint
 
 #: The stages every point of one seed computes identically; a study runs them once per
 #: :func:`upstream_key` and the points reuse their outputs through the DVC remote.

@@ -22,13 +22,9 @@ from flows import dvcops
 from hydra_ops.atomic import leftovers, replace_dir
 from hydra_ops.checkpoints import TIMING_FIELDS, load_model, save_model, split_timings
 from hydra_ops.training import TrainReport
-from tasks.common import (
-    cached_outputs,
-    publish_dir,
-    remove_stage_leftovers,
-    stage_main,
-    stage_outputs,
-)
+from tasks.dvcfiles import cached_outputs, stage_outputs
+from tasks.outputs import publish_dir
+from tasks.stage import remove_stage_leftovers, stage_main
 
 #: What a kill between the steps of an atomic write leaves, and must be ignored/removed
 #: (a trailing ``/``: a folder).
@@ -45,7 +41,7 @@ REAL = (
     "models/basement/checkpoint.json",
     "models/members/member_1/done.json",
     "metrics/finetune_base.json",
-    "tasks/common.py",
+    "tasks/stage.py",
     ".dvcignore",
 )
 
@@ -114,7 +110,7 @@ def test_stage_main_cleans_before_the_stage_runs(project_files, monkeypatch):
     leftover = _touch(root, "models/.members.old-0a1b2c3d/")
     seen = []
     monkeypatch.chdir(root)
-    monkeypatch.setattr("tasks.common.set_threads", lambda: None)
+    monkeypatch.setattr("tasks.stage.set_threads", lambda: None)
     stage_main("finetune_members", lambda cfg, r: seen.append(leftover.exists()))
     assert seen == [False]
 

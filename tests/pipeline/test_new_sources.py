@@ -14,8 +14,8 @@ from hydra_ops.data import sources, split_labels
 from hydra_ops.data.spec import BUILTIN_CLASSES, DEFAULT_ID_CLASSES
 from hydra_ops.inference import logits
 from tasks import data, prepare_data
-from tasks.common import BASE
 from tasks.finetune_base import train_base
+from tasks.layout import BASE
 from tasks.params import apply_sets, resolve_params, to_raw
 
 

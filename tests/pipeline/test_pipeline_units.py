@@ -23,9 +23,9 @@ from hydra_ops.merge import merge_members
 from hydra_ops.plans import HeadPlan
 from hydra_ops.serialization import save_hydra
 from tasks import compile as compile_stage
-from tasks.common import STAGES
 from tasks.evaluate import compile_fields
 from tasks.gate import evaluate_check
+from tasks.layout import STAGES
 from tasks.params import ConfigError, GateCheck, default_gates, resolve_params, write_params
 from tasks.resumable import ensure_unit, finalise, unit_is_done
 
@@ -319,7 +319,7 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path, me
     from hydra_ops.scoring import random_scores, score_heads
     from hydra_ops.surgery import prune_heads
     from tasks import select_members
-    from tasks.common import PLANS, SCORES
+    from tasks.layout import PLANS, SCORES
     from tasks.params import resolve_params
 
     base = tiny_model("bert")
@@ -527,7 +527,7 @@ def test_stage_logs_show_the_library_lines():
     """A stage's stderr carries ``hydra_ops`` INFO lines (e.g. why ``compile: auto`` kept fp32 on
     a CPU without fast bf16), not only the stage's own."""
     code = (
-        "import logging; from tasks.common import log, setup_logging; setup_logging(); "
+        "import logging; from tasks.stage import log, setup_logging; setup_logging(); "
         "logging.getLogger('hydra_ops.compile').info('compile: auto precision keeps fp32: why'); "
         "log.info('stage line')"
     )

@@ -21,8 +21,9 @@ import pytest
 import torch
 from conftest import REPO, git
 
-from tasks.common import LATENCY_FILE, METRICS, PLOTS, REPORTS, write_json, write_text
 from tasks.key_metrics import KEY_METRICS_DIR, KEYS, LATENCY_KEY, key_metrics, write_key_metrics
+from tasks.layout import METRICS, PLOTS, REPORTS
+from tasks.outputs import LATENCY_FILE, write_json, write_text
 from tasks.params import resolve_params
 
 BIN = Path(sys.executable).parent

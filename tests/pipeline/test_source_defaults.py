@@ -172,7 +172,7 @@ def test_train_batches_apply_random_shift(tmp_path):
 
     from hydra_ops.data import materialise_splits
     from tasks import data
-    from tasks.common import DATA
+    from tasks.layout import DATA
 
     materialise_splits({"name": "digits", "max_per_split": 24}, tmp_path / DATA)
     sets = {"data.name": "digits", "data.max_per_split": 24}
