@@ -91,8 +91,8 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
+    from tasks.evaluate_markdown import metrics_table
     from tasks.outputs import load_evaluation
-    from tasks.report import metrics_table
     from tasks.run_report import HTML, artifact_markdown
 
     summary: dict[str, Any] = {}

@@ -21,7 +21,7 @@ from hydra_ops.runtime import Runtime
 from tasks import data as prepared
 from tasks.layout import BASE, BASELINES
 from tasks.outputs import read_json
-from tasks.params import PipelineConfig
+from tasks.params.baselines import BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -89,7 +89,7 @@ def independent_models(
 
 
 def mc_dropout_model(
-    cfg: PipelineConfig, base: torch.nn.Module, runtime: Runtime | None
+    cfg: BaselinesStageConfig, base: torch.nn.Module, runtime: Runtime | None
 ) -> Candidate:
     """The base with its dropout on at inference, ``samples`` seeded passes (K = samples). The
     mask seed is ``baselines.mc_dropout.seed`` shifted like every other seed of the replicate, and
@@ -119,7 +119,7 @@ def mc_dropout_model(
 
 
 def seed_baselines(
-    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+    cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> list[Candidate]:
     """``single``, ``deep_ensemble`` and (when enabled) ``mc_dropout``: the baselines made of the
     seed's base and Deep Ensemble alone, the same for every Hydra variant of that seed. The base
@@ -141,7 +141,7 @@ def seed_baselines(
 
 
 def eval_batches(
-    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+    cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> dict[str, list[dict]]:
     """``{split: batches}`` of every split of :data:`EVAL_SPLITS`, unlabelled, in order, of
     ``evaluate.batch_size`` (pinned for a CUDA ``runtime``)."""

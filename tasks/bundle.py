@@ -33,9 +33,12 @@ from tasks.layout import BUNDLE, COMPILED, DATA, HYDRA, METRICS, REPORTS
 from tasks.lineage import judged_hashes, stale_roles
 from tasks.model_card import render_card
 from tasks.outputs import publish_dir, read_json, write_json, write_text
-from tasks.params import PipelineConfig
+from tasks.params.schema import PipelineConfig
 from tasks.preprocessing import write_preprocessing
 from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -143,7 +146,7 @@ def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]
 
 
 def main() -> None:
-    stage_main("bundle", run)
+    stage_main("bundle", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from hydra_ops.runtime import Runtime
 from tasks.baseline_models import Candidate, independent_models, seed_baselines
 from tasks.layout import BASE, COMPILED, HYDRA, PLANS
 from tasks.outputs import read_json
-from tasks.params import PipelineConfig
+from tasks.params.baselines import BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -72,7 +72,7 @@ class ShippedHydra(Candidate):
 
 
 def shipped_hydra(
-    cfg: PipelineConfig, root: Path, hydra: nn.Module, runtime: Runtime
+    cfg: BaselinesStageConfig, root: Path, hydra: nn.Module, runtime: Runtime
 ) -> ShippedHydra:
     """The Hydra candidate of ``root`` (module docstring). The compiled artifact is loaded with
     its hash verified and runs on the device it was compiled for; the eager model on
@@ -95,7 +95,7 @@ def shipped_hydra(
 
 
 def build_candidates(
-    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+    cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> tuple[list[Candidate], float]:
     """The candidates, every baseline on ``runtime`` (None: CPU fp32), and Hydra's temperature
     (the first candidate is the :class:`ShippedHydra`)."""

@@ -44,12 +44,12 @@ from tasks.baseline_models import EVAL_SPLITS, eval_batches
 from tasks.candidates import ShippedHydra, build_candidates
 from tasks.cost import COST_FILE, measure_cost
 from tasks.custody import check_compiled_source, scored_record
+from tasks.evaluate_markdown import latency_setup, render_report
 from tasks.key_metrics import KEY_METRICS_DIR, key_metrics, write_key_metrics
 from tasks.layout import COMPILED, HYDRA, METRICS, PLOTS, REPORTS
 from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.outputs import LATENCY_FILE, read_json, write_json, write_text
-from tasks.params import PipelineConfig
-from tasks.report import latency_setup, render_report
+from tasks.params.baselines import BaselinesStageConfig
 from tasks.score_histograms import score_histograms
 from tasks.scorecard import (
     COMPARED_SPLITS,
@@ -61,6 +61,9 @@ from tasks.scorecard import (
     split_metrics,
 )
 from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -92,7 +95,7 @@ def compile_fields(
     }
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature
 
     rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
@@ -223,7 +226,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def _shipped_fields(
-    cfg: PipelineConfig,
+    cfg: BaselinesStageConfig,
     hydra: ShippedHydra,
     batched: dict[str, list[dict]],
     shipped: dict[str, torch.Tensor],
@@ -254,7 +257,7 @@ def _without_latency(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("evaluate", run)
+    stage_main("evaluate", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -42,9 +42,14 @@ from tasks.custody import check_chain
 from tasks.layout import REPORTS
 from tasks.lineage import judged_hashes
 from tasks.outputs import load_evaluation, write_json, write_text
-from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
+from tasks.params.gates import COMPILE_TOLERANCE, GateCheck
+from tasks.params.metrics import MODEL_METRICS
+from tasks.params.schema import PipelineConfig
 from tasks.stage import stage_main
 from tasks.twin_gate import resolve_any_of
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = PipelineConfig
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 #: The failed "check" of a verdict in which no check applied.
@@ -272,7 +277,7 @@ def render_gate(verdict: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    stage_main("gate", run)
+    stage_main("gate", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tasks.params import PipelineConfig
+from tasks.params.schema import PipelineConfig
 
 
 def _f(v: Any, fmt: str = ".4f") -> str:

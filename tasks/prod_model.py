@@ -187,7 +187,7 @@ def load_prod_snapshot(root: Path) -> ModelSnapshot:
     """The model in ``promote.stage`` of the project at ``root``, with its params (ValueError
     when there is none or it does not verify)."""
     from hydra_ops.ood_thresholds import OodThresholds
-    from tasks.params import load_params
+    from tasks.params.schema import load_params
     from tasks.registry import resolve_prod_dir
     from tasks.served import load_served
 
@@ -222,7 +222,7 @@ def load_single_snapshot(root: Path) -> ModelSnapshot:
     from hydra_ops.runtime import Runtime
     from tasks.layout import BASE, METRICS
     from tasks.outputs import read_json
-    from tasks.params import load_params
+    from tasks.params.schema import load_params
 
     cfg = load_params(root / "params.yaml")
     if not (root / BASE).is_dir():

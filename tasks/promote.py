@@ -31,7 +31,7 @@ from tasks.gate import compares_with_prod, decide, prod_seen
 from tasks.layout import BUNDLE, REGISTRY, REPORTS
 from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
 from tasks.outputs import load_evaluation, read_json, write_json
-from tasks.params import PipelineConfig
+from tasks.params.schema import PipelineConfig
 from tasks.registry import (
     RECORD_FIELDS,
     assign,
@@ -43,6 +43,9 @@ from tasks.registry import (
     versions,
 )
 from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 EVALUATION = Path("metrics/evaluate.json")
@@ -303,11 +306,13 @@ def main() -> None:
     parser.add_argument("--version", default=None, help="move the stage back to this version")
     args = parser.parse_args()
     if args.version:
-        stage_main("promote", lambda cfg, root: rollback(cfg, root, args.version, args.reason))
+        stage_main(
+            "promote", lambda cfg, root: rollback(cfg, root, args.version, args.reason), SCHEMA
+        )
     elif args.force:
-        stage_main("promote", lambda cfg, root: promote(cfg, root, True, args.reason))
+        stage_main("promote", lambda cfg, root: promote(cfg, root, True, args.reason), SCHEMA)
     else:
-        stage_main("promote", run)
+        stage_main("promote", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -47,11 +47,11 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from tasks.dvcfiles import REMOTE_DIR
 from tasks.layout import BUNDLE
 from tasks.lineage import file_md5
 from tasks.outputs import publish_dir
 
-DVC_REMOTE_DIR = ".dvc-remote"
 VERSIONS_BRANCH = "hydra-ens/versions"
 #: Project files a version commit takes from the working tree (when present).
 RUN_FILES = (
@@ -471,7 +471,7 @@ def _after_last_tag(root: Path, name: str) -> None:
 # ---- getting a registered bundle back ----
 def local_remote_dirs(root: Path) -> list[Path]:
     """The folders of the project's DVC remotes that are local paths (``.dvc/config`` and
-    ``.dvc/config.local``; a relative URL is relative to ``.dvc/``), then :data:`DVC_REMOTE_DIR`.
+    ``.dvc/config.local``; a relative URL is relative to ``.dvc/``), then :data:`REMOTE_DIR`.
     Read from the files, not with ``dvc config``: promote runs inside ``dvc repro``."""
     from configobj import ConfigObj, ConfigObjError
 
@@ -488,7 +488,7 @@ def local_remote_dirs(root: Path) -> list[Path]:
             url = values.get("url") if section.startswith("remote ") else None
             if isinstance(url, str) and url and "://" not in url:
                 found.append((root / ".dvc" / url).resolve())
-    found.append((root / DVC_REMOTE_DIR).resolve())
+    found.append((root / REMOTE_DIR).resolve())
     return list(dict.fromkeys(found))
 
 

@@ -21,8 +21,11 @@ from tasks.html_report import Figure, render_html
 from tasks.key_metrics import LATENCY_KEY, REFERENCE, key_metrics
 from tasks.layout import PLOTS, REPORTS
 from tasks.outputs import load_evaluation, publish_dir, read_json, write_text
-from tasks.params import PipelineConfig
+from tasks.params.core import CoreConfig
 from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 FIGURES = REPORTS / "figures"
 HTML = REPORTS / "evaluate.html"
@@ -116,7 +119,7 @@ def artifact_markdown(root: Path) -> str | None:
     return "\n\n".join(lines) + "\n"
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from tasks.vega_offline import page_template
 
     evaluation = load_evaluation(root)
@@ -140,7 +143,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("run_report", run)
+    stage_main("run_report", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 params or data problem into one ``error:`` line.
 
 Every stage module ``tasks/<stage>.py`` has one plain function ``run(cfg, root) -> dict`` holding
-the stage's logic and a ``main()`` that calls :func:`stage_main`. The Prefect tasks in
+the stage's logic and a ``main()`` that calls :func:`stage_main` with its params view
+(:data:`SCHEMA` of the module: the sections it reads; a test holds it to the stage's ``params``
+in ``dvc.yaml``). The Prefect tasks in
 :mod:`flows.pipeline` never call ``run`` directly: they invoke DVC, which calls ``main``, so every
 stage's logic is written exactly once.
 """
@@ -17,13 +19,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hydra_ops.atomic import remove_leftovers
 from tasks.dvcfiles import stage_outputs
 from tasks.params.base import ConfigError
-from tasks.params.files import load_params
-from tasks.params.schema import PipelineConfig
+from tasks.params.core import CoreConfig
+from tasks.params.files import load_as
 
 log = logging.getLogger("hydra_ens")
 
@@ -63,17 +65,21 @@ def remove_stage_leftovers(stage: str, root: Path) -> list[Path]:
     return removed
 
 
-def load_config(root: Path | None = None) -> PipelineConfig:
-    return load_params(Path(root or Path.cwd()) / "params.yaml")
+Config = TypeVar("Config", bound=CoreConfig)
 
 
-def stage_main(name: str, fn: Callable[[PipelineConfig, Path], dict[str, Any] | None]) -> None:
-    """Entry point of ``python -m tasks.<name>``: validate params, run, errors as one line."""
+def stage_main(
+    name: str,
+    fn: Callable[[Config, Path], dict[str, Any] | None],
+    schema: type[Config] = CoreConfig,  # type: ignore[assignment]
+) -> None:
+    """Entry point of ``python -m tasks.<name>``: validate ``params.yaml`` with ``schema`` (the
+    stage's params view: the sections it reads, :mod:`tasks.params`), run, errors as one line."""
     setup_logging()
     root = Path.cwd()
     t0 = time.perf_counter()
     try:
-        cfg = load_config(root)
+        cfg = load_as(schema, root / "params.yaml")
         remove_stage_leftovers(name, root)
         set_threads()
         log.info("stage %s: start (profile %s)", name, cfg.profile)

@@ -13,13 +13,22 @@ One module per job; a stage's code deps (``dvc.yaml``, :mod:`tasks.stage_deps`) 
 modules it imports:
 
 * :mod:`~tasks.params.base`: ``ConfigError`` and the strict base model;
-* :mod:`~tasks.params.model`, :mod:`~tasks.params.members`, :mod:`~tasks.params.evaluation`,
-  :mod:`~tasks.params.gates`: the sections' schemas;
-* :mod:`~tasks.params.schema`: the root :class:`PipelineConfig` (derived values, cross-checks);
-* :mod:`~tasks.params.profiles`: the profiles' overrides;
-* :mod:`~tasks.params.files`: reading, validating and writing a params file;
-* :mod:`~tasks.params.overrides`: profiles, params files and ``--set`` over the defaults (the
-  CLI's and the study's; no stage imports it).
+* the sections' schemas: :mod:`~tasks.params.model` (``model``, ``finetune``, ``runtime``),
+  :mod:`~tasks.params.members` (``scoring``, ``members``, ``merge``),
+  :mod:`~tasks.params.evaluation` (``compile``, ``calibrate``, ``evaluate``),
+  :mod:`~tasks.params.baselines`, :mod:`~tasks.params.gates` (with the metric names of
+  :mod:`~tasks.params.metrics`), :mod:`~tasks.params.promote`;
+* the params views a stage validates ``params.yaml`` with, each typing the sections it reads and
+  keeping the others as written: :class:`~tasks.params.core.CoreConfig` (``data`` to
+  ``evaluate``: derived values, cross-checks),
+  :class:`~tasks.params.baselines.BaselinesStageConfig` (+ ``baselines``) and
+  :class:`~tasks.params.schema.PipelineConfig` (the whole file: the CLI, the flow, gate, bundle,
+  promote);
+* :mod:`~tasks.params.files`: reading, validating (with a view) and writing a params file;
+* :mod:`~tasks.params.profiles`, :mod:`~tasks.params.overrides`: profiles, params files and
+  ``--set`` over the defaults (the CLI's and the study's; no stage imports them);
+* :mod:`~tasks.params.names`: the built-in names (scorers, backends, ...) checked against the
+  library's registries (the CLI's preflight; no stage imports it).
 
 The names below are importable from ``tasks.params`` too, each loaded from its module on first
 use (``from tasks.params import PipelineConfig`` imports only what ``schema`` needs).
@@ -46,32 +55,39 @@ _EXPORTS = {
     "MemberFinetuneConfig": "tasks.params.members",
     "MembersConfig": "tasks.params.members",
     "MergeConfig": "tasks.params.members",
-    "McDropoutConfig": "tasks.params.evaluation",
-    "BaselinesConfig": "tasks.params.evaluation",
     "CompileConfig": "tasks.params.evaluation",
     "CalibrateConfig": "tasks.params.evaluation",
     "EvaluateConfig": "tasks.params.evaluation",
-    "PromoteConfig": "tasks.params.evaluation",
-    "CLASSIFICATION_METRICS": "tasks.params.gates",
-    "OOD_METRICS": "tasks.params.gates",
-    "MODEL_METRICS": "tasks.params.gates",
-    "COMPILE_CHECKS": "tasks.params.gates",
-    "METRICS": "tasks.params.gates",
+    "REPLICATE_STRIDE": "tasks.params.core",
+    "PROFILE_NAMES": "tasks.params.core",
+    "ProfileName": "tasks.params.core",
+    "Unread": "tasks.params.core",
+    "CoreConfig": "tasks.params.core",
+    "McDropoutConfig": "tasks.params.baselines",
+    "BaselinesConfig": "tasks.params.baselines",
+    "BaselinesStageConfig": "tasks.params.baselines",
+    "CLASSIFICATION_METRICS": "tasks.params.metrics",
+    "OOD_METRICS": "tasks.params.metrics",
+    "MODEL_METRICS": "tasks.params.metrics",
+    "COMPILE_CHECKS": "tasks.params.metrics",
+    "METRICS": "tasks.params.metrics",
+    "GREATER_IS_BETTER": "tasks.params.metrics",
     "SPLITS": "tasks.params.gates",
     "BASELINES": "tasks.params.gates",
-    "GREATER_IS_BETTER": "tasks.params.gates",
     "COMPILE_TOLERANCE": "tasks.params.gates",
     "GateCheck": "tasks.params.gates",
     "TWIN_GROUP": "tasks.params.gates",
     "default_gates": "tasks.params.gates",
-    "PROFILES": "tasks.params.profiles",
-    "REPLICATE_STRIDE": "tasks.params.schema",
-    "ProfileName": "tasks.params.schema",
+    "PromoteConfig": "tasks.params.promote",
     "PipelineConfig": "tasks.params.schema",
+    "validate_params": "tasks.params.schema",
+    "load_params": "tasks.params.schema",
+    "PROFILES": "tasks.params.profiles",
+    "Params": "tasks.params.files",
     "did_you_mean": "tasks.params.files",
-    "validate_params": "tasks.params.files",
+    "validate_as": "tasks.params.files",
     "read_yaml": "tasks.params.files",
-    "load_params": "tasks.params.files",
+    "load_as": "tasks.params.files",
     "to_raw": "tasks.params.files",
     "write_params": "tasks.params.files",
     "deep_merge": "tasks.params.overrides",
@@ -79,6 +95,9 @@ _EXPORTS = {
     "set_dotted": "tasks.params.overrides",
     "resolve_params": "tasks.params.overrides",
     "apply_sets": "tasks.params.overrides",
+    "REGISTRY_KEYS": "tasks.params.names",
+    "allowed_names": "tasks.params.names",
+    "check_names": "tasks.params.names",
 }
 
 __all__ = list(_EXPORTS)

@@ -1,5 +1,6 @@
-"""The sections after the merge: ``baselines``, ``compile``, ``calibrate``, ``evaluate``,
-``promote``."""
+"""The sections every model stage reads after the fine-tune: ``compile`` (its tolerances are the
+inference probe's too, :mod:`tasks.precision`), ``calibrate``, ``evaluate`` (its batch size is
+every model stage's evaluation batch)."""
 
 from __future__ import annotations
 
@@ -10,28 +11,11 @@ from pydantic import Field, model_validator
 from tasks.params.base import _Strict
 
 
-class McDropoutConfig(_Strict):
-    """The MC Dropout baseline: the fine-tuned base, dropout on at inference, ``samples`` passes
-    (:mod:`hydra_ops.mc_dropout`)."""
-
-    enabled: bool = True
-    samples: int = Field(default=8, ge=2)
-    rate: float | None = Field(default=None, gt=0, lt=1)
-    """``None``: the model's own dropout rates, or 0.1 everywhere when they are all 0."""
-    seed: int = Field(default=0, ge=0)
-    """Seed of the dropout masks (restarted per evaluated split: reruns give the same metrics)."""
-
-
-class BaselinesConfig(_Strict):
-    deep_ensemble_size: int | None = Field(default=None, ge=1)
-    """Members of the Deep Ensemble baseline (the base is member 0); ``None``: M."""
-    mc_dropout: McDropoutConfig = McDropoutConfig()
-
-
 class CompileConfig(_Strict):
-    backend: Literal["eager", "auto", "inductor", "export", "onnxruntime", "tensorrt"] = "auto"
-    """``auto``: tensorrt on CUDA, else the fastest CPU backend measured here that agrees with
-    eager (hydra_ops.compile); ``eager``: no compilation (the artifact records that)."""
+    backend: str = "auto"
+    """A backend of ``hydra_ops.compile.backends.BACKEND_REGISTRY``, or ``auto``: tensorrt on
+    CUDA, else the fastest CPU backend measured here that agrees with eager (hydra_ops.compile);
+    ``eager``: no compilation (the artifact records that)."""
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "auto"
     """What the artifact computes in. ``auto`` (default): every precision the device runs fast is
     measured with every backend against the fp32 eager model and the fastest that agrees within
@@ -82,8 +66,3 @@ class EvaluateConfig(_Strict):
     latency_repeats: int = Field(default=5, ge=1)
     cost_rounds: int = Field(default=10, ge=1)
     """Interleaved timing rounds of every model in ``metrics/cost.json`` (:mod:`tasks.cost`)."""
-
-
-class PromoteConfig(_Strict):
-    model_name: str = Field(default="hydra", pattern=r"^[a-z][a-z0-9-]*$")
-    stage: str = Field(default="prod", pattern=r"^[a-z][a-z0-9-]*$")

@@ -1,4 +1,9 @@
-"""Reading, validating and writing ``params.yaml``: every problem one line naming its key."""
+"""Reading, validating and writing ``params.yaml``: every problem one line naming its key.
+
+Validation takes the schema (the params view) to validate with: the whole file
+(:class:`tasks.params.schema.PipelineConfig`, :func:`tasks.params.schema.validate_params`) or a
+stage's view (:class:`tasks.params.core.CoreConfig`, ...), so that this module imports no section.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,15 @@ import re
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from hydra_ops.atomic import atomic_write_bytes
 from tasks.params.base import ConfigError
-from tasks.params.schema import PipelineConfig
+
+Params = TypeVar("Params", bound=BaseModel)
 
 
 def _section_model(annotation: Any) -> Any:
@@ -44,14 +50,14 @@ def _leaves(value: Any, prefix: str) -> list[str]:
     return [prefix]
 
 
-def did_you_mean(loc: Sequence[Any], given: Any = None) -> str:
-    """`` (did you mean 'epochs'?)`` for the unknown key at ``loc`` (a validation error's path)
-    holding ``given``: a key of its own section spelt closely enough
+def did_you_mean(schema: type[BaseModel], loc: Sequence[Any], given: Any = None) -> str:
+    """`` (did you mean 'epochs'?)`` for the unknown key at ``loc`` (a validation error's path in
+    ``schema``) holding ``given``: a key of its own section spelt closely enough
     (:func:`difflib.get_close_matches`), else the keys anywhere whose last part is close to the
     last part of what was given (``train.epoch`` -> ``finetune.epochs``), else ``""``."""
     import difflib
 
-    model: Any = PipelineConfig
+    model: Any = schema
     for part in loc[:-1]:
         if isinstance(part, int):  # an index into a list: the model is already its item's
             continue
@@ -61,7 +67,7 @@ def did_you_mean(loc: Sequence[Any], given: Any = None) -> str:
             return ""
     close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
     if not close and not any(isinstance(p, int) for p in loc):
-        known = _known_keys(PipelineConfig)
+        known = _known_keys(schema)
         by_leaf: dict[str, list[str]] = {}
         for key in known:
             by_leaf.setdefault(key.rsplit(".", 1)[-1], []).append(key)
@@ -73,13 +79,13 @@ def did_you_mean(loc: Sequence[Any], given: Any = None) -> str:
     return f" (did you mean {' or '.join(repr(c) for c in dict.fromkeys(close))}?)"
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
+def _format_errors(schema: type[BaseModel], err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key" + did_you_mean(e["loc"], e.get("input"))
+            msg = "unknown key" + did_you_mean(schema, e["loc"], e.get("input"))
         elif (
             e["type"] != "value_error" and "input" in e and not isinstance(e["input"], dict | list)
         ):
@@ -96,20 +102,23 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def validate_params(
-    raw: Mapping[str, Any] | None, source: str = "params.yaml", root: Path | None = None
-) -> PipelineConfig:
-    """Validate a raw params mapping; raise :class:`ConfigError` with one line per problem.
-    ``root``: the project folder its relative paths are checked in (None: the current folder;
-    :meth:`PipelineConfig.project_path`)."""
+def validate_as(
+    schema: type[Params],
+    raw: Mapping[str, Any] | None,
+    source: str = "params.yaml",
+    root: Path | None = None,
+) -> Params:
+    """Validate a raw params mapping with ``schema``; raise :class:`ConfigError` with one line per
+    problem. ``root``: the project folder its relative paths are checked in (None: the current
+    folder; :meth:`tasks.params.core.CoreConfig.project_path`)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{source}: <root>: must be a mapping, got {type(raw).__name__}")
     try:
-        return PipelineConfig.model_validate(dict(raw), context={"root": root})
+        return schema.model_validate(dict(raw), context={"root": root})
     except ValidationError as err:
-        raise ConfigError(_format_errors(err, source)) from None
+        raise ConfigError(_format_errors(schema, err, source)) from None
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
@@ -132,18 +141,18 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
 
 
-def load_params(path: str | os.PathLike[str] = "params.yaml") -> PipelineConfig:
-    """Read and validate a params file; its relative paths are relative to its folder (the
-    project's)."""
-    return validate_params(read_yaml(path), source=Path(path).name, root=Path(path).parent)
+def load_as(schema: type[Params], path: str | os.PathLike[str] = "params.yaml") -> Params:
+    """Read a params file and validate it with ``schema``; its relative paths are relative to its
+    folder (the project's)."""
+    return validate_as(schema, read_yaml(path), source=Path(path).name, root=Path(path).parent)
 
 
-def to_raw(cfg: PipelineConfig) -> dict[str, Any]:
+def to_raw(cfg: BaseModel) -> dict[str, Any]:
     """Fully resolved plain-dict form (what ``params.yaml`` holds)."""
     return cfg.model_dump(mode="json")
 
 
-def write_params(cfg: PipelineConfig, path: str | os.PathLike[str] = "params.yaml") -> Path:
+def write_params(cfg: BaseModel, path: str | os.PathLike[str] = "params.yaml") -> Path:
     """Write the resolved config atomically, in a stable key order."""
     path = Path(path)
     text = (

@@ -1,4 +1,5 @@
-"""The ``gates`` section: the metrics a gate may name, :class:`GateCheck` and the default gates."""
+"""The ``gates`` section: :class:`GateCheck` and the default gates (the metric names:
+:mod:`tasks.params.metrics`)."""
 
 from __future__ import annotations
 
@@ -7,35 +8,18 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_serializer, model_validator
 
 from tasks.params.base import _Strict
+from tasks.params.metrics import (
+    CLASSIFICATION_METRICS,
+    GREATER_IS_BETTER,
+    METRICS,
+    MODEL_METRICS,
+    OOD_METRICS,
+)
 
-#: Metrics a gate may name. Classification metrics apply to ``id_test`` and ``shift``; OOD metrics
-#: (OOD = positive class) to ``near_ood`` and ``far_ood``; the rest are model-level
-#: (split ``model``).
-CLASSIFICATION_METRICS = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc", "augrc")
-OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
-MODEL_METRICS = ("parameters", "latency_ms", "compile_max_abs_diff", "compile_argmax_agreement")
-#: The checks of the shipped artifact against the eager model: no gate list may drop them.
-COMPILE_CHECKS = ("compile_argmax_agreement", "compile_max_abs_diff")
-METRICS = CLASSIFICATION_METRICS + OOD_METRICS + MODEL_METRICS
+#: Where a gate's metric is read (``model``: model-level metrics).
 SPLITS = ("id_test", "shift", "near_ood", "far_ood", "model")
+#: The models a gate may compare the Hydra with.
 BASELINES = ("single", "naive_pruned", "deep_ensemble", "mc_dropout", "control", "prod")
-GREATER_IS_BETTER = {
-    "accuracy": True,
-    "nll": False,
-    "brier": False,
-    "ece": False,
-    "adaptive_ece": False,
-    "aurc": False,
-    "augrc": False,
-    "auroc": True,
-    "aupr_in": True,
-    "aupr_out": True,
-    "fpr_at_95_tpr": False,
-    "parameters": False,
-    "latency_ms": False,
-    "compile_max_abs_diff": False,
-    "compile_argmax_agreement": True,
-}
 
 
 #: ``GateCheck.threshold`` value meaning "the compile stage's tolerance for the shipped precision".

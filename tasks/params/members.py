@@ -11,11 +11,12 @@ from tasks.params.base import _Strict
 
 
 class ScoringConfig(_Strict):
-    method: Literal["circuit", "taylor", "magnitude", "random"] = "taylor"
-    """``taylor`` (default: its members are fine-tuned, ``members.finetune.enabled: auto``) won the
-    three-seed text study (docs/study.md); ``circuit`` is the paper's search (members not
-    fine-tuned)."""
-    objective: Literal["nll", "ood", "avg"] = "ood"
+    method: str = "taylor"
+    """A scorer of ``hydra_ops.scoring.SCORERS`` (:mod:`tasks.params.names`). ``taylor``
+    (default: its members are fine-tuned, ``members.finetune.enabled: auto``) won the three-seed
+    text study (docs/study.md); ``circuit`` is the paper's search (members not fine-tuned)."""
+    objective: str = "ood"
+    """The circuit search's objective, one of ``hydra_ops.scoring.OBJECTIVES``."""
     max_batches: int | None = Field(default=4, ge=1)
     """Batches of ``batch_size`` per objective evaluation (circuit: layers x heads x M of them)
     or per gradient pass (taylor); ``None`` = the whole split."""
@@ -34,9 +35,10 @@ class MemberFinetuneConfig(_Strict):
     """``None``: half of the base fine-tune's learning rate."""
     seed_offset: int = 100
     max_parallel: int = Field(default=1, ge=1)
-    data: Literal["full", "bootstrap", "shards"] = "full"
-    """Each member's (and its control's) training data (:mod:`hydra_ops.member_data`): the whole
-    split, a bootstrap resample per member, or one of M disjoint class-stratified shards."""
+    data: str = "full"
+    """One of ``hydra_ops.member_data.MEMBER_DATA_MODES``: each member's (and its control's)
+    training data (:mod:`hydra_ops.member_data`): the whole split, a bootstrap resample per
+    member, or one of M disjoint class-stratified shards."""
     objective: Literal["ce", "ncl"] = "ce"
     """``ncl``: cross-entropy plus ``ncl_strength`` times the negative-correlation penalty
     against the fine-tuned base's predictions (:mod:`hydra_ops.diversity_loss`)."""
@@ -61,8 +63,9 @@ class MembersConfig(_Strict):
     heads_per_layer: Annotated[int, Field(ge=1)] | list[Annotated[int, Field(ge=1)]] | None = None
     """Heads each member keeps per pruned layer: one int for every member, or a list with one int
     per member (per-member pruning ratios); ``None`` = ``max(1, heads // num_members)``."""
-    strategy: Literal["topk", "gumbel_topk", "overlap_penalty", "circuits"] | None = None
-    """``None`` = ``circuits`` for the circuit scorer, ``overlap_penalty`` otherwise."""
+    strategy: str | None = None
+    """One of ``hydra_ops.selection.STRATEGIES``; ``None`` = ``circuits`` for the circuit
+    scorer, ``overlap_penalty`` otherwise."""
     temperature: float = Field(default=1.0, gt=0)
     overlap_penalty: float | None = Field(default=None, ge=0)
     """Overlap penalty of the ``overlap_penalty`` and ``circuits`` strategies (in units of a layer's
@@ -73,8 +76,10 @@ class MembersConfig(_Strict):
 
 
 class MergeConfig(_Strict):
-    mode: Literal["stack", "average"] = "stack"
-    attention: Literal["padded_bmm", "member_gemm", "block_diagonal"] = "padded_bmm"
+    mode: str = "stack"
+    """One of ``hydra_ops.merge.MERGE_MODES``."""
+    attention: str = "padded_bmm"
+    """An implementation of ``hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS``."""
     shared_layers: int | None = Field(default=None, ge=0)
     """Leading layers that keep every head and run once, shared by all members (the streams fork
     after them); ``None`` = half of the model's layers (``L // 2``), 0 = the paper's merge, every

@@ -49,7 +49,8 @@ class VitConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    family: Literal["auto", "bert", "timm_vit"] = "auto"
+    family: str = "auto"
+    """``auto`` (from the data's modality) or one of ``hydra_ops.models.BASE_FAMILIES``."""
     path: str | None = None
     max_length: int = Field(default=64, ge=8, le=512)
     vit: VitConfig = VitConfig()

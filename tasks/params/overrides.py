@@ -12,10 +12,10 @@ from pydantic import ValidationError
 
 from hydra_ops.data.spec import DataSpec
 from tasks.params.base import ConfigError
-from tasks.params.files import to_raw, validate_params
+from tasks.params.files import to_raw
 from tasks.params.gates import GateCheck, default_gates
 from tasks.params.profiles import PROFILES
-from tasks.params.schema import PipelineConfig
+from tasks.params.schema import PipelineConfig, validate_params
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,3 +159,46 @@ def _changed(values: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[st
         elif key not in reference or value != ref:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as ``{dotted key: YAML value}``; ConfigError (one line naming
+    the item) when one is not ``KEY=VALUE`` or its value is not YAML."""
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. members.num_members=3)")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            context, problem = getattr(err, "context", None), getattr(err, "problem", None)
+            why = ": ".join(filter(None, (context, problem))) or str(err).splitlines()[0]
+            raise ConfigError(f"--set {item!r}: value is not valid YAML ({why})") from None
+    return out
+
+
+def read_gates(path: Path) -> list[dict[str, Any]]:
+    """The ``gates`` list of a YAML file (a params.yaml), every check validated (``hydra-ens study
+    --gates-from``); ConfigError, one line naming the file and the first bad check, otherwise."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(
+            f"--gates-from {path}: cannot read it ({str(err).splitlines()[0]})"
+        ) from None
+    gates = raw.get("gates") if isinstance(raw, dict) else None
+    if not isinstance(gates, list) or not gates:
+        raise ConfigError(f"--gates-from {path}: no `gates:` list in it")
+    for i, g in enumerate(gates):
+        try:
+            GateCheck.model_validate(g)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise ConfigError(f"--gates-from {path}: gates[{i}].{where}: {first['msg']}") from None
+    return gates

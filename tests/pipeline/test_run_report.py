@@ -66,7 +66,7 @@ def synthetic_outputs() -> tuple[dict, dict]:
 
 def write_evaluation(root: Path) -> dict:
     """What ``evaluate`` writes, from :func:`synthetic_outputs`; returns the evaluation."""
-    from tasks.report import latency_setup, render_report
+    from tasks.evaluate_markdown import latency_setup, render_report
     from tasks.score_histograms import score_histograms
     from tasks.scorecard import ood_by_score, plot_rows, split_metrics
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.member_diversity import diversity_section
-from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
+from tasks.params.core import CoreConfig
+from tasks.params.metrics import CLASSIFICATION_METRICS, OOD_METRICS
 
 
 def _fmt(v: float) -> str:
@@ -19,7 +20,7 @@ def _precision(name: str | None) -> str:
 
 
 def latency_setup(
-    cfg: PipelineConfig,
+    cfg: CoreConfig,
     device: str,
     precision: str,
     models: dict[str, dict[str, Any]],
