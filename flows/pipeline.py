@@ -32,7 +32,7 @@ from hydra_ops.allocators import allocator_env
 from tasks.dvcfiles import locked_outs
 from tasks.layout import METRICS, REGISTRY, REPORTS, STAGES
 from tasks.outputs import write_json
-from tasks.params import load_params
+from tasks.params.schema import load_params
 
 
 def _retry_if_transient(task, task_run, state) -> bool:
@@ -85,8 +85,9 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
     if proc.returncode != 0:
         # killed (say by the OOM killer): retried; Ctrl-C or a user's SIGTERM, or an error: not
         transient = dvcops.is_transient_exit(proc.returncode)
-        err = dvcops.TransientStageError if transient else dvcops.StageError
-        raise err(f"member {member} failed (exit {proc.returncode})")
+        kind = dvcops.TransientStageError if transient else dvcops.StageError
+        output = (proc.stdout + proc.stderr).splitlines()
+        raise kind.from_output(output, proc.returncode, member=member)
     return {"member": member, "seconds": round(time.perf_counter() - t0, 2)}
 
 

@@ -75,11 +75,15 @@ def test_bad_data_ends_the_run_with_one_error_line_and_a_full_log(prefect_server
 
 # ---- flows.runlog without a server ----
 
-STAGE_ERROR = StageError(
-    "stage prepare_data failed (exit 255): error: stage prepare_data: data source 'csv' "
-    "('d.csv'): only 1 in-distribution class ['spam']; a classifier needs at least 2 | "
-    "ERROR: failed to reproduce 'prepare_data': failed to run: python -m tasks.prepare_data, "
-    "exited with 1"
+STAGE_ERROR = StageError.from_output(
+    [
+        "error: stage prepare_data: data source 'csv' ('d.csv'): only 1 in-distribution class "
+        "['spam']; a classifier needs at least 2",
+        "ERROR: failed to reproduce 'prepare_data': failed to run: python -m tasks.prepare_data, "
+        "exited with 1",
+    ],
+    255,
+    stage="prepare_data",
 )
 
 
@@ -103,7 +107,7 @@ def test_error_line_is_the_stage_own_message():
     assert runlog.error_line(RuntimeError("server\nwent away")) == (
         "pipeline failed: server went away"
     )
-    dvc_only = StageError("stage merge failed (exit 1): ERROR: failed to reproduce 'merge'")
+    dvc_only = StageError.from_output(["ERROR: failed to reproduce 'merge'"], 1, stage="merge")
     assert runlog.error_line(dvc_only) == "stage merge failed: ERROR: failed to reproduce 'merge'"
 
 
@@ -138,9 +142,9 @@ def test_console_filter_hides_tracebacks_and_failure_reports_and_remembers_the_c
         "Starting temporary server",
     ]
     log = runlog.RunLog(Path("x.log"), logging.NullHandler(), f)  # type: ignore[arg-type]
-    crash = StageError("stage finetune_base failed (exit 1): ERROR: failed to reproduce 'x'")
+    crash = StageError.from_output(["ERROR: failed to reproduce 'x'"], 1, stage="finetune_base")
     assert runlog.error_line(crash, log) == "stage finetune_base failed: RuntimeError: boom"
-    member = StageError("member 1 failed (exit 1)")
+    member = StageError.from_output([], 1, member=1)
     assert runlog.error_line(member, log) == (
         "member 1 failed (exit 1): stage finetune_members: bad lr"
     )

@@ -16,7 +16,7 @@ from tiny_models import make_members, tiny_inputs
 from typer.testing import CliRunner
 
 from flows import dvcops
-from flows.cli import app, check_compile_here, check_device_here
+from flows.cli import app
 from hydra_ops import compile as hc
 from hydra_ops.compile import auto
 from hydra_ops.merge import merge_members
@@ -27,6 +27,7 @@ from tasks.evaluate import compile_fields
 from tasks.gate import evaluate_check
 from tasks.layout import STAGES
 from tasks.params import ConfigError, GateCheck, default_gates, resolve_params, write_params
+from tasks.preflight import check_compile_here, check_device_here
 from tasks.resumable import ensure_unit, finalise, unit_is_done
 
 REPO = Path(__file__).resolve().parents[2]
@@ -254,7 +255,7 @@ def test_the_prediction_table_shows_inputs_and_classes_as_written():
     ``[removed]`` vanished from ``predict``'s table and ``[/x]`` ended it with a MarkupError."""
     from rich.console import Console
 
-    from flows.cli import prediction_table
+    from flows.render import prediction_table
 
     numbers = {"prob": 0.9, "entropy": 0.3, "mutual_information": 0.1, "disagreement": 0.0}
     rows = [
