@@ -43,7 +43,6 @@ _EXPORTS = {
     "ConfigError": "tasks.params.base",
     "_Strict": "tasks.params.base",
     "IMAGE_SOURCES": "tasks.params.model",
-    "IMAGE_SUFFIXES": "tasks.params.model",
     "MINILM_LAYERS": "tasks.params.model",
     "MINILM_HEADS": "tasks.params.model",
     "data_modality": "tasks.params.model",

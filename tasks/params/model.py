@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer
 
+from hydra_ops.data.sources import IMAGE_EXTENSIONS
 from hydra_ops.data.spec import DataSpec
 from hydra_ops.shapes import VIT_DEFAULTS, text_model_shape
 from tasks.params.base import _Strict
 
 IMAGE_SOURCES = ("mnist5k", "digits", "fashion-mnist")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 #: Heads per layer / layers of the built-in text model (MiniLM-L6).
 MINILM_LAYERS, MINILM_HEADS = 6, 12
@@ -33,7 +33,7 @@ def data_modality(data: DataSpec) -> str:
     if data.name == "folder" and data.path and Path(data.path).is_dir():
         for f in Path(data.path).rglob("*"):
             if f.is_file():
-                return "image" if f.suffix.lower() in IMAGE_SUFFIXES else "text"
+                return "image" if f.suffix.lower() in IMAGE_EXTENSIONS else "text"
     return "text"
 
 
