@@ -1,4 +1,4 @@
-"""The evaluate stage's MC Dropout baseline and its OOD metrics under every OOD score, on a tiny
+"""tasks.evaluate: the MC Dropout baseline and the OOD metrics under every OOD score, on a tiny
 digits project (stage functions called directly, CPU fp32)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""tasks.params refusals of data and model sections found by an audit: each is one line naming
-its key, before any stage runs (no near-OOD set; a model.path that is not a BERT, or whose shape
-differs from MiniLM's)."""
+"""tasks.params.core: the checks across the data and model sections, each one line naming its key,
+before any stage runs (no near-OOD set; a model.path that is not a BERT, or whose shape differs
+from MiniLM's); relative paths read from the project folder."""
 
 from __future__ import annotations
 
