@@ -45,7 +45,7 @@ from tasks.params import (
     ConfigError,
     PipelineConfig,
     ProfileName,
-    _Strict,
+    Strict,
     read_yaml,
     resolve_params,
     to_raw,
@@ -61,7 +61,7 @@ POINT_TARGET = "gate"
 _NAME = r"^[a-z0-9][a-z0-9_-]{0,40}$"
 
 
-class StudySpec(_Strict):
+class StudySpec(Strict):
     name: str = Field(pattern=_NAME)
     profile: ProfileName = "default"
     params: str | None = None

@@ -41,7 +41,7 @@ from typing import Any
 
 _EXPORTS = {
     "ConfigError": "tasks.params.base",
-    "_Strict": "tasks.params.base",
+    "Strict": "tasks.params.base",
     "IMAGE_SOURCES": "tasks.params.model",
     "MINILM_LAYERS": "tasks.params.model",
     "MINILM_HEADS": "tasks.params.model",

@@ -9,5 +9,7 @@ class ConfigError(ValueError):
     """A ``params.yaml`` problem; ``str(err)`` is one line per problem, each naming the key."""
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """A params model that refuses unknown keys and validates its defaults too."""
+
     model_config = ConfigDict(extra="forbid", validate_default=True)

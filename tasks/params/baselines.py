@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tasks.params.base import _Strict
+from tasks.params.base import Strict
 from tasks.params.core import CoreConfig
 
 
-class McDropoutConfig(_Strict):
+class McDropoutConfig(Strict):
     """The MC Dropout baseline: the fine-tuned base, dropout on at inference, ``samples`` passes
     (:mod:`hydra_ops.mc_dropout`)."""
 
@@ -21,7 +21,7 @@ class McDropoutConfig(_Strict):
     """Seed of the dropout masks (restarted per evaluated split: reruns give the same metrics)."""
 
 
-class BaselinesConfig(_Strict):
+class BaselinesConfig(Strict):
     deep_ensemble_size: int | None = Field(default=None, ge=1)
     """Members of the Deep Ensemble baseline (the base is member 0); ``None``: M."""
     mc_dropout: McDropoutConfig = McDropoutConfig()

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from hydra_ops.data.spec import DataSpec, OODSource, near_ood_problem
-from tasks.params.base import ConfigError, _Strict
+from tasks.params.base import ConfigError, Strict
 from tasks.params.evaluation import CalibrateConfig, CompileConfig, EvaluateConfig
 from tasks.params.members import MembersConfig, MergeConfig, ScoringConfig
 from tasks.params.model import (
@@ -60,7 +60,7 @@ ProfileName = Annotated[str, AfterValidator(_known_profile)]
 Unread = Any
 
 
-class CoreConfig(_Strict):
+class CoreConfig(Strict):
     """``params.yaml`` as the stages that read only its core sections see it."""
 
     profile: ProfileName = "default"

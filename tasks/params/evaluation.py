@@ -8,10 +8,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tasks.params.base import _Strict
+from tasks.params.base import Strict
 
 
-class CompileConfig(_Strict):
+class CompileConfig(Strict):
     backend: str = "auto"
     """A backend of ``hydra_ops.compile.backends.BACKEND_REGISTRY``, or ``auto``: tensorrt on
     CUDA, else the fastest CPU backend measured here that agrees with eager (hydra_ops.compile);
@@ -38,7 +38,7 @@ class CompileConfig(_Strict):
         return self.tolerance_fp32 if precision == "fp32" else self.tolerance_low_precision
 
 
-class CalibrateConfig(_Strict):
+class CalibrateConfig(Strict):
     """Quantiles of the ID validation OOD scores that become ``hydra-ens predict``'s verdict
     thresholds (``uncertain`` above the first, ``likely OOD`` above the second)."""
 
@@ -55,7 +55,7 @@ class CalibrateConfig(_Strict):
         return self
 
 
-class EvaluateConfig(_Strict):
+class EvaluateConfig(Strict):
     ood_score: Literal["msp", "entropy", "mutual_information", "energy"] = "msp"
     bootstrap_samples: int = Field(default=1000, ge=10)
     bootstrap_seed: int = 0

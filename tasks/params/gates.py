@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from tasks.params.base import _Strict
+from tasks.params.base import Strict
 from tasks.params.metrics import (
     CLASSIFICATION_METRICS,
     GREATER_IS_BETTER,
@@ -26,7 +26,7 @@ BASELINES = ("single", "naive_pruned", "deep_ensemble", "mc_dropout", "control",
 COMPILE_TOLERANCE = "compile_tolerance"
 
 
-class GateCheck(_Strict):
+class GateCheck(Strict):
     """One check, modelled on MLflow's ``MetricThreshold``.
 
     The candidate is the Hydra model. ``threshold``: an absolute bound (candidate >= threshold when

@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_serializer
 
-from tasks.params.base import _Strict
+from tasks.params.base import Strict
 
 
-class ScoringConfig(_Strict):
+class ScoringConfig(Strict):
     method: str = "taylor"
     """A scorer of ``hydra_ops.scoring.SCORERS`` (:mod:`tasks.params.names`). ``taylor``
     (default: its members are fine-tuned, ``members.finetune.enabled: auto``) won the three-seed
@@ -27,7 +27,7 @@ class ScoringConfig(_Strict):
     so the later layers are chosen in the context of a pruned prefix (see docs/scoring.md)."""
 
 
-class MemberFinetuneConfig(_Strict):
+class MemberFinetuneConfig(Strict):
     enabled: bool | Literal["auto"] = "auto"
     """``auto``: fine-tune members for the ``taylor`` variant only (the circuit variant skips)."""
     epochs: int = Field(default=1, ge=1)
@@ -58,7 +58,7 @@ class MemberFinetuneConfig(_Strict):
         return out
 
 
-class MembersConfig(_Strict):
+class MembersConfig(Strict):
     num_members: int = Field(default=3, ge=1)
     heads_per_layer: Annotated[int, Field(ge=1)] | list[Annotated[int, Field(ge=1)]] | None = None
     """Heads each member keeps per pruned layer: one int for every member, or a list with one int
@@ -75,7 +75,7 @@ class MembersConfig(_Strict):
     finetune: MemberFinetuneConfig = MemberFinetuneConfig()
 
 
-class MergeConfig(_Strict):
+class MergeConfig(Strict):
     mode: str = "stack"
     """One of ``hydra_ops.merge.MERGE_MODES``."""
     attention: str = "padded_bmm"

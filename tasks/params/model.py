@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_serializer
 from hydra_ops.data.sources import IMAGE_EXTENSIONS
 from hydra_ops.data.spec import DataSpec
 from hydra_ops.shapes import VIT_DEFAULTS, text_model_shape
-from tasks.params.base import _Strict
+from tasks.params.base import Strict
 
 IMAGE_SOURCES = ("mnist5k", "digits", "fashion-mnist")
 
@@ -37,7 +37,7 @@ def data_modality(data: DataSpec) -> str:
     return "text"
 
 
-class VitConfig(_Strict):
+class VitConfig(Strict):
     """The from-scratch ViT's shape; defaults: :data:`hydra_ops.models.VIT_DEFAULTS`."""
 
     image_size: int = Field(default=VIT_DEFAULTS.image_size, ge=4)
@@ -48,7 +48,7 @@ class VitConfig(_Strict):
     mlp_ratio: float = Field(default=VIT_DEFAULTS.mlp_ratio, gt=0)
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Strict):
     family: str = "auto"
     """``auto`` (from the data's modality) or one of ``hydra_ops.models.BASE_FAMILIES``."""
     path: str | None = None
@@ -56,7 +56,7 @@ class ModelConfig(_Strict):
     vit: VitConfig = VitConfig()
 
 
-class FinetuneConfig(_Strict):
+class FinetuneConfig(Strict):
     epochs: int = Field(default=3, ge=1)
     batch_size: int = Field(default=16, ge=1)
     lr: float | None = Field(default=None, gt=0)
@@ -77,7 +77,7 @@ class FinetuneConfig(_Strict):
         return out
 
 
-class RuntimeConfig(_Strict):
+class RuntimeConfig(Strict):
     """Where and in which precision the model-running stages run (:mod:`hydra_ops.runtime`)."""
 
     device: str = "auto"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tasks.params.base import _Strict
+from tasks.params.base import Strict
 
 
-class PromoteConfig(_Strict):
+class PromoteConfig(Strict):
     model_name: str = Field(default="hydra", pattern=r"^[a-z][a-z0-9-]*$")
     stage: str = Field(default="prod", pattern=r"^[a-z][a-z0-9-]*$")
