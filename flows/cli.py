@@ -72,8 +72,8 @@ def _note(text: str) -> None:
 
 @contextlib.contextmanager
 def _exit_on(*errors: type[BaseException], code: int = 1, prefix: str = "") -> Iterator[None]:
-    """One of ``errors`` raised inside becomes the one ``error:`` line and exit ``code`` (the
-    error's own ``exit_code`` when it has one)."""
+    """One of ``errors`` raised inside becomes the one ``error:`` line and exit ``code`` (the CLI
+    status a :class:`~flows.launch.FlowFailed` or :class:`~flows.serve_model.ServeError` names)."""
     try:
         yield
     except errors as err:

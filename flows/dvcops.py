@@ -53,7 +53,7 @@ class _Failure(RuntimeError):
 
     * ``stage``: the DVC stage that failed, or None; ``member``: the member fine-tune that
       failed, or None (neither: the run's own plumbing, e.g. ``dvc status``);
-    * ``exit_code``: the failed process's exit status, or None;
+    * ``returncode``: the failed process's exit status, or None;
     * ``message``: the process's own one-line error (its ``error: ...`` line, from
       :func:`tasks.stage.stage_main`, without the prefix), or None;
     * ``detail``: what else it said (DVC's ``ERROR:`` line, the last lines), colours stripped.
@@ -65,28 +65,28 @@ class _Failure(RuntimeError):
         *,
         stage: str | None = None,
         member: int | None = None,
-        exit_code: int | None = None,
+        returncode: int | None = None,
         message: str | None = None,
         detail: str = "",
     ) -> None:
         super().__init__(text)
-        self.stage, self.member, self.exit_code = stage, member, exit_code
+        self.stage, self.member, self.returncode = stage, member, returncode
         self.message, self.detail = message, detail
 
     @classmethod
     def from_output(
         cls,
         lines: Sequence[str],
-        exit_code: int,
+        returncode: int,
         stage: str | None = None,
         member: int | None = None,
     ) -> Self:
-        """The failure of a process that ended with ``exit_code`` after printing ``lines`` (its
+        """The failure of a process that ended with ``returncode`` after printing ``lines`` (its
         ``error``/``ERROR`` lines, else its last three): the process's own ``error:`` line is
         the message, the rest the detail."""
         errors = [ln for ln in lines if ln.startswith(("error", "ERROR"))] or list(lines[-3:])
         what = f"stage {stage}" if stage is not None else f"member {member}"
-        text = f"{what} failed (exit {exit_code})"
+        text = f"{what} failed (exit {returncode})"
         text += (": " + " | ".join(errors)) if stage is not None else ""
         clean = [strip_ansi(ln).strip() for ln in errors]
         own = [ln.removeprefix("error: ") for ln in clean if ln.startswith("error: ")]
@@ -94,7 +94,7 @@ class _Failure(RuntimeError):
             text,
             stage=stage,
             member=member,
-            exit_code=exit_code,
+            returncode=returncode,
             message=own[0] if own else None,
             detail=" | ".join(ln for ln in clean if ln),
         )
@@ -104,7 +104,7 @@ class _Failure(RuntimeError):
         fields = {
             "stage": self.stage,
             "member": self.member,
-            "exit_code": self.exit_code,
+            "returncode": self.returncode,
             "message": self.message,
             "detail": self.detail,
         }
