@@ -94,6 +94,8 @@ _EXPORTS = {
     "set_dotted": "tasks.params.overrides",
     "resolve_params": "tasks.params.overrides",
     "apply_sets": "tasks.params.overrides",
+    "parse_sets": "tasks.params.overrides",
+    "read_gates": "tasks.params.overrides",
     "REGISTRY_KEYS": "tasks.params.names",
     "allowed_names": "tasks.params.names",
     "check_names": "tasks.params.names",

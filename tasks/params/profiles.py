@@ -1,6 +1,6 @@
 """Named profiles: overrides applied on top of the defaults (by :mod:`tasks.params.overrides`).
 
-Their names are :data:`tasks.params.schema.PROFILE_NAMES` (what a ``params.yaml`` may record); a
+Their names are :data:`tasks.params.core.PROFILE_NAMES` (what a ``params.yaml`` may record); a
 test holds the two equal."""
 
 from __future__ import annotations

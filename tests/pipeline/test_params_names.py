@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from tasks.params.base import ConfigError
+from tasks.params.core import PROFILE_NAMES
 from tasks.params.names import REGISTRY_KEYS, allowed_names, check_names
 from tasks.params.overrides import resolve_params
 from tasks.params.profiles import PROFILES
-from tasks.params.schema import PROFILE_NAMES, PipelineConfig, validate_params
+from tasks.params.schema import PipelineConfig, validate_params
 from tasks.preflight import resolve_run_params
 
 
