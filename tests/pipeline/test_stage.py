@@ -1,5 +1,5 @@
-"""tasks.stage: a stage process logs the library lines, cleans what a killed run left, and ends
-with one error line."""
+"""tasks.stage: a stage process logs the library lines, and removes what a killed run of it left
+(and nothing else) before it runs."""
 
 from __future__ import annotations
 
