@@ -58,7 +58,7 @@ def compare(
     from tasks import data as prepared
     from tasks.baseline_models import eval_batches
     from tasks.candidates import shipped_logits
-    from tasks.common import HYDRA
+    from tasks.layout import HYDRA
     from tasks.params import load_params
 
     cfg = cfg or load_params(project / "params.yaml")

@@ -67,7 +67,8 @@ def trained_precisions(root: Path) -> dict[str, Any]:
     per fine-tuning stage; None where not recorded), each with its weights' sha256."""
     from hydra_ops.checkpoints import read_checkpoint_metadata
     from hydra_ops.serialization import read_hydra_config
-    from tasks.common import BASE, BASELINES, HYDRA, read_json
+    from tasks.layout import BASE, BASELINES, HYDRA
+    from tasks.outputs import read_json
 
     def record(directory: Path) -> dict[str, Any]:
         meta = read_checkpoint_metadata(directory)
@@ -99,7 +100,7 @@ def fp32_outputs(cfg: PipelineConfig, root: Path) -> dict[str, dict[str, Any]]:
     from hydra_ops.serialization import load_hydra
     from tasks import data as prepared
     from tasks.baseline_models import eval_batches, seed_baselines
-    from tasks.common import HYDRA
+    from tasks.layout import HYDRA
 
     fp32 = Runtime()
     batches = {s: b for s, b in eval_batches(cfg, root, fp32).items() if s in SPLITS}
@@ -204,7 +205,8 @@ def main(
     md_out: Path | None = MD_OPTION,
 ) -> None:
     """Print (and optionally write) the bf16-vs-fp32 training comparison."""
-    from tasks.common import BASE, write_json, write_text
+    from tasks.layout import BASE
+    from tasks.outputs import write_json, write_text
 
     for project in (fp32, bf16):
         if not (project / BASE).is_dir():

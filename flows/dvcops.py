@@ -26,21 +26,100 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from flows.dvclinks import cache_dir, ensure_cache_links, link_remote_to_cache
+from tasks.dvcfiles import REMOTE_DIR
 
-REMOTE_NAME, REMOTE_DIR = "local", ".dvc-remote"
+REMOTE_NAME = "local"
 #: Set when the user interrupted the run (the CLI's SIGINT/SIGTERM handler): no new stage or
 #: member process starts and no failure is retried.
 INTERRUPTED = threading.Event()
+#: A terminal colour code (DVC colours its ``ERROR:``).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-class StageError(RuntimeError):
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes."""
+    return ANSI.sub("", text)
+
+
+class _Failure(RuntimeError):
+    """A failure of the pipeline's plumbing, of one stage or of one member fine-tune.
+
+    ``str(err)`` is the whole story in one line (``stage S failed (exit N): line | line``); the
+    fields say it again for whoever reports it (:func:`flows.runlog.error_line`), so nothing is
+    parsed back out of the text:
+
+    * ``stage``: the DVC stage that failed, or None; ``member``: the member fine-tune that
+      failed, or None (neither: the run's own plumbing, e.g. ``dvc status``);
+    * ``returncode``: the failed process's exit status, or None;
+    * ``message``: the process's own one-line error (its ``error: ...`` line, from
+      :func:`tasks.stage.stage_main`, without the prefix), or None;
+    * ``detail``: what else it said (DVC's ``ERROR:`` line, the last lines), colours stripped.
+    """
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        stage: str | None = None,
+        member: int | None = None,
+        returncode: int | None = None,
+        message: str | None = None,
+        detail: str = "",
+    ) -> None:
+        super().__init__(text)
+        self.stage, self.member, self.returncode = stage, member, returncode
+        self.message, self.detail = message, detail
+
+    @classmethod
+    def from_output(
+        cls,
+        lines: Sequence[str],
+        returncode: int,
+        stage: str | None = None,
+        member: int | None = None,
+    ) -> Self:
+        """The failure of a process that ended with ``returncode`` after printing ``lines`` (its
+        ``error``/``ERROR`` lines, else its last three): the process's own ``error:`` line is
+        the message, the rest the detail."""
+        errors = [ln for ln in lines if ln.startswith(("error", "ERROR"))] or list(lines[-3:])
+        what = f"stage {stage}" if stage is not None else f"member {member}"
+        text = f"{what} failed (exit {returncode})"
+        text += (": " + " | ".join(errors)) if stage is not None else ""
+        clean = [strip_ansi(ln).strip() for ln in errors]
+        own = [ln.removeprefix("error: ") for ln in clean if ln.startswith("error: ")]
+        return cls(
+            text,
+            stage=stage,
+            member=member,
+            returncode=returncode,
+            message=own[0] if own else None,
+            detail=" | ".join(ln for ln in clean if ln),
+        )
+
+    def __reduce__(self) -> tuple:
+        # the fields survive a pickle (Prefect may persist a task's exception)
+        fields = {
+            "stage": self.stage,
+            "member": self.member,
+            "returncode": self.returncode,
+            "message": self.message,
+            "detail": self.detail,
+        }
+        return (_rebuild, (type(self), str(self), fields))
+
+
+def _rebuild(cls: type[_Failure], text: str, fields: dict) -> _Failure:
+    return cls(text, **fields)
+
+
+class StageError(_Failure):
     """A stage failed for a reason a retry will not fix (bad params, bad data, a bug)."""
 
 
-class TransientStageError(RuntimeError):
+class TransientStageError(_Failure):
     """A stage failed in a way worth retrying (DVC lock busy, process killed, OS error)."""
 
 
@@ -235,7 +314,6 @@ _DVC_LOCK_ERROR = re.compile(
 )
 #: DVC's report of a stage command killed by a signal (``StageCmdFailedError``).
 _DVC_STAGE_KILLED = re.compile(r"^ERROR: .*failed to run: .*, exited with (-\d+|137|143|130)\s*$")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: Exit statuses of a killed process: 128 + SIGKILL (the OOM killer) / SIGTERM.
 _KILLED_STATUSES = (137, 143)
 #: Exit statuses of a process stopped by Ctrl-C (SIGINT, or 128 + SIGINT through a shell): the
@@ -265,7 +343,7 @@ def dvc_error_line(lines: Sequence[str]) -> str | None:
     DVC prints it after the stage command has ended, so it comes after all of the stage's own
     output; earlier ``ERROR:`` lines may be the stage's."""
     for line in reversed(lines):
-        clean = _ANSI.sub("", line).strip()
+        clean = strip_ansi(line).strip()
         if clean.startswith("ERROR: "):
             return clean
     return None
@@ -275,7 +353,7 @@ def is_progress_line(line: str) -> bool:
     """Whether ``line`` (one ``\\r``-separated segment) is a tqdm progress bar, not relayed.
 
     Only tqdm's rate field counts (:data:`_TQDM_RATE`), never a line starting with ``error``."""
-    clean = _ANSI.sub("", line).strip()
+    clean = strip_ansi(line).strip()
     if clean.lower().startswith("error"):
         return False
     return _TQDM_RATE.search(clean) is not None
@@ -381,8 +459,8 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
     )
     seconds = time.perf_counter() - t0
     if rc != 0:
-        errors = [ln for ln in lines if ln.startswith(("error", "ERROR"))] or lines[-3:]
-        raise failure(f"stage {stage} failed (exit {rc}): " + " | ".join(errors), rc, lines)
+        kind = TransientStageError if is_transient_failure(rc, lines) else StageError
+        raise kind.from_output(lines, rc, stage=stage)
     ran = f"Running stage '{stage}'" in "\n".join(lines)
     return StageRun(stage, ran, seconds, lines)
 

@@ -29,8 +29,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import dvcops
 from hydra_ops.allocators import allocator_env
-from tasks.common import METRICS, REGISTRY, REPORTS, STAGES, write_json
-from tasks.params import load_params
+from tasks.dvcfiles import locked_outs
+from tasks.layout import METRICS, REGISTRY, REPORTS, STAGES
+from tasks.outputs import write_json
+from tasks.params.schema import load_params
 
 
 @task(
@@ -52,7 +54,7 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
         "stage": stage,
         "ran": result.ran,
         "seconds": round(result.seconds, 2),
-        "outs": _locked_outs(root, stage),
+        "outs": {p: md5 or "" for p, md5 in locked_outs(root, stage).items()},
     }
 
 
@@ -73,25 +75,16 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
     if proc.returncode != 0:
         # killed (say by the OOM killer): retried; Ctrl-C or a user's SIGTERM, or an error: not
         transient = dvcops.is_transient_exit(proc.returncode)
-        err = dvcops.TransientStageError if transient else dvcops.StageError
-        raise err(f"member {member} failed (exit {proc.returncode})")
+        kind = dvcops.TransientStageError if transient else dvcops.StageError
+        output = (proc.stdout + proc.stderr).splitlines()
+        raise kind.from_output(output, proc.returncode, member=member)
     return {"member": member, "seconds": round(time.perf_counter() - t0, 2)}
-
-
-def _locked_outs(root: Path, stage: str) -> dict[str, str]:
-    import yaml
-
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return {}
-    data = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).get(stage, {})
-    return {o["path"]: o.get("md5", "") for o in data.get("outs", [])}
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
     from tasks.candidate_gate import gate_summary
-    from tasks.common import load_evaluation
-    from tasks.report import metrics_table
+    from tasks.evaluate_markdown import metrics_table
+    from tasks.outputs import load_evaluation
     from tasks.run_report import HTML, artifact_markdown
 
     summary: dict[str, Any] = {}

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from flows.dvcops import StageError, TransientStageError, strip_ansi
+
 LOG_DIR = Path(".hydra-ens/logs")
 #: Prefect's run loggers (``logging.yml``); their failure reports are for the file only.
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
@@ -42,12 +44,9 @@ _TB_CHAIN = (
     "During handling of the above exception",
     "The above exception was the direct cause",
 )
-# the stage's own "error: ..." line (tasks.common.stage_main) and DVC's "ERROR: failed to
+# the stage's own "error: ..." line (tasks.stage.stage_main) and DVC's "ERROR: failed to
 # reproduce ..." after it: the CLI ends with the first, so the console skips both
 _ERROR_PREFIXES = ("error: ", "ERROR: ")
-_STAGE_FAILED = re.compile(r"^stage (\S+) failed \(exit -?\d+\): (.*)$", re.DOTALL)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_MEMBER_FAILED = re.compile(r"^(member \d+) failed \(exit -?\d+\)$")
 #: The name of the CLI's ``on_running`` hook that keeps its SIGINT/SIGTERM handler in place
 #: (``flows.interrupts.interrupts_end_the_run``); Prefect's two lines about running it are for
 #: the file.
@@ -114,7 +113,7 @@ class ConsoleFilter(logging.Filter):
         if match is None:
             return True
         source, line = match.groups()
-        source, line = source.strip("[]"), _ANSI.sub("", line)
+        source, line = source.strip("[]"), strip_ansi(line)
         if line.startswith(_TB_START):
             self._in_traceback[source] = True
             return False
@@ -262,28 +261,24 @@ def start_run_log(root: Path, now: datetime | None = None) -> RunLog:
 def error_line(err: BaseException, run_log: RunLog | None = None) -> str:
     """One line for a failed pipeline run: the failing stage's own message when there is one.
 
-    A :class:`flows.dvcops.StageError` reads ``stage S failed (exit N): line | line ...`` with the
-    stage's ``error: ...`` lines (from ``tasks.common.stage_main``) and DVC's; this returns the
-    stage's own line, else the exception line of the stage's traceback (seen by the console
-    filter), else the stage's failure without DVC's boilerplate; other errors as
+    A stage's or member's failure (:class:`flows.dvcops.StageError`, ``TransientStageError``)
+    carries its fields: the process's own ``error: ...`` line (``message``, from
+    ``tasks.stage.stage_main``) is the line; else the exception line of its traceback (seen by
+    the console filter); else the failure with DVC's line (``detail``). Other errors read
     ``pipeline failed: ...``.
     """
-    text = _ANSI.sub("", str(err)).strip()
     seen = run_log.console_filter if run_log else ConsoleFilter()
-    member = _MEMBER_FAILED.match(text)
-    if member is not None:
-        source = member.group(1)
-        detail = seen.last_error.get(source) or seen.last_exception.get(source)
-        return f"{text}: {one_line(detail)}" if detail else text
-    match = _STAGE_FAILED.match(text)
-    if match is None:
-        return f"pipeline failed: {one_line(text) or type(err).__name__}"
-    stage, detail = match.groups()
-    parts = [p.strip() for p in detail.split(" | ") if p.strip()]
-    own = [p for p in parts if p.startswith("error: ")]
-    if own:
-        return one_line(own[0][len("error: ") :])
-    crash = seen.last_exception.get(stage)
+    if not isinstance(err, StageError | TransientStageError) or (
+        err.stage is None and err.member is None
+    ):
+        return f"pipeline failed: {one_line(strip_ansi(str(err))) or type(err).__name__}"
+    if err.member is not None:
+        source = f"member {err.member}"
+        detail = err.message or seen.last_error.get(source) or seen.last_exception.get(source)
+        return f"{err}: {one_line(detail)}" if detail else str(err)
+    if err.message:
+        return one_line(err.message)
+    crash = seen.last_exception.get(err.stage)
     if crash:
-        return f"stage {stage} failed: {one_line(crash)}"
-    return f"stage {stage} failed: {one_line(' | '.join(parts))}"
+        return f"stage {err.stage} failed: {one_line(crash)}"
+    return f"stage {err.stage} failed: {one_line(err.detail)}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,3 +72,30 @@ def ask(url: str, inputs: list[str], timeout: float = 60.0) -> dict[str, Any]:
     if resp.status != 200:
         raise RequestError(resp.status, str(answer.get("error", f"status {resp.status}")))
     return answer
+
+
+def ask_project_service(
+    root: Path, inputs: list[str], note: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """The answer of the project's running ``serve-model`` to ``inputs`` with the service's
+    ``model``, ``stage`` and ``url`` added, each row's ``input`` as given; None when none runs or
+    it does not answer (``note`` gets why). A request it refuses raises :class:`RequestError`."""
+    service = find_service(root)
+    if service is None:
+        return None
+    sent = inputs
+    if service.get("modality") == "image":  # files: the service's folder is not this one's
+        sent = [str(Path(x).resolve()) for x in inputs]
+    try:
+        answer = ask(service["url"], sent)
+    except ServiceUnavailable as err:
+        note(f"note: the registered service did not answer ({err}); loading the model here")
+        return None
+    for row, given in zip(answer["rows"], inputs, strict=True):
+        row["input"] = given  # as the user gave it, like a local predict
+    return {
+        **answer,
+        "model": service.get("model"),
+        "stage": service.get("stage"),
+        "url": service["url"],
+    }

@@ -9,7 +9,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows import dvcops
-from tasks.params import load_params
+from tasks.params.schema import load_params
 
 
 @flow(name="hydra-smoke")

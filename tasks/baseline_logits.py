@@ -29,16 +29,21 @@ from hydra_ops.checkpoints import load_model
 from hydra_ops.inference_probe import time_inference
 from hydra_ops.runtime import Runtime, resolve_device
 from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
-from tasks.common import BASE, METRICS, publish_dir, read_json, stage_main, write_json
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, METRICS
+from tasks.outputs import publish_dir, read_json, write_json
+from tasks.params.baselines import BaselinesStageConfig
 from tasks.precision import check_batches, precision_record, stage_runtime
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
 BASELINE_LOGITS = Path("artifacts/baseline_logits")
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     from safetensors.torch import save_file
 
     device = Runtime(resolve_device(cfg.runtime.device))
@@ -103,7 +108,7 @@ def load_baseline_logits(root: Path, split_sizes: dict[str, int]) -> dict[str, A
 
 
 def main() -> None:
-    stage_main("baseline_logits", run)
+    stage_main("baseline_logits", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ from hydra_ops.inference import logits as run_logits
 from hydra_ops.runtime import Runtime
 from tasks import data as prepared
 from tasks.candidate_export import deep_ensemble_export, mc_dropout_export, single_export
-from tasks.common import BASE, BASELINES, read_json
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, BASELINES
+from tasks.outputs import read_json
+from tasks.params.baselines import BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -93,7 +94,7 @@ def independent_models(
 
 
 def mc_dropout_model(
-    cfg: PipelineConfig, base: torch.nn.Module, runtime: Runtime | None
+    cfg: BaselinesStageConfig, base: torch.nn.Module, runtime: Runtime | None
 ) -> Candidate:
     """The base with its dropout on at inference, ``samples`` seeded passes (K = samples). The
     mask seed is ``baselines.mc_dropout.seed`` shifted like every other seed of the replicate, and
@@ -125,7 +126,7 @@ def mc_dropout_model(
 
 
 def seed_baselines(
-    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+    cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> list[Candidate]:
     """``single``, ``deep_ensemble`` and, when enabled, ``mc_dropout``, ``lora_ensemble`` and
     ``batch_ensemble``: the baselines made of the seed's base and ``models/baselines`` alone, the
@@ -150,7 +151,7 @@ def seed_baselines(
     return cands + efficient_models(cfg, root, rt)
 
 
-def efficient_models(cfg: PipelineConfig, root: Path, runtime: Runtime) -> list[Candidate]:
+def efficient_models(cfg: BaselinesStageConfig, root: Path, runtime: Runtime) -> list[Candidate]:
     """The enabled efficient ensembles (:mod:`tasks.efficient_baselines`) as candidates, K =
     their members; latency times one forward of the ensemble (one pass over the stacked batch,
     or LoRA-Ensemble member by member when ``baselines.lora_ensemble.batched`` is off)."""
@@ -169,7 +170,7 @@ def efficient_models(cfg: PipelineConfig, root: Path, runtime: Runtime) -> list[
 
 
 def eval_batches(
-    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+    cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> dict[str, list[dict]]:
     """``{split: batches}`` of every split of :data:`EVAL_SPLITS`, unlabelled, in order, of
     ``evaluate.batch_size`` (pinned for a CUDA ``runtime``)."""

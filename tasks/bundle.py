@@ -29,30 +29,21 @@ import logging
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
 from hydra_ops.atomic import copy_tree_linked
 from hydra_ops.hashing import sha256_file
 from tasks.candidate_bundle import write_candidate
-from tasks.common import (
-    BUNDLE,
-    COMPILED,
-    DATA,
-    HYDRA,
-    METRICS,
-    REPORTS,
-    cached_outputs,
-    publish_dir,
-    read_json,
-    stage_main,
-    write_json,
-    write_text,
-)
 from tasks.custody import check_chain
+from tasks.dvcfiles import cached_outputs, locked_outs
+from tasks.layout import BUNDLE, COMPILED, DATA, HYDRA, METRICS, REPORTS
 from tasks.lineage import judged_hashes, stale_roles
 from tasks.model_card import render_card
-from tasks.params import PipelineConfig
+from tasks.outputs import publish_dir, read_json, write_json, write_text
+from tasks.params.schema import PipelineConfig
 from tasks.preprocessing import write_preprocessing
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -77,17 +68,8 @@ def stale_verdict_message(stale: list[str], recorded: dict, current: dict) -> st
 
 def _lineage(root: Path) -> dict[str, Any]:
     """Every cached output's md5 from ``dvc.lock`` (what the bundle was built from)."""
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return {}
-    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
     cached = cached_outputs(root)  # uncached metrics hold run facts (timings)
-    return {
-        out["path"]: out.get("md5")
-        for stage in stages.values()
-        for out in stage.get("outs") or []
-        if out.get("md5") and out["path"] in cached
-    }
+    return {path: md5 for path, md5 in locked_outs(root).items() if md5 and path in cached}
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
@@ -185,7 +167,7 @@ def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]
 
 
 def main() -> None:
-    stage_main("bundle", run)
+    stage_main("bundle", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -27,26 +27,21 @@ from hydra_ops.data import split_labels
 from hydra_ops.inference import logits
 from hydra_ops.inference_probe import time_inference
 from hydra_ops.runtime import Runtime, resolve_device
-from tasks.common import (
-    BASE,
-    HYDRA,
-    MEMBERS,
-    MERGED,
-    METRICS,
-    publish_dir,
-    read_json,
-    stage_main,
-    write_json,
-)
 from tasks.data import batches, split
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, HYDRA, MEMBERS, MERGED, METRICS
+from tasks.outputs import publish_dir, read_json, write_json
+from tasks.params.core import CoreConfig
 from tasks.precision import check_batches, precision_record, stage_runtime
 from tasks.resumable import DONE
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
 
-def stage_precisions(cfg: PipelineConfig, root: Path, rt: Runtime) -> dict[str, Any]:
+def stage_precisions(cfg: CoreConfig, root: Path, rt: Runtime) -> dict[str, Any]:
     """What each model stage behind this Hydra resolved ``runtime.precision`` to (the version's
     record: ``auto`` may resolve differently on another machine): the base's fine-tune, each
     member unit's, and this stage's. A stage that recorded nothing (an output made before the
@@ -68,7 +63,7 @@ def stage_precisions(cfg: PipelineConfig, root: Path, rt: Runtime) -> dict[str, 
     return out
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
     from hydra_ops.ood_thresholds import fit_ood_thresholds
     from hydra_ops.serialization import load_hydra, read_hydra_config, save_hydra
@@ -130,7 +125,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("calibrate", run)
+    stage_main("calibrate", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 from hydra_ops.atomic import copy_tree_linked, link_or_copy
 from hydra_ops.hashing import sha256_file
 from tasks.candidate_export import DESCRIPTION, FOLDER, source_hashes
-from tasks.common import read_json, write_json
+from tasks.outputs import read_json, write_json
 
 
 def export_of(ev: Mapping[str, Any], name: str) -> dict[str, Any]:

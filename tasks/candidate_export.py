@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.hashing import sha256_file
-from tasks.common import BASE, BASELINES, MEMBERS, PLANS
+from tasks.layout import BASE, BASELINES, MEMBERS, PLANS
 
 #: The bundle's folder for a candidate other than the Hydra, and its description file.
 FOLDER = "candidate"

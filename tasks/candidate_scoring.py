@@ -24,14 +24,15 @@ import torch
 
 from tasks.baseline_models import Candidate
 from tasks.candidate_export import export_record
-from tasks.params import CANDIDATES, PipelineConfig
+from tasks.params.baselines import BaselinesStageConfig
+from tasks.params.gates import CANDIDATES
 from tasks.scorecard import paired_intervals
 
 log = logging.getLogger("hydra_ens")
 
 
 def candidate_bootstrap(
-    cfg: PipelineConfig,
+    cfg: BaselinesStageConfig,
     outputs: dict[str, dict[str, torch.Tensor]],
     labels: dict,
     temps: dict[str, float],

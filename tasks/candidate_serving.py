@@ -11,7 +11,7 @@ from typing import Any
 
 from tasks.candidate_bundle import check_candidate
 from tasks.candidate_export import DESCRIPTION, FOLDER
-from tasks.common import read_json
+from tasks.outputs import read_json
 
 
 @dataclass

@@ -26,8 +26,9 @@ from hydra_ops.plans import load_plans
 from hydra_ops.runtime import Runtime
 from tasks.baseline_models import Candidate, independent_models, seed_baselines
 from tasks.candidate_export import control_export, naive_pruned_export
-from tasks.common import BASE, COMPILED, HYDRA, PLANS, read_json
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, COMPILED, HYDRA, PLANS
+from tasks.outputs import read_json
+from tasks.params.baselines import BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -74,7 +75,7 @@ class ShippedHydra(Candidate):
 
 
 def shipped_hydra(
-    cfg: PipelineConfig, root: Path, hydra: nn.Module, runtime: Runtime
+    cfg: BaselinesStageConfig, root: Path, hydra: nn.Module, runtime: Runtime
 ) -> ShippedHydra:
     """The Hydra candidate of ``root`` (module docstring). The compiled artifact is loaded with
     its hash verified and runs on the device it was compiled for; the eager model on
@@ -97,7 +98,7 @@ def shipped_hydra(
 
 
 def build_candidates(
-    cfg: PipelineConfig, root: Path, runtime: Runtime | None = None
+    cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> tuple[list[Candidate], float]:
     """The candidates, every baseline on ``runtime`` (None: CPU fp32), and Hydra's temperature
     (the first candidate is the :class:`ShippedHydra`)."""

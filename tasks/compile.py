@@ -37,11 +37,16 @@ import numpy as np
 import torch
 
 from hydra_ops.data import Split, split_batches, text_tokenizer
-from tasks.common import COMPILED, HYDRA, METRICS, publish_dir, stage_main, write_json
 from tasks.custody import source_record
 from tasks.data import batches, split
-from tasks.params import PipelineConfig
+from tasks.layout import COMPILED, HYDRA, METRICS
+from tasks.outputs import publish_dir, write_json
+from tasks.params.core import CoreConfig
 from tasks.precision import measurement_cache
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -89,7 +94,7 @@ def _part(data: Split, start: int, stop: int) -> Split:
     )
 
 
-def check_batches(cfg: PipelineConfig, root: Path) -> tuple[dict, dict[str, list[dict]]]:
+def check_batches(cfg: CoreConfig, root: Path) -> tuple[dict, dict[str, list[dict]]]:
     """``(example, held-out)``: the batch the artifact is traced and timed on, and
     ``{split: batches}`` of held-out examples that compile's check compares with the eager model.
 
@@ -127,7 +132,7 @@ def check_batches(cfg: PipelineConfig, root: Path) -> tuple[dict, dict[str, list
     return example, {k: v for k, v in heldout.items() if v}
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.compile import (
         METADATA_FILE,
         compile_model,
@@ -219,7 +224,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("compile", run)
+    stage_main("compile", run, SCHEMA)
 
 
 if __name__ == "__main__":

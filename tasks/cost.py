@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from hydra_ops.cost import count_flops, interleaved_ms, ratio_interval
-from tasks.common import COST_FILE
+from tasks.outputs import COST_FILE
 
 __all__ = ["COST_FILE", "REFERENCE", "SHIPPED", "measure_candidates", "measure_cost"]
 

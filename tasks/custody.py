@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.hashing import sha256_file
-from tasks.common import COMPILED, DATA, HYDRA, METRICS, read_json
+from tasks.layout import COMPILED, DATA, HYDRA, METRICS
+from tasks.outputs import read_json
 
 #: The params ``evaluate`` reads (its ``params`` in ``dvc.yaml``; a test keeps the two equal).
 #: Only these: a gate-only edit must not make the evaluation stale, as DVC does not rerun it.

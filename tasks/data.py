@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.data import Manifest, Split, load_manifest, load_split, split_batches, text_tokenizer
-from tasks.common import DATA
-from tasks.params import PipelineConfig
+from tasks.layout import DATA
+from tasks.params.core import CoreConfig
 
 
 @functools.cache
@@ -33,7 +33,7 @@ def split(root: Path, name: str) -> Split:
     return _split(str(Path(root) / DATA), name)
 
 
-def batches(cfg: PipelineConfig, data: Split, batch_size: int, **kwargs: Any) -> list[dict]:
+def batches(cfg: CoreConfig, data: Split, batch_size: int, **kwargs: Any) -> list[dict]:
     """``data`` as contract batches (:func:`hydra_ops.data.split_batches`; ``kwargs``: shuffle,
     seed, with_labels, limit)."""
     tokenizer = text_tokenizer(cfg.model.path) if data.texts is not None else None
@@ -48,7 +48,7 @@ def batches(cfg: PipelineConfig, data: Split, batch_size: int, **kwargs: Any) ->
 
 
 def train_batches(
-    cfg: PipelineConfig, root: Path, seed: int, *, pin_memory: bool = False
+    cfg: CoreConfig, root: Path, seed: int, *, pin_memory: bool = False
 ) -> Callable[[int], list[dict]]:
     """``epoch -> batches`` of the training split, reshuffled (and, with
     ``finetune.random_shift``, its images shifted) per epoch from ``seed + epoch`` (what

@@ -25,9 +25,9 @@ import torch
 from hydra_ops.checkpoints import load_model, split_timings
 from hydra_ops.runtime import Runtime
 from tasks import data
-from tasks.common import BASE, BASELINES, DATA, dir_sha256, fingerprint
-from tasks.params import PipelineConfig
-from tasks.resumable import ensure_unit
+from tasks.layout import BASE, BASELINES, DATA
+from tasks.params.baselines import BaselinesStageConfig
+from tasks.resumable import dir_sha256, ensure_unit, fingerprint
 
 log = logging.getLogger("hydra_ens")
 
@@ -35,17 +35,17 @@ log = logging.getLogger("hydra_ens")
 EFFICIENT = ("lora_ensemble", "batch_ensemble")
 
 
-def enabled(cfg: PipelineConfig) -> list[str]:
+def enabled(cfg: BaselinesStageConfig) -> list[str]:
     """The efficient baselines ``cfg`` turns on, in :data:`EFFICIENT` order."""
     return [name for name in EFFICIENT if getattr(cfg.baselines, name).enabled]
 
 
-def num_members(cfg: PipelineConfig, name: str) -> int:
+def num_members(cfg: BaselinesStageConfig, name: str) -> int:
     """Members of baseline ``name``: its ``members``, else M (``members.num_members``)."""
     return getattr(cfg.baselines, name).members or cfg.members.num_members
 
 
-def _seed(cfg: PipelineConfig, name: str) -> int:
+def _seed(cfg: BaselinesStageConfig, name: str) -> int:
     return getattr(cfg.baselines, name).seed + cfg.replicate_offset
 
 
@@ -53,7 +53,9 @@ def _progress() -> bool:
     return os.environ.get("HYDRA_ENS_PROGRESS", "1") != "0"
 
 
-def _val_accuracy(module: torch.nn.Module, cfg: PipelineConfig, root: Path, rt: Runtime) -> list:
+def _val_accuracy(
+    module: torch.nn.Module, cfg: BaselinesStageConfig, root: Path, rt: Runtime
+) -> list:
     """Each member's validation accuracy (``module(batch) -> [B, M, C]``)."""
     from hydra_ops.data import split_labels
 
@@ -66,7 +68,7 @@ def _val_accuracy(module: torch.nn.Module, cfg: PipelineConfig, root: Path, rt: 
     ]
 
 
-def _train_lora(cfg: PipelineConfig, root: Path, out: Path, rt: Runtime) -> dict[str, Any]:
+def _train_lora(cfg: BaselinesStageConfig, root: Path, out: Path, rt: Runtime) -> dict[str, Any]:
     from hydra_ops.baselines.lora_ensemble import LoRAEnsemble, save_lora_ensemble
     from hydra_ops.training import fine_tune
 
@@ -104,7 +106,7 @@ def _train_lora(cfg: PipelineConfig, root: Path, out: Path, rt: Runtime) -> dict
     return summary
 
 
-def _train_batch(cfg: PipelineConfig, root: Path, out: Path, rt: Runtime) -> dict[str, Any]:
+def _train_batch(cfg: BaselinesStageConfig, root: Path, out: Path, rt: Runtime) -> dict[str, Any]:
     from hydra_ops.baselines.batch_ensemble import BatchEnsemble, save_batch_ensemble
     from hydra_ops.baselines.batching import member_major_batches
     from hydra_ops.training import fine_tune
@@ -135,13 +137,13 @@ def _train_batch(cfg: PipelineConfig, root: Path, out: Path, rt: Runtime) -> dic
     return summary
 
 
-_TRAIN: dict[str, Callable[[PipelineConfig, Path, Path, Runtime], dict[str, Any]]] = {
+_TRAIN: dict[str, Callable[[BaselinesStageConfig, Path, Path, Runtime], dict[str, Any]]] = {
     "lora_ensemble": _train_lora,
     "batch_ensemble": _train_batch,
 }
 
 
-def train_units(cfg: PipelineConfig, root: Path, rt: Runtime) -> dict[str, dict[str, Any]]:
+def train_units(cfg: BaselinesStageConfig, root: Path, rt: Runtime) -> dict[str, dict[str, Any]]:
     """Train (or verify) the enabled baselines' units under ``models/baselines``; returns
     ``{name: done record}`` for :func:`tasks.resumable.finalise`."""
     if not enabled(cfg):
@@ -189,7 +191,7 @@ def member_logits(module: torch.nn.Module, batches: list[dict], runtime: Runtime
     return torch.cat(out)
 
 
-def load(cfg: PipelineConfig, root: Path, name: str) -> torch.nn.Module:
+def load(cfg: BaselinesStageConfig, root: Path, name: str) -> torch.nn.Module:
     """Baseline ``name`` as trained under ``models/baselines/<name>``, on a fresh copy of the
     base (the adapters go into the model in place)."""
     from hydra_ops.baselines.batch_ensemble import load_batch_ensemble

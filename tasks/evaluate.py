@@ -47,24 +47,14 @@ from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
 from tasks.candidate_scoring import candidate_bootstrap, candidate_exports
 from tasks.candidates import ShippedHydra, build_candidates
-from tasks.common import (
-    COMPILED,
-    HYDRA,
-    LATENCY_FILE,
-    METRICS,
-    PLOTS,
-    REPORTS,
-    read_json,
-    stage_main,
-    write_json,
-    write_text,
-)
 from tasks.cost import COST_FILE, measure_candidates
 from tasks.custody import check_compiled_source, scored_record
+from tasks.evaluate_markdown import latency_setup, render_report
 from tasks.key_metrics import key_metrics, write_key_metrics
+from tasks.layout import COMPILED, HYDRA, METRICS, PLOTS, REPORTS
 from tasks.member_diversity import model_diversity, plan_overlap_summary
-from tasks.params import PipelineConfig
-from tasks.report import latency_setup, render_report
+from tasks.outputs import LATENCY_FILE, read_json, write_json, write_text
+from tasks.params.baselines import BaselinesStageConfig
 from tasks.score_histograms import score_histograms
 from tasks.scorecard import (
     COMPARED_SPLITS,
@@ -75,6 +65,10 @@ from tasks.scorecard import (
     plot_rows,
     split_metrics,
 )
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -106,7 +100,7 @@ def compile_fields(
     }
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.calibration import ensemble_log_probs, fit_temperature
 
     rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
@@ -251,7 +245,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def _shipped_fields(
-    cfg: PipelineConfig,
+    cfg: BaselinesStageConfig,
     hydra: ShippedHydra,
     batched: dict[str, list[dict]],
     shipped: dict[str, torch.Tensor],
@@ -282,7 +276,7 @@ def _without_latency(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("evaluate", run)
+    stage_main("evaluate", run, SCHEMA)
 
 
 if __name__ == "__main__":

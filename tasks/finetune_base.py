@@ -22,14 +22,19 @@ from hydra_ops.precision_probe import PrecisionChoice
 from hydra_ops.runtime import Runtime
 from hydra_ops.training import fine_tune
 from tasks import data
-from tasks.common import BASE, METRICS, stage_main, write_json
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, METRICS
+from tasks.outputs import write_json
+from tasks.params.core import CoreConfig
 from tasks.precision import precision_record, probe_batch, stage_runtime
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
 
-def new_base(cfg: PipelineConfig, root: Path, seed: int) -> torch.nn.Module:
+def new_base(cfg: CoreConfig, root: Path, seed: int) -> torch.nn.Module:
     """A new, untrained base model of ``cfg`` (:func:`hydra_ops.models.build_base`)."""
     manifest = data.manifest(root)
     vit = cfg.model.vit
@@ -45,7 +50,7 @@ def new_base(cfg: PipelineConfig, root: Path, seed: int) -> torch.nn.Module:
 
 
 def training_runtime(
-    cfg: PipelineConfig, root: Path, stage: str = "finetune_base"
+    cfg: CoreConfig, root: Path, stage: str = "finetune_base"
 ) -> tuple[Runtime, PrecisionChoice]:
     """``cfg.runtime`` resolved for training a base (:func:`tasks.precision.stage_runtime`; the
     probe, when one runs, times a new base of seed ``finetune.seed`` on :func:`probe_batch`)."""
@@ -60,7 +65,7 @@ def training_runtime(
 
 
 def train_base(
-    cfg: PipelineConfig, root: Path, seed: int, out_dir: Path, runtime: Runtime | None = None
+    cfg: CoreConfig, root: Path, seed: int, out_dir: Path, runtime: Runtime | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fine-tune one base model with ``seed`` (init of the new head + data order + dropout) on
     ``runtime`` (None: :func:`training_runtime`); the validation pass runs on it too.
@@ -116,7 +121,7 @@ def train_base(
     return summary, timings
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     rt, choice = training_runtime(cfg, root)
     summary, timings = train_base(cfg, root, cfg.finetune_seed, root / BASE, rt)
     # metrics/finetune_base.json is not cached (dvc.yaml): the timings may live here
@@ -126,7 +131,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("finetune_base", run)
+    stage_main("finetune_base", run, SCHEMA)
 
 
 if __name__ == "__main__":

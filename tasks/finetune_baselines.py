@@ -17,21 +17,25 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.runtime import Runtime
-from tasks.common import BASELINES, DATA, dir_sha256, fingerprint, stage_main
 from tasks.efficient_baselines import train_units
 from tasks.finetune_base import train_base, training_runtime
-from tasks.params import PipelineConfig
-from tasks.resumable import ensure_unit, finalise
+from tasks.layout import BASELINES, DATA
+from tasks.params.baselines import BaselinesStageConfig
+from tasks.resumable import dir_sha256, ensure_unit, finalise, fingerprint
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = BaselinesStageConfig
 
 log = logging.getLogger("hydra_ens")
 
 
-def baseline_seeds(cfg: PipelineConfig) -> list[int]:
+def baseline_seeds(cfg: BaselinesStageConfig) -> list[int]:
     return [cfg.finetune_seed + k for k in range(1, cfg.deep_ensemble_size)]
 
 
 def _train_seed(
-    cfg: PipelineConfig, root: Path, seed: int, out_dir: Path, runtime: Runtime
+    cfg: BaselinesStageConfig, root: Path, seed: int, out_dir: Path, runtime: Runtime
 ) -> dict[str, Any]:
     """Build one Deep Ensemble unit; its timings go to the log (this stage has no metrics file),
     the returned summary into the unit's cached ``done.json``."""
@@ -40,7 +44,7 @@ def _train_seed(
     return summary
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     out = root / BASELINES
     # the same model and probe batch as finetune_base: its measurement is reused (tasks.precision)
     rt, _ = training_runtime(cfg, root, "finetune_baselines")
@@ -72,7 +76,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("finetune_baselines", run)
+    stage_main("finetune_baselines", run, SCHEMA)
 
 
 if __name__ == "__main__":

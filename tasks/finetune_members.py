@@ -39,18 +39,20 @@ from hydra_ops.checkpoints import load_model, load_pruned, save_member, split_ti
 from hydra_ops.plans import load_plans
 from hydra_ops.runtime import Runtime, describe_device, resolve_device
 from hydra_ops.training import fine_tune, freeze_layers
-from tasks.common import BASE, MEMBERS, PLANS, fingerprint, stage_main
 from tasks.data import batches, split, train_batches
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, MEMBERS, PLANS
+from tasks.params.core import CoreConfig
 from tasks.precision import precision_record, probe_batch, stage_runtime
-from tasks.resumable import ensure_unit, finalise
+from tasks.resumable import ensure_unit, finalise, fingerprint
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
 
-def unit_runtime(
-    cfg: PipelineConfig, root: Path, label: str, load: Callable[[], nn.Module]
-) -> Runtime:
+def unit_runtime(cfg: CoreConfig, root: Path, label: str, load: Callable[[], nn.Module]) -> Runtime:
     """The precision unit ``label`` trains in (:func:`tasks.precision.stage_runtime`): the probe,
     when one runs, times ``load()`` with the trunk frozen as the fine-tune freezes it, on the
     probe batch of :func:`tasks.precision.probe_batch`. Members share one measurement, and
@@ -70,7 +72,7 @@ def unit_runtime(
     return rt
 
 
-def log_runtime(cfg: PipelineConfig) -> None:
+def log_runtime(cfg: CoreConfig) -> None:
     """The stage's one runtime line (each unit logs the precision it resolved)."""
     if cfg.runtime.precision != "auto":
         spec = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision, training=True)
@@ -80,11 +82,11 @@ def log_runtime(cfg: PipelineConfig) -> None:
     log.info("runtime: device %s, precision auto (resolved per member and control)", device)
 
 
-def member_seed(cfg: PipelineConfig, m: int) -> int:
+def member_seed(cfg: CoreConfig, m: int) -> int:
     return cfg.finetune_seed + cfg.members.finetune.seed_offset + m
 
 
-def member_train_batches(cfg: PipelineConfig, root: Path, m: int, rt: Runtime):
+def member_train_batches(cfg: CoreConfig, root: Path, m: int, rt: Runtime):
     """``epoch -> batches`` of member ``m``'s training data: :func:`tasks.data.train_batches`
     itself for ``members.finetune.data: full``; otherwise the member's subset
     (:func:`hydra_ops.member_data.member_indices`), shuffled per epoch the same way."""
@@ -114,7 +116,7 @@ def member_train_batches(cfg: PipelineConfig, root: Path, m: int, rt: Runtime):
     return epoch_batches
 
 
-def _loss_term(cfg: PipelineConfig, root: Path, rt: Runtime):
+def _loss_term(cfg: CoreConfig, root: Path, rt: Runtime):
     """The fine-tune's extra loss term: None (cross-entropy alone) or the NCL penalty against
     the fine-tuned base (``members.finetune.objective: ncl``), run in the fine-tune's precision."""
     ft = cfg.members.finetune
@@ -126,7 +128,7 @@ def _loss_term(cfg: PipelineConfig, root: Path, rt: Runtime):
 
 
 def _unit_fingerprint(
-    cfg: PipelineConfig, root: Path, kind: str, plan_layers, m: int, runtime: Runtime
+    cfg: CoreConfig, root: Path, kind: str, plan_layers, m: int, runtime: Runtime
 ) -> str:
     return fingerprint(
         {
@@ -150,7 +152,7 @@ def _unit_fingerprint(
 
 
 def build_member(
-    cfg: PipelineConfig, root: Path, m: int, runtime: Runtime | None = None
+    cfg: CoreConfig, root: Path, m: int, runtime: Runtime | None = None
 ) -> dict[str, dict[str, Any]]:
     """Build (or verify) ``member_m`` and ``control_m`` on ``runtime`` (None: each unit kind's
     :func:`unit_runtime`); returns their done-records."""
@@ -212,7 +214,7 @@ def build_member(
     return out
 
 
-def run(cfg: PipelineConfig, root: Path, member: int | None = None) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path, member: int | None = None) -> dict[str, Any]:
     if not cfg.finetune_members:
         log.info(
             "finetune_members: skipped (variant %s does not fine-tune members)", cfg.scoring.method
@@ -237,7 +239,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tasks.finetune_members")
     parser.add_argument("--member", type=int, default=None, help="build only this member")
     args = parser.parse_args()
-    stage_main("finetune_members", lambda cfg, root: run(cfg, root, args.member))
+    stage_main("finetune_members", lambda cfg, root: run(cfg, root, args.member), SCHEMA)
 
 
 if __name__ == "__main__":

@@ -38,20 +38,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.common import (
-    COST_FILE,
-    METRICS,
-    REPORTS,
-    load_evaluation,
-    read_json,
-    stage_main,
-    write_json,
-    write_text,
-)
 from tasks.custody import check_chain
+from tasks.layout import METRICS, REPORTS
 from tasks.lineage import judged_hashes
-from tasks.params import COMPILE_TOLERANCE, MODEL_METRICS, GateCheck, PipelineConfig
+from tasks.outputs import COST_FILE, load_evaluation, read_json, write_json, write_text
+from tasks.params.gates import COMPILE_TOLERANCE, GateCheck
+from tasks.params.metrics import MODEL_METRICS
+from tasks.params.schema import PipelineConfig
+from tasks.stage import stage_main
 from tasks.twin_gate import paired_interval
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = PipelineConfig
 
 COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
 #: The failed "check" of a verdict in which no check applied.
@@ -296,7 +294,7 @@ def render_gate(verdict: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    stage_main("gate", run)
+    stage_main("gate", run, SCHEMA)
 
 
 if __name__ == "__main__":

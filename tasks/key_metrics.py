@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.common import publish_dir, write_json
+from tasks.outputs import publish_dir, write_json
 
 #: ``key: (metric group in evaluate.json, metric)`` of every key number but the latency ratio.
 KEYS: dict[str, tuple[str, str]] = {

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tasks.dvcfiles import read_lock
+
 #: What a verdict is bound to: role -> workspace path. ``params`` is hashed separately.
 JUDGED = {
     "model": Path("models/hydra"),
@@ -72,22 +74,6 @@ def stale_roles(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return [
         role for role in current if (recorded.get(role) or {}).get("md5") != current[role]["md5"]
     ]
-
-
-def read_lock(root: Path) -> dict[str, Any]:
-    """``dvc.lock``'s ``stages`` (``{}`` when there is none; ValueError when unreadable)."""
-    import yaml
-
-    lock = Path(root) / "dvc.lock"
-    if not lock.is_file():
-        return {}
-    try:
-        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"dvc.lock is unreadable: {str(err).splitlines()[0]}") from None
-    if not isinstance(stages, dict):
-        raise ValueError("dvc.lock is unreadable: its stages are not a mapping")
-    return stages
 
 
 def lock_break(root: Path, paths: list[Path], skip_stages: tuple[str, ...] = ()) -> str | None:

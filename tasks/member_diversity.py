@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.common import PLANS
-from tasks.params import PipelineConfig
+from tasks.layout import PLANS
+from tasks.params.core import CoreConfig
 
 if TYPE_CHECKING:  # the report (and the flow process that renders it) runs without torch
     import torch
@@ -39,7 +39,7 @@ def model_diversity(
     }
 
 
-def plan_overlap_summary(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def plan_overlap_summary(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     """The Hydra's head-set overlap from ``artifacts/plans/plans.json``: mean pairwise Jaccard
     per layer, overall and over the pruned layers (after the ``merge.shared_layers`` trunk)."""
     from hydra_ops.plans import load_plans, plan_overlap

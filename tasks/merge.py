@@ -14,14 +14,19 @@ from torch import nn
 
 from hydra_ops.checkpoints import CheckpointError, load_member, load_pruned, weights_hash
 from hydra_ops.plans import load_plans
-from tasks.common import BASE, MEMBERS, MERGED, PLANS, publish_dir, read_json, stage_main
 from tasks.data import manifest
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, MEMBERS, MERGED, PLANS
+from tasks.outputs import publish_dir, read_json
+from tasks.params.core import CoreConfig
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
 
-def load_members(cfg: PipelineConfig, root: Path, kind: str = "member") -> list[nn.Module]:
+def load_members(cfg: CoreConfig, root: Path, kind: str = "member") -> list[nn.Module]:
     """The M members (``kind="member"``) or, when fine-tuned, the M controls (``"control"``)."""
     index = read_json(root / MEMBERS / "index.json", "finetune_members output")
     plans = load_plans(root / PLANS / "plans.json")
@@ -37,7 +42,7 @@ def load_members(cfg: PipelineConfig, root: Path, kind: str = "member") -> list[
     return [load_pruned(root / BASE, plan) for plan in plans]
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.merge import merge_members
     from hydra_ops.serialization import save_hydra
 
@@ -66,7 +71,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("merge", run)
+    stage_main("merge", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tasks.candidate_gate import candidate_rows
-from tasks.params import PipelineConfig
+from tasks.params.schema import PipelineConfig
 
 
 def _f(v: Any, fmt: str = ".4f") -> str:

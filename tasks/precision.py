@@ -36,7 +36,7 @@ from hydra_ops.precision_probe import (
 )
 from hydra_ops.runtime import Runtime, resolve_device
 from tasks import data
-from tasks.params import PipelineConfig
+from tasks.params.core import CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -48,7 +48,7 @@ def measurement_cache(root: Path) -> MeasurementCache:
     return MeasurementCache(root / MEASUREMENTS)
 
 
-def needs_probe(cfg: PipelineConfig) -> bool:
+def needs_probe(cfg: CoreConfig) -> bool:
     """Whether ``auto`` must measure here (native bf16); False: no model needs loading for it."""
     if cfg.runtime.precision != "auto":
         return False
@@ -56,7 +56,7 @@ def needs_probe(cfg: PipelineConfig) -> bool:
 
 
 def stage_runtime(
-    cfg: PipelineConfig,
+    cfg: CoreConfig,
     root: Path,
     stage: str,
     use: Use,
@@ -106,7 +106,7 @@ def stage_runtime(
     return rt, choice
 
 
-def precision_record(cfg: PipelineConfig, rt: Runtime) -> dict[str, Any]:
+def precision_record(cfg: CoreConfig, rt: Runtime) -> dict[str, Any]:
     """What a cached output records of its precision: the resolved one and the request."""
     return {"precision": rt.precision, "requested": cfg.runtime.precision, "device": rt.device.type}
 
@@ -123,7 +123,7 @@ def check_batches(batches: Sequence[dict], examples: int) -> list[dict]:
     return out
 
 
-def probe_batch(cfg: PipelineConfig, root: Path) -> list[dict]:
+def probe_batch(cfg: CoreConfig, root: Path) -> list[dict]:
     """The first ``finetune.batch_size`` training examples in file order, one batch with labels:
     what a training stage's precision probe times (the same for every seed and unit)."""
     n = cfg.finetune.batch_size

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hydra_ops.ood_thresholds import VERDICT_LABELS, OodThresholds, verdicts
-from tasks.params import PipelineConfig
+from tasks.params.schema import PipelineConfig
 from tasks.preprocessing import Preprocessing
 
 SCHEMA_VERSION = 1
@@ -232,3 +232,20 @@ def predict(
     kind = rows[0]["ood_score_kind"]
     text = legend(member_logits.shape[2], member_logits.shape[1], kind, thresholds)
     return rows, {**prod, "legend": text}
+
+
+def predict_here(
+    root: Path, inputs: list[str], device: str | None = None
+) -> tuple[list[dict[str, Any]], str, str]:
+    """``hydra-ens predict`` without a running service: the rows of :func:`predict` for the
+    project in ``root`` (its ``params.yaml``), the legend, and the table's title (model,
+    version, stage, what answered, the preprocessing)."""
+    from tasks.params.schema import load_params
+
+    cfg = load_params(root / "params.yaml")
+    rows, info = predict(cfg, root, inputs, device=device)
+    title = (
+        f"{cfg.promote.model_name} {info['version']} ({cfg.promote.stage}), answered by "
+        f"{rows[0]['answered_by']}; preprocessing: {rows[0]['preprocessing']}"
+    )
+    return rows, info["legend"], title

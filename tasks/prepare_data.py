@@ -14,13 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.data import materialise_splits
-from tasks.common import DATA, METRICS, stage_main, write_json
-from tasks.params import PipelineConfig
+from tasks.layout import DATA, METRICS
+from tasks.outputs import write_json
+from tasks.params.core import CoreConfig
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     # every later stage scores near-OOD: refuse data without it here, not after the fine-tunes
     manifest = materialise_splits(cfg.data, root / DATA, require=("near_ood",))
     counts = {name: info.count for name, info in manifest.splits.items()}
@@ -43,7 +48,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("prepare_data", run)
+    stage_main("prepare_data", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from hydra_ops.hashing import sha256_file
-from tasks.params import PipelineConfig
+from tasks.params.schema import PipelineConfig
 
 PREPROCESSING_FILE = "preprocessing.json"
 TOKENIZER_DIR = "tokenizer"

@@ -214,7 +214,7 @@ def load_prod_snapshot(root: Path) -> ModelSnapshot:
     """The model in ``promote.stage`` of the project at ``root``, with its params (ValueError
     when there is none or it does not verify)."""
     from hydra_ops.ood_thresholds import OodThresholds
-    from tasks.params import load_params
+    from tasks.params.schema import load_params
     from tasks.registry import resolve_prod_dir
     from tasks.served import load_served
 
@@ -225,7 +225,7 @@ def load_prod_snapshot(root: Path) -> ModelSnapshot:
     compiled = served.directory / "compiled" / "compiled.json"
     max_batch = DEFAULT_MAX_BATCH
     if compiled.is_file():
-        from tasks.common import read_json
+        from tasks.outputs import read_json
 
         max_batch = int(read_json(compiled, "compiled artifact").get("max_batch", max_batch))
     return ModelSnapshot(
@@ -247,8 +247,9 @@ def load_single_snapshot(root: Path) -> ModelSnapshot:
     fitted for it, the preprocessing of the prod bundle (the same run's), its scores from
     ``evaluate.ood_score`` and no verdict thresholds."""
     from hydra_ops.runtime import Runtime
-    from tasks.common import BASE, METRICS, read_json
-    from tasks.params import load_params
+    from tasks.layout import BASE, METRICS
+    from tasks.outputs import read_json
+    from tasks.params.schema import load_params
 
     cfg = load_params(root / "params.yaml")
     if not (root / BASE).is_dir():

@@ -32,19 +32,12 @@ from typing import Any
 
 from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
 from tasks.candidate_bundle import check_candidate
-from tasks.common import (
-    BUNDLE,
-    REGISTRY,
-    REPORTS,
-    load_evaluation,
-    read_json,
-    stage_main,
-    write_json,
-)
 from tasks.custody import check_chain
 from tasks.gate import compares_with_prod, decide, load_cost, prod_seen
+from tasks.layout import BUNDLE, REGISTRY, REPORTS
 from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
-from tasks.params import PipelineConfig
+from tasks.outputs import load_evaluation, read_json, write_json
+from tasks.params.schema import PipelineConfig
 from tasks.registry import (
     RECORD_FIELDS,
     assign,
@@ -55,6 +48,10 @@ from tasks.registry import (
     register,
     versions,
 )
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = PipelineConfig
 
 log = logging.getLogger("hydra_ens")
 EVALUATION = Path("metrics/evaluate.json")
@@ -347,11 +344,13 @@ def main() -> None:
     parser.add_argument("--version", default=None, help="move the stage back to this version")
     args = parser.parse_args()
     if args.version:
-        stage_main("promote", lambda cfg, root: rollback(cfg, root, args.version, args.reason))
+        stage_main(
+            "promote", lambda cfg, root: rollback(cfg, root, args.version, args.reason), SCHEMA
+        )
     elif args.force:
-        stage_main("promote", lambda cfg, root: promote(cfg, root, True, args.reason))
+        stage_main("promote", lambda cfg, root: promote(cfg, root, True, args.reason), SCHEMA)
     else:
-        stage_main("promote", run)
+        stage_main("promote", run, SCHEMA)
 
 
 if __name__ == "__main__":

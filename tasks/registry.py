@@ -50,12 +50,11 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
-from tasks.common import BUNDLE, publish_dir
+from tasks.dvcfiles import REMOTE_DIR
+from tasks.layout import BUNDLE
 from tasks.lineage import file_md5
+from tasks.outputs import publish_dir
 
-DVC_REMOTE_DIR = ".dvc-remote"
 VERSIONS_BRANCH = "hydra-ens/versions"
 #: Project files a version commit takes from the working tree (when present).
 RUN_FILES = (
@@ -174,19 +173,6 @@ def ensure_git_identity(root: Path) -> str | None:
         f"git has no user.name/user.email here; registry commits and tags are signed {name} "
         f"<{email}> (set git config user.name and user.email to sign them yourself)"
     )
-
-
-def locked_md5(root: Path, path: Path) -> str | None:
-    """The md5 that ``dvc.lock`` records for output ``path`` (None if not locked yet)."""
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return None
-    data = yaml.safe_load(lock.read_text()) or {}
-    for stage in (data.get("stages") or {}).values():
-        for out in stage.get("outs") or []:
-            if Path(out.get("path", "")) == Path(path):
-                return out.get("md5")
-    return None
 
 
 # ---- reading the registry ----
@@ -554,7 +540,7 @@ def _after_last_tag(root: Path, name: str) -> None:
 # ---- getting a registered bundle back ----
 def local_remote_dirs(root: Path) -> list[Path]:
     """The folders of the project's DVC remotes that are local paths (``.dvc/config`` and
-    ``.dvc/config.local``; a relative URL is relative to ``.dvc/``), then :data:`DVC_REMOTE_DIR`.
+    ``.dvc/config.local``; a relative URL is relative to ``.dvc/``), then :data:`REMOTE_DIR`.
     Read from the files, not with ``dvc config``: promote runs inside ``dvc repro``."""
     from configobj import ConfigObj, ConfigObjError
 
@@ -571,7 +557,7 @@ def local_remote_dirs(root: Path) -> list[Path]:
             url = values.get("url") if section.startswith("remote ") else None
             if isinstance(url, str) and url and "://" not in url:
                 found.append((root / ".dvc" / url).resolve())
-    found.append((root / DVC_REMOTE_DIR).resolve())
+    found.append((root / REMOTE_DIR).resolve())
     return list(dict.fromkeys(found))
 
 

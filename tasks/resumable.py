@@ -11,16 +11,38 @@ stage) lists the units that make up the output, and any other folder is removed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tasks.common import dir_sha256, publish_dir, read_json, write_json
+from hydra_ops.hashing import sha256_file
+from tasks.outputs import json_default, publish_dir, read_json, write_json
 
 log = logging.getLogger("hydra_ens")
 DONE = "done.json"
+
+
+def dir_sha256(path: Path, exclude: tuple[str, ...] = ()) -> str:
+    """Hash of every file's relative path and content under ``path`` (sorted, stable)."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = f.relative_to(root).as_posix()
+        if rel in exclude:
+            continue
+        h.update(rel.encode() + b"\0" + sha256_file(f).encode() + b"\0")
+    return h.hexdigest()
+
+
+def fingerprint(obj: Any) -> str:
+    """sha256 of a JSON-serialisable description (what a cached unit of work was computed from)."""
+    return hashlib.sha256(
+        json.dumps(obj, sort_keys=True, default=json_default).encode()
+    ).hexdigest()
 
 
 def unit_is_done(unit_dir: Path, fp: str) -> bool:

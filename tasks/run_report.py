@@ -17,18 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.common import (
-    PLOTS,
-    REPORTS,
-    load_evaluation,
-    publish_dir,
-    read_json,
-    stage_main,
-    write_text,
-)
 from tasks.html_report import Figure, render_html
 from tasks.key_metrics import LATENCY_KEY, REFERENCE, key_metrics
-from tasks.params import PipelineConfig
+from tasks.layout import PLOTS, REPORTS
+from tasks.outputs import load_evaluation, publish_dir, read_json, write_text
+from tasks.params.core import CoreConfig
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 FIGURES = REPORTS / "figures"
 HTML = REPORTS / "evaluate.html"
@@ -60,7 +57,7 @@ def build_figures(
     histograms: list[dict[str, Any]],
 ) -> list[Figure]:
     """Every figure of the report, in page order, as PNG. ``evaluation``: ``metrics/evaluate.json``
-    with ``latency_ms`` merged in (:func:`tasks.common.load_evaluation`). No disagreement figure
+    with ``latency_ms`` merged in (:func:`tasks.outputs.load_evaluation`). No disagreement figure
     when no model has several members; no cost figure when nothing was timed."""
     from tasks import figures as fig
 
@@ -122,7 +119,7 @@ def artifact_markdown(root: Path) -> str | None:
     return "\n\n".join(lines) + "\n"
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from tasks.vega_offline import page_template
 
     evaluation = load_evaluation(root)
@@ -146,7 +143,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("run_report", run)
+    stage_main("run_report", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,14 @@ from typing import Any
 
 from hydra_ops.checkpoints import load_model
 from hydra_ops.runtime import Runtime
-from tasks.common import BASE, METRICS, SCORES, publish_dir, stage_main, write_json
 from tasks.data import batches, manifest, split
-from tasks.params import PipelineConfig
+from tasks.layout import BASE, METRICS, SCORES
+from tasks.outputs import publish_dir, write_json
+from tasks.params.core import CoreConfig
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
@@ -52,7 +57,7 @@ def layer_progress_logger(num_heads: int) -> Any:
     return callback
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.adapters import get_adapter
     from hydra_ops.scoring import get_scorer, scorer_arguments
 
@@ -110,7 +115,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("score_heads", run)
+    stage_main("score_heads", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from hydra_ops.calibration import ensemble_probs
-from tasks.common import HYDRA
-from tasks.params import PipelineConfig
+from tasks.layout import HYDRA
+from tasks.params.core import CoreConfig
 
 #: Metrics of the paired bootstrap on ``id_test`` and ``shift`` (names in ``hydra_ops.metrics``).
 BOOTSTRAP_CLASSIFICATION = ("accuracy", "nll", "brier", "ece")
@@ -37,7 +37,7 @@ COMPARED_SPLITS = (
 VERDICT_SPLITS = (("test", "id_test"), ("near_ood", "near_ood"), ("far_ood", "far_ood"))
 
 
-def ood_scores(cfg: PipelineConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
+def ood_scores(cfg: CoreConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
     """``[N]`` OOD scores of ``evaluate.ood_score`` kind at temperature ``t``."""
     from hydra_ops.uncertainty import calibrated_ood_score
 
@@ -45,7 +45,7 @@ def ood_scores(cfg: PipelineConfig, member_logits: torch.Tensor, t: float) -> to
 
 
 def split_metrics(
-    cfg: PipelineConfig, out: dict[str, torch.Tensor], labels: dict, t: float
+    cfg: CoreConfig, out: dict[str, torch.Tensor], labels: dict, t: float
 ) -> dict[str, dict[str, float]]:
     """Every classification metric on ``id_test`` and ``shift``, every OOD metric of the
     configured score on ``near_ood`` and ``far_ood`` (ID test as the negatives)."""
@@ -83,7 +83,7 @@ def ood_by_score(
 
 
 def paired_intervals(
-    cfg: PipelineConfig,
+    cfg: CoreConfig,
     out_a: dict[str, torch.Tensor],
     out_b: dict[str, torch.Tensor],
     labels: dict,
@@ -190,7 +190,7 @@ def compiled_vs_eager(
 
 
 def plot_rows(
-    cfg: PipelineConfig,
+    cfg: CoreConfig,
     outputs: dict[str, dict[str, torch.Tensor]],
     temps: dict[str, float],
     labels: dict,

@@ -16,13 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.plans import save_plans
-from tasks.common import METRICS, PLANS, SCORES, publish_dir, stage_main, write_json
-from tasks.params import PipelineConfig
+from tasks.layout import METRICS, PLANS, SCORES
+from tasks.outputs import publish_dir, write_json
+from tasks.params.core import CoreConfig
+from tasks.stage import stage_main
+
+#: The params view this stage validates ``params.yaml`` with (the sections it reads).
+SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
 
 
-def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.scoring import HeadScores
     from hydra_ops.selection import diversity_report, select_members
 
@@ -75,7 +80,7 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    stage_main("select_members", run)
+    stage_main("select_members", run, SCHEMA)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.bundle import MANIFEST, verify_bundle
 from tasks.candidate_serving import ServedCandidate, load_candidate
-from tasks.common import read_json
 from tasks.custody import check_bundle
+from tasks.outputs import read_json
 from tasks.preprocessing import Preprocessing, load_preprocessing
 
 if TYPE_CHECKING:

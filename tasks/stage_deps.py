@@ -21,7 +21,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-import yaml
+from tasks.dvcfiles import read_dvc_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hydra_ops", "tasks")
@@ -128,9 +128,8 @@ def import_closure(module: str, root: Path = ROOT) -> frozenset[Path]:
 
 def stage_modules(root: Path = ROOT) -> dict[str, str]:
     """``{stage: module}`` for every stage whose command is ``python -m <module>``."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     modules = {}
-    for name, stage in stages.items():
+    for name, stage in read_dvc_yaml(root).items():
         words = str(stage["cmd"]).split()
         if words[:2] == ["python", "-m"]:
             modules[name] = words[2]
@@ -139,7 +138,7 @@ def stage_modules(root: Path = ROOT) -> dict[str, str]:
 
 def missing_deps(root: Path = ROOT) -> dict[str, list[str]]:
     """``{stage: files of its closure that no code dep of dvc.yaml covers}``."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    stages = read_dvc_yaml(root)
     missing = {}
     for name, module in stage_modules(root).items():
         deps = [Path(d) for d in stages[name].get("deps", [])]
@@ -175,7 +174,7 @@ def write_deps(root: Path = ROOT) -> list[str]:
 
     path = root / "dvc.yaml"
     text = path.read_text()
-    stages = yaml.safe_load(text)["stages"]
+    stages = read_dvc_yaml(root)
     changed = []
     for name, module in stage_modules(root).items():
         old = stages[name].get("deps", [])

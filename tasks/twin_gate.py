@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tasks.params import GateCheck
+from tasks.params.gates import GateCheck
 
 
 def paired_interval(

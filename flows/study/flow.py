@@ -40,7 +40,7 @@ from flows.study.points import (
 )
 from flows.study.report import load_point, write_study_report
 from flows.study.spec import StudyPoint, load_study, study_points
-from tasks.common import write_json
+from tasks.outputs import write_json
 from tasks.params import GateCheck
 from tasks.registry import git
 

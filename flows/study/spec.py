@@ -39,17 +39,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tasks.common import fingerprint
 from tasks.params import (
     ConfigError,
     PipelineConfig,
     ProfileName,
+    Strict,
     read_yaml,
     resolve_params,
     to_raw,
 )
+from tasks.resumable import fingerprint
 
 #: The stages every point of one seed computes identically; a study runs them once per
 #: :func:`upstream_key` and the points reuse their outputs through the DVC remote.
@@ -60,11 +61,7 @@ POINT_TARGET = "gate"
 _NAME = r"^[a-z0-9][a-z0-9_-]{0,40}$"
 
 
-class StudySpec(BaseModel):
-    """``SPEC.yaml``, validated (the module docstring shows one); unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
+class StudySpec(Strict):
     name: str = Field(pattern=_NAME)
     profile: ProfileName = "default"
     params: str | None = None
@@ -218,3 +215,15 @@ def study_points(spec: StudySpec, spec_dir: Path, dvc_yaml: Path) -> list[StudyP
                 StudyPoint(variant, seed, point_name(variant, seed), raw, upstream_key(raw, keys))
             )
     return points
+
+
+def check_study(spec: Path, root: Path, gates_from: Path | None) -> list[dict] | None:
+    """ConfigError (one line) unless every point of the study ``spec`` resolves and names what the
+    library has; the ``gates`` of ``gates_from`` (validated), if given."""
+    from tasks.params.overrides import read_gates
+    from tasks.params.schema import validate_params
+    from tasks.preflight import check_names
+
+    for point in study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml"):
+        check_names(validate_params(point.params, "params", root))
+    return read_gates(gates_from) if gates_from else None

@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from tasks import bundle, gate
-from tasks.common import BUNDLE, COMPILED, HYDRA, METRICS
+from tasks.layout import BUNDLE, COMPILED, HYDRA, METRICS
 from tasks.params import ConfigError, resolve_params, validate_params, write_params
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,129 +11,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO
+from leftover_files import LEFTOVERS, REAL
+from leftover_files import paths as _paths
+from leftover_files import touch as _touch
 from tiny_models import tiny_model
 
 from flows import dvcops
-from hydra_ops.atomic import leftovers, replace_dir
+from hydra_ops.atomic import leftovers
 from hydra_ops.checkpoints import TIMING_FIELDS, load_model, save_model, split_timings
 from hydra_ops.training import TrainReport
-from tasks.common import (
-    cached_outputs,
-    publish_dir,
-    remove_stage_leftovers,
-    stage_main,
-    stage_outputs,
-)
-
-#: What a kill between the steps of an atomic write leaves, and must be ignored/removed
-#: (a trailing ``/``: a folder).
-LEFTOVERS = (
-    "models/.base.old-0a1b2c3d/",  # replace_dir: old folder renamed aside
-    "models/.base.tmp-k2j_4g5h/",  # publish_dir / save_model temp folder
-    "metrics/.finetune_base.json.ab12cd34.tmp",  # write_text / write_json temp file
-    "models/members/.member_1.tmp-abcd1234/",  # a unit's publish_dir temp folder
-)
-#: Real outputs and sources next to them, which must be neither ignored nor removed.
-REAL = (
-    "models/base/model.safetensors",
-    "models/base/checkpoint.json",
-    "models/basement/checkpoint.json",
-    "models/members/member_1/done.json",
-    "metrics/finetune_base.json",
-    "tasks/common.py",
-    ".dvcignore",
-)
-
-
-def _touch(root: Path, rel: str) -> Path:
-    """A file holding ``x``, or (``rel`` ends with ``/``) a folder holding a partial file."""
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if rel.endswith("/"):
-        path.mkdir()
-        (path / "model.safetensors").write_text("partial")
-    else:
-        path.write_text("x")
-    return path
-
-
-def _paths(rels) -> list[str]:
-    return [rel.rstrip("/") for rel in rels]
-
-
-@pytest.fixture()
-def project_files(tmp_path) -> Path:
-    """A folder with the project's dvc.yaml and a valid quick params.yaml (no git, no DVC)."""
-    from tasks.params import resolve_params, write_params
-
-    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
-    write_params(resolve_params("quick", {}), tmp_path / "params.yaml")
-    return tmp_path
-
-
-def test_stage_leftovers_are_removed_and_real_outputs_kept(project_files):
-    root = project_files
-    for rel in (*LEFTOVERS, *REAL):
-        _touch(root, rel)
-    other_stage = _touch(root, "models/.merged.old-0a1b2c3d/")
-    removed = remove_stage_leftovers("finetune_base", root)
-    assert sorted(removed) == sorted(root / rel for rel in LEFTOVERS[:3])
-    for rel in LEFTOVERS[:3]:
-        assert not (root / rel).exists(), rel
-    for rel in REAL[:5]:
-        assert (root / rel).read_text() == "x", rel
-    assert other_stage.is_dir()  # another stage's output: that stage cleans it
-    assert (root / LEFTOVERS[3]).is_dir()  # inside a unit stage's output: finalise removes it
-    assert remove_stage_leftovers("finetune_base", root) == []
-
-
-def test_stage_outputs_come_from_dvc_yaml(project_files):
-    outs = stage_outputs("evaluate", project_files)
-    rel = {p.relative_to(project_files).as_posix() for p in outs}
-    assert {"reports/evaluate.md", "metrics/evaluate.json", "plots/roc.json"} <= rel
-    with pytest.raises(ValueError, match=r"'nope' is not in .*dvc.yaml; declared: prepare_data"):
-        stage_outputs("nope", project_files)
-    assert stage_outputs("finetune_base", project_files / "elsewhere") == []
-
-
-def test_cached_outputs_leave_out_cache_false(project_files):
-    cached = cached_outputs(project_files)
-    assert cached["models/base"] == "finetune_base"
-    assert cached["models/members"] == "finetune_members"  # {persist: true}, still cached
-    assert "metrics/finetune_base.json" not in cached  # {cache: false}: may hold timings
-    assert "reports/evaluate.md" not in cached
-
-
-def test_stage_main_cleans_before_the_stage_runs(project_files, monkeypatch):
-    root = project_files
-    leftover = _touch(root, "models/.members.old-0a1b2c3d/")
-    seen = []
-    monkeypatch.chdir(root)
-    monkeypatch.setattr("tasks.common.set_threads", lambda: None)
-    stage_main("finetune_members", lambda cfg, r: seen.append(leftover.exists()))
-    assert seen == [False]
-
-
-def test_publish_dir_and_replace_dir_leave_no_leftovers(tmp_path):
-    target = tmp_path / "out"
-    stale = [_touch(tmp_path, ".out.old-0a1b2c3d/"), _touch(tmp_path, ".out.tmp-zzzzzzzz/")]
-    with publish_dir(target) as tmp:
-        (tmp / "a").write_text("1")
-    with publish_dir(target) as tmp:  # replaces an existing target: the old one renamed aside
-        (tmp / "a").write_text("2")
-    assert not any(p.exists() for p in stale)
-    assert leftovers(target) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert (target / "a").read_text() == "2"
-    fresh = tmp_path / ".new.tmp-abcdefgh"
-    fresh.mkdir()
-    replace_dir(fresh, target)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from conftest import REPO, git
 
-from tasks.common import METRICS
 from tasks.key_metrics import KEYS, LATENCY_KEY, write_key_metrics
+from tasks.layout import METRICS
 
 #: Two points of a study (benchmarks/studies/text-evidence.yaml): variant overrides and the seed.
 POINTS: dict[str, dict[str, Any]] = {

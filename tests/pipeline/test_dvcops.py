@@ -275,3 +275,26 @@ def test_the_local_remote_does_not_take_over_the_projects_default(tmp_path):
     assert done[0] == "dvc remote local -> .dvc-remote/ (the default stays 'store')"
     assert dvcops.dvc(root, "config", "core.remote").stdout.strip() == "store"
     assert dvcops.has_remote(root, dvcops.REMOTE_NAME)
+
+
+def test_stage_log_relays_dvc_output_without_its_git_advice(tmp_path, monkeypatch):
+    from flows import dvcops
+
+    fake = tmp_path / "dvc"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "echo \"Running stage 'merge':\"\n"
+        "echo '> python -m tasks.merge'\n"
+        "echo 'To track the changes with git, run:'\n"
+        "echo '        git add dvc.lock'\n"
+        "echo 'To enable auto staging, run:'\n"
+        "echo '        dvc config core.autostage true'\n"
+        "echo 'Use `dvc push` to send your updates to remote storage.'\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(dvcops, "bin_path", lambda name: str(fake))
+    logged: list[str] = []
+    result = dvcops.repro_stage(tmp_path, "merge", log=logged.append)
+    assert result.ran
+    assert logged == ["[merge] Running stage 'merge':", "[merge] > python -m tasks.merge"]
+    assert len(result.lines) == 7  # kept for error messages

@@ -86,7 +86,7 @@ def test_with_the_mechanisms_off_a_member_fine_tune_is_unchanged(default_project
     """The default member recipe, its fingerprint inputs and (on the CPU kind that wrote them)
     the very weights of the code before the mechanisms."""
     from hydra_ops.checkpoints import weights_hash
-    from tasks.common import BASE, MEMBERS
+    from tasks.layout import BASE, MEMBERS
     from tasks.params import to_raw
 
     cfg, root = default_project
@@ -229,8 +229,8 @@ def test_five_members_of_their_own_sizes_merge_exactly(diverse_project):
     from hydra_ops.checkpoints import load_member
     from hydra_ops.plans import load_plans
     from hydra_ops.serialization import load_hydra
-    from tasks.common import BASE, MEMBERS, MERGED, PLANS
     from tasks.data import batches, split
+    from tasks.layout import BASE, MEMBERS, MERGED, PLANS
 
     cfg, root, _ = diverse_project
     plans = load_plans(root / PLANS / "plans.json")

@@ -28,7 +28,8 @@ from conftest import REPO, git, make_project
 from test_pipeline_text import ALL_CLASSIFICATION, ALL_OOD, PASSING_GATES, cli, last_run
 
 from flows import dvcops
-from tasks.common import STAGES, cached_outputs
+from tasks.dvcfiles import cached_outputs
+from tasks.layout import STAGES
 
 pytestmark = pytest.mark.slow
 

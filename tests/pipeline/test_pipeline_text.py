@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import REPO, git, make_project
 
-from tasks.common import STAGES
+from tasks.layout import STAGES
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,9 @@ import pytest
 import torch
 from conftest import REPO, git
 
-from tasks.common import LATENCY_FILE, METRICS, PLOTS, REPORTS, write_json, write_text
 from tasks.key_metrics import KEY_METRICS_DIR, KEYS, LATENCY_KEY, key_metrics, write_key_metrics
+from tasks.layout import METRICS, PLOTS, REPORTS
+from tasks.outputs import LATENCY_FILE, write_json, write_text
 from tasks.params import resolve_params
 
 BIN = Path(sys.executable).parent
@@ -65,7 +66,7 @@ def synthetic_outputs() -> tuple[dict, dict]:
 
 def write_evaluation(root: Path) -> dict:
     """What ``evaluate`` writes, from :func:`synthetic_outputs`; returns the evaluation."""
-    from tasks.report import latency_setup, render_report
+    from tasks.evaluate_markdown import latency_setup, render_report
     from tasks.score_histograms import score_histograms
     from tasks.scorecard import ood_by_score, plot_rows, split_metrics
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from tasks import data
 from tasks.params import (
     PROFILES,
     ConfigError,
@@ -168,11 +170,9 @@ def test_bad_random_shift_names_the_key(sets, words):
 def test_train_batches_apply_random_shift(tmp_path):
     """tasks.data.train_batches shifts the training images by ``finetune.random_shift`` (same
     examples and order, seeded per epoch); evaluation batches never are."""
-    import torch
 
     from hydra_ops.data import materialise_splits
-    from tasks import data
-    from tasks.common import DATA
+    from tasks.layout import DATA
 
     materialise_splits({"name": "digits", "max_per_split": 24}, tmp_path / DATA)
     sets = {"data.name": "digits", "data.max_per_split": 24}
@@ -189,3 +189,25 @@ def test_train_batches_apply_random_shift(tmp_path):
         torch.cat([b["pixel_values"] for b in data.batches(on, val, 8)]),
         torch.cat([b["pixel_values"] for b in data.batches(off, val, 8)]),
     )
+
+
+@pytest.mark.parametrize("name", ["brown-genres", "fashion-mnist"])
+def test_sources_resolve_on_every_profile(name):
+    for profile in ("default", "quick"):
+        cfg = resolve_params(profile, sets={"data.name": name})
+        assert cfg.data.name == name
+        assert cfg.modality == ("text" if name == "brown-genres" else "image")
+
+
+def test_switching_to_fashion_mnist_brings_its_data_sizes():
+    """``hydra-ens run --set data.name=fashion-mnist`` on the default params.yaml: the data values
+    at the old source's defaults (splits, cap) follow the new source; a hand-set one stays."""
+    text = to_raw(resolve_params("default"))
+    image = apply_sets(text, {"data.name": "fashion-mnist"})
+    assert (image.data.train_frac, image.data.max_per_split) == (0.9, 15000)
+    assert apply_sets(to_raw(image), {"data.name": "bbc-news"}).data.max_per_split is None
+    fracs = {"train_frac": 0.6, "val_frac": 0.2, "test_frac": 0.2}
+    edited = {**text, "data": {**text["data"], "shift_severity": 0.3, **fracs}}
+    kept = apply_sets(edited, {"data.name": "fashion-mnist"}).data
+    assert (kept.shift_severity, kept.train_frac, kept.val_frac) == (0.3, 0.6, 0.2)
+    assert kept.max_per_split == 15000

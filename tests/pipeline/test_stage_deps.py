@@ -78,3 +78,57 @@ def test_closure_follows_lazy_exports_and_registry_paths(tmp_path: Path):
         "hydra_ops/families/__init__.py",
         "hydra_ops/families/bert.py",  # a registry path
     }
+
+
+def _stage_schema(stage: str) -> type:
+    """The params view a stage validates params.yaml with (its module's ``SCHEMA``), read from
+    the source (importing every stage would import torch)."""
+    import ast
+
+    import tasks.params as params
+
+    tree = ast.parse((ROOT / "tasks" / f"{stage}.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets] == ["SCHEMA"]:
+            return getattr(params, node.value.id)
+    raise AssertionError(f"tasks/{stage}.py has no SCHEMA")
+
+
+def test_each_stage_validates_the_sections_it_reads():
+    """A stage's params view types every section its dvc.yaml ``params`` name (the whole file:
+    every section); the sections it does not read are kept as written."""
+    from typing import Any
+
+    from tasks.params.schema import PipelineConfig
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for stage in stage_modules():
+        schema = _stage_schema(stage)
+        read = set()
+        for entry in stages[stage].get("params") or []:
+            read |= set(PipelineConfig.model_fields) if isinstance(entry, dict) else {entry}
+        sections = {key.split(".")[0] for key in read}
+        unread = [s for s in sections if schema.model_fields[s].annotation is Any]
+        assert unread == [], (stage, schema.__name__, unread)
+
+
+def test_no_stage_imports_the_override_engine_nor_the_registries_check():
+    """``--set``, profiles, source defaults and the name check are the CLI's: editing them
+    reruns no stage."""
+    cli_only = {
+        "tasks/params/overrides.py",
+        "tasks/params/profiles.py",
+        "tasks/params/names.py",
+        "tasks/preflight.py",
+        "tasks/source_defaults.py",
+    }
+    for stage, module in stage_modules().items():
+        files = {p.relative_to(ROOT).as_posix() for p in import_closure(module)}
+        assert not files & cli_only, (stage, files & cli_only)
+
+
+def test_the_fine_tunes_do_not_depend_on_the_gates_nor_promote_schema():
+    for stage in ("finetune_base", "finetune_baselines", "score_heads", "finetune_members"):
+        files = {p.relative_to(ROOT).as_posix() for p in import_closure(f"tasks.{stage}")}
+        assert not files & {"tasks/params/gates.py", "tasks/params/promote.py"}, stage
+        assert ("tasks/params/baselines.py" in files) == (stage == "finetune_baselines"), stage

@@ -9,8 +9,8 @@ from typing import Any
 from flows.study.report.collect import Collected
 from flows.study.report.results import PointResult
 from tasks.candidate_gate import applicability
-from tasks.common import with_latency
 from tasks.gate import evaluate_check
+from tasks.outputs import with_latency
 from tasks.params import GateCheck, default_gates
 from tasks.twin_gate import resolve_any_of
 

@@ -1,5 +1,5 @@
-"""tasks.params refusals of its inputs found by an audit, each one line naming the file or key:
-non-UTF-8 params files, list indices in --set keys, unknown profiles."""
+"""tasks.params.overrides and files: refusals of their inputs, each one line naming the file or
+key: non-UTF-8 params files, list indices in --set keys, unknown profiles."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""brown-genres and fashion-mnist through the pipeline's first two stages on the real assets: the
-``prepare_data`` stage's code on the quick profile's sizes, then a short ``finetune_base``
+"""tasks.finetune_base on the built-in sources brown-genres and fashion-mnist, on the real assets:
+the ``prepare_data`` stage's code on the quick profile's sizes, then a short ``finetune_base``
 training of the source's model (MiniLM-L6 / the source's ViT) on what it wrote. The full DAG on
 these sources is the studies' (docs/data.md); here: the stages accept them and a model learns."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from hydra_ops.checkpoints import load_model
@@ -14,9 +13,9 @@ from hydra_ops.data import sources, split_labels
 from hydra_ops.data.spec import BUILTIN_CLASSES, DEFAULT_ID_CLASSES
 from hydra_ops.inference import logits
 from tasks import data, prepare_data
-from tasks.common import BASE
 from tasks.finetune_base import train_base
-from tasks.params import apply_sets, resolve_params, to_raw
+from tasks.layout import BASE
+from tasks.params import resolve_params
 
 
 def prepare_and_train(name: str, root, sets: dict) -> tuple[object, dict, dict]:
@@ -73,25 +72,3 @@ def test_fashion_mnist_prepares_and_trains(tmp_path):
     assert np.array_equal(split_labels(test), split_labels(shift))
     assert not np.array_equal(test.images, shift.images)
     check_model(cfg, tmp_path, trained, 9)
-
-
-@pytest.mark.parametrize("name", ["brown-genres", "fashion-mnist"])
-def test_sources_resolve_on_every_profile(name):
-    for profile in ("default", "quick"):
-        cfg = resolve_params(profile, sets={"data.name": name})
-        assert cfg.data.name == name
-        assert cfg.modality == ("text" if name == "brown-genres" else "image")
-
-
-def test_switching_to_fashion_mnist_brings_its_data_sizes():
-    """``hydra-ens run --set data.name=fashion-mnist`` on the default params.yaml: the data values
-    at the old source's defaults (splits, cap) follow the new source; a hand-set one stays."""
-    text = to_raw(resolve_params("default"))
-    image = apply_sets(text, {"data.name": "fashion-mnist"})
-    assert (image.data.train_frac, image.data.max_per_split) == (0.9, 15000)
-    assert apply_sets(to_raw(image), {"data.name": "bbc-news"}).data.max_per_split is None
-    fracs = {"train_frac": 0.6, "val_frac": 0.2, "test_frac": 0.2}
-    edited = {**text, "data": {**text["data"], "shift_severity": 0.3, **fracs}}
-    kept = apply_sets(edited, {"data.name": "fashion-mnist"}).data
-    assert (kept.shift_severity, kept.train_frac, kept.val_frac) == (0.3, 0.6, 0.2)
-    assert kept.max_per_split == 15000

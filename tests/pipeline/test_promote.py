@@ -1,6 +1,6 @@
-"""Promotion you can trust, on a synthetic workspace with real git and GTO (no fine-tuning): the
-verdict is bound to what it judged, the bundle is what ships, versions are reproducible commits,
-rollback, and failures that fail closed."""
+"""tasks.promote: promotion you can trust, on a synthetic workspace with real git and GTO (no
+fine-tuning): the verdict is bound to what it judged, the bundle is what ships, versions are
+reproducible commits, rollback, and failures that fail closed."""
 
 from __future__ import annotations
 

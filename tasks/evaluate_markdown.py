@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.member_diversity import diversity_section
-from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, PipelineConfig
+from tasks.params.core import CoreConfig
+from tasks.params.metrics import CLASSIFICATION_METRICS, OOD_METRICS
 
 #: Baselines whose members run in one forward pass over the stacked batch (how, from the params).
 ONE_PASS = {
@@ -27,7 +28,7 @@ def _precision(name: str | None) -> str:
 
 
 def latency_setup(
-    cfg: PipelineConfig,
+    cfg: CoreConfig,
     device: str,
     precision: str,
     models: dict[str, dict[str, Any]],

@@ -1,4 +1,5 @@
-"""params.yaml validation: every problem is one line naming its key; profiles resolve."""
+"""tasks.params.schema: params.yaml validation, every problem one line naming its key; the
+defaults; profiles resolve."""
 
 from __future__ import annotations
 

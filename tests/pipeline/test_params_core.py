@@ -1,6 +1,6 @@
-"""tasks.params refusals of data and model sections found by an audit: each is one line naming
-its key, before any stage runs (no near-OOD set; a model.path that is not a BERT, or whose shape
-differs from MiniLM's)."""
+"""tasks.params.core: the checks across the data and model sections, each one line naming its key,
+before any stage runs (no near-OOD set; a model.path that is not a BERT, or whose shape differs
+from MiniLM's); relative paths read from the project folder."""
 
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ def test_relative_paths_are_read_from_the_project_folder(tmp_path, monkeypatch):
     ``dvc repro`` runs the stages, also for a process elsewhere (``hydra-ens status -C PROJECT``,
     ``run -C PROJECT --set``, a study worker): they were checked in the current folder and
     refused. The params keep them as written."""
-    from flows.cli import resolve_run_params
     from tasks.params import load_params, write_params
+    from tasks.preflight import resolve_run_params
 
     project = tmp_path / "proj"
     (project / "data").mkdir(parents=True)

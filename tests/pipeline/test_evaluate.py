@@ -1,5 +1,6 @@
-"""The evaluate stage's MC Dropout, LoRA-Ensemble and BatchEnsemble baselines and their OOD metrics
-under every OOD score, on a tiny digits project (stage functions called directly, CPU fp32)."""
+"""tasks.evaluate: the MC Dropout, LoRA-Ensemble and BatchEnsemble baselines, every candidate
+scored for the gate, and the OOD metrics under every OOD score, on a tiny digits project (stage
+functions called directly, CPU fp32)."""
 
 from __future__ import annotations
 
@@ -239,8 +240,8 @@ def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(proje
     from tasks.candidate_bundle import write_candidate
     from tasks.candidate_export import source_hashes
     from tasks.candidate_serving import candidate_logits
-    from tasks.common import load_evaluation
     from tasks.gate import decide, load_cost
+    from tasks.outputs import load_evaluation
 
     cfg, root, _, _ = project
     ev = json.loads((root / "metrics" / "evaluate.json").read_text())

@@ -1,0 +1,283 @@
+"""The sections every stage reads (:class:`CoreConfig`): the data, the model and how it is trained,
+scored, selected, merged, compiled, calibrated and evaluated, the values the stages derive from
+several of them, and the checks across sections.
+
+:class:`CoreConfig` is the params view of the stages that read no other section: ``baselines``,
+``gates`` and ``promote`` are kept there as written (:data:`Unread`), and validated by the views
+that read them (:class:`tasks.params.baselines.BaselinesStageConfig`,
+:class:`tasks.params.schema.PipelineConfig`, the whole file, which the CLI checks before any stage
+runs). So a stage's code deps hold only the schema of what it reads: an edit to the gates' schema
+reruns no fine-tune.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    model_validator,
+)
+
+from hydra_ops.data.spec import DataSpec, OODSource, near_ood_problem
+from tasks.params.base import ConfigError, Strict
+from tasks.params.evaluation import CalibrateConfig, CompileConfig, EvaluateConfig
+from tasks.params.members import MembersConfig, MergeConfig, ScoringConfig
+from tasks.params.model import (
+    FinetuneConfig,
+    ModelConfig,
+    RuntimeConfig,
+    _text_model_shape,
+    data_modality,
+)
+
+#: How far apart replicate seeds put their stage seeds (Deep Ensemble members use base + k and
+#: member fine-tunes base + ``members.finetune.seed_offset`` + m, all well below it).
+REPLICATE_STRIDE = 1000
+
+
+#: The profiles' names (:data:`tasks.params.profiles.PROFILES` holds their overrides, which no stage
+#: reads: ``params.yaml`` is resolved, so editing a profile reruns nothing).
+PROFILE_NAMES = ("default", "quick")
+
+
+def _known_profile(value: str) -> str:
+    if value not in PROFILE_NAMES:
+        raise ValueError(f"unknown profile {value!r}; allowed: {', '.join(PROFILE_NAMES)}")
+    return value
+
+
+ProfileName = Annotated[str, AfterValidator(_known_profile)]
+"""A name in :data:`PROFILE_NAMES`."""
+
+
+#: A section this view does not read: kept as ``params.yaml`` holds it, unvalidated.
+Unread = Any
+
+
+class CoreConfig(Strict):
+    """``params.yaml`` as the stages that read only its core sections see it."""
+
+    profile: ProfileName = "default"
+    """A name in :data:`PROFILE_NAMES` (the profile the file was resolved from)."""
+    seed: int = Field(default=0, ge=0)
+    """The replicate seed: it shifts every training and scoring seed (base fine-tune, Deep
+    Ensemble members, head scoring, member selection, member fine-tunes) by
+    ``REPLICATE_STRIDE * seed``, so replicates share no seed; the data split (``data.seed``) and
+    the bootstrap stay fixed. ``hydra-ens study`` varies this one value per replicate."""
+    data: DataSpec = DataSpec()
+    model: ModelConfig = ModelConfig()
+    finetune: FinetuneConfig = FinetuneConfig()
+    baselines: Unread = None
+    scoring: ScoringConfig = ScoringConfig()
+    members: MembersConfig = MembersConfig()
+    merge: MergeConfig = MergeConfig()
+    compile: CompileConfig = CompileConfig()
+    calibrate: CalibrateConfig = CalibrateConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    gates: Unread = None
+    promote: Unread = None
+    runtime: RuntimeConfig = RuntimeConfig()
+    _root: Path | None = PrivateAttr(default=None)
+    """The project folder relative paths are read from (validation context ``root``; None: the
+    current folder, which is the project's in a stage)."""
+
+    def __eq__(self, other: object) -> bool:
+        """Equal params are equal configs, whichever folder they were read from (``_root``)."""
+        if not isinstance(other, CoreConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def project_path(self, path: str) -> Path:
+        """A ``data``/``model`` path of these params as the stages read it: a relative one is
+        relative to the project folder, where ``dvc repro`` runs them, not to the folder of the
+        process that reads the params (``hydra-ens status -C PROJECT``, a study's worker)."""
+        return Path(path) if self._root is None else self._root / path
+
+    @property
+    def model_dir(self) -> str | None:
+        """``model.path`` as a folder the process can open (:meth:`project_path`); None for the
+        built-in model."""
+        return None if self.model.path is None else str(self.project_path(self.model.path))
+
+    def _project_data(self) -> DataSpec:
+        """``data`` with its paths made openable from this process (:meth:`project_path`), for
+        the checks and derived values that look at the files."""
+        if self._root is None:
+            return self.data
+        changes: dict[str, Any] = {}
+        if self.data.path:
+            changes["path"] = str(self.project_path(self.data.path))
+        for key in ("near_ood", "far_ood", "ood_val"):
+            value = getattr(self.data, key)
+            if isinstance(value, OODSource):
+                changes[key] = dataclasses.replace(value, path=str(self.project_path(value.path)))
+        return dataclasses.replace(self.data, **changes)
+
+    # ---- derived values every stage agrees on ----
+    @property
+    def replicate_offset(self) -> int:
+        return REPLICATE_STRIDE * self.seed
+
+    @property
+    def finetune_seed(self) -> int:
+        """Seed of the base fine-tune; Deep Ensemble members and member fine-tunes offset it."""
+        return self.finetune.seed + self.replicate_offset
+
+    @property
+    def scoring_seed(self) -> int:
+        return self.scoring.seed + self.replicate_offset
+
+    @property
+    def members_seed(self) -> int:
+        return self.members.seed + self.replicate_offset
+
+    @property
+    def modality(self) -> str:
+        return data_modality(self._project_data())
+
+    @property
+    def family(self) -> str:
+        if self.model.family != "auto":
+            return self.model.family
+        return "timm_vit" if self.modality == "image" else "bert"
+
+    @property
+    def model_shape(self) -> tuple[int, int]:
+        """``(layers, heads per layer)`` of the base model: ``model.vit``'s for the timm ViT,
+        MiniLM-L6's (6, 12) for the default text model, else ``model.path``'s ``config.json``'s
+        (ConfigError naming ``model.path`` when it cannot be read)."""
+        if self.family == "timm_vit":
+            return self.model.vit.depth, self.model.vit.num_heads
+        try:
+            return _text_model_shape(self.model_dir)
+        except ValueError as err:
+            raise ConfigError(f"model.path: {err}") from None
+
+    @property
+    def model_heads(self) -> int:
+        return self.model_shape[1]
+
+    @property
+    def model_layers(self) -> int:
+        return self.model_shape[0]
+
+    @property
+    def shared_layers(self) -> int:
+        """``merge.shared_layers`` resolved: the unpruned trunk's depth."""
+        if self.merge.shared_layers is not None:
+            return self.merge.shared_layers
+        return self.model_layers // 2
+
+    @property
+    def base_lr(self) -> float:
+        if self.finetune.lr is not None:
+            return self.finetune.lr
+        return 1e-3 if self.family == "timm_vit" else 5e-5
+
+    @property
+    def member_lr(self) -> float:
+        return self.members.finetune.lr or self.base_lr / 2
+
+    @property
+    def heads_per_member(self) -> int:
+        """Heads per pruned layer of a member; with a per-member list, the largest."""
+        return max(self.member_head_budgets, default=1)  # [] is refused by the cross-checks
+
+    @property
+    def member_head_budgets(self) -> list[int]:
+        """Heads per pruned layer of each member (``members.heads_per_layer`` resolved)."""
+        k = self.members.heads_per_layer
+        if isinstance(k, list):
+            return list(k)
+        m = self.members.num_members
+        return [k if k is not None else max(1, self.model_heads // m)] * m
+
+    @property
+    def strategy(self) -> str:
+        if self.members.strategy is not None:
+            return self.members.strategy
+        return "circuits" if self.scoring.method == "circuit" else "overlap_penalty"
+
+    @property
+    def finetune_members(self) -> bool:
+        enabled = self.members.finetune.enabled
+        return self.scoring.method == "taylor" if enabled == "auto" else bool(enabled)
+
+    @model_validator(mode="after")
+    def _cross_checks(self, info: ValidationInfo) -> CoreConfig:
+        self._root = (info.context or {}).get("root")
+        problems: list[tuple[str, str]] = []
+        modality = self.modality
+        if self.model.family == "bert" and modality == "image":
+            problems.append(("model.family", "'bert' needs a text data.source"))
+        if self.model.family == "timm_vit" and modality == "text":
+            problems.append(("model.family", "'timm_vit' needs an image data.source"))
+        if self.data.path and not self.project_path(self.data.path).exists():
+            problems.append(("data.path", f"{self.data.path!r} does not exist"))
+        else:  # evaluate, the gates and the baselines all score a near-OOD split
+            near = near_ood_problem(self._project_data())
+            if near is not None:
+                problems.append(near)
+        for key in ("near_ood", "far_ood", "ood_val"):
+            value = getattr(self.data, key)
+            if isinstance(value, OODSource) and not self.project_path(value.path).exists():
+                problems.append((f"data.{key}.path", f"{value.path!r} does not exist"))
+        shape_known = True
+        if self.model_dir and not Path(self.model_dir).exists():
+            problems.append(("model.path", f"{self.model.path!r} does not exist"))
+            shape_known = self.family == "timm_vit"
+        elif self.family != "timm_vit":
+            try:
+                _text_model_shape(self.model_dir)
+            except ValueError as err:
+                problems.append(("model.path", str(err)))
+                shape_known = False
+        vit = self.model.vit
+        if self.family == "timm_vit":
+            if vit.image_size % vit.patch_size:
+                problems.append(("model.vit.patch_size", "must divide model.vit.image_size"))
+            if vit.embed_dim % vit.num_heads:
+                problems.append(("model.vit.num_heads", "must divide model.vit.embed_dim"))
+            if self.finetune.random_shift >= vit.image_size:
+                problems.append(
+                    ("finetune.random_shift", f"must be < model.vit.image_size ({vit.image_size})")
+                )
+        elif self.finetune.random_shift:
+            problems.append(("finetune.random_shift", "must be 0 for text data (it shifts images)"))
+        if shape_known and self.heads_per_member > self.model_heads:
+            problems.append(
+                (
+                    "members.heads_per_layer",
+                    f"{self.heads_per_member} > the model's {self.model_heads} heads per layer",
+                )
+            )
+        budgets = self.members.heads_per_layer
+        if isinstance(budgets, list):
+            if len(budgets) != self.members.num_members:
+                problems.append(
+                    (
+                        "members.heads_per_layer",
+                        f"has {len(budgets)} entries, one per member needs "
+                        f"members.num_members = {self.members.num_members}",
+                    )
+                )
+            elif len(set(budgets)) > 1 and self.strategy == "circuits":
+                problems.append(
+                    (
+                        "members.heads_per_layer",
+                        "per-member sizes need a strategy other than circuits",
+                    )
+                )
+        if shape_known and self.shared_layers >= self.model_layers:
+            problems.append(
+                ("merge.shared_layers", f"must be < the model's {self.model_layers} layers")
+            )
+        if problems:
+            raise ValueError("; ".join(f"@{k}: {m}" for k, m in problems))
+        return self

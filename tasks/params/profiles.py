@@ -1,0 +1,28 @@
+"""Named profiles: overrides applied on top of the defaults (by :mod:`tasks.params.overrides`).
+
+Their names are :data:`tasks.params.core.PROFILE_NAMES` (what a ``params.yaml`` may record); a
+test holds the two equal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Profiles: overrides applied on top of the defaults. ``quick`` is for tests and smoke runs.
+PROFILES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "quick": {
+        "data": {"max_per_split": 160, "far_ood_size": 100},
+        "model": {"max_length": 32},
+        "finetune": {"epochs": 1, "batch_size": 16},
+        "scoring": {"max_batches": 1, "batch_size": 16},
+        "baselines": {"deep_ensemble_size": 2, "mc_dropout": {"samples": 4}},
+        "members": {"finetune": {"epochs": 1}},
+        "compile": {"backend": "eager"},
+        "evaluate": {
+            "bootstrap_samples": 100,
+            "latency_repeats": 2,
+            "latency_batch": 8,
+            "cost_rounds": 3,
+        },
+    },
+}

@@ -1,0 +1,86 @@
+"""tasks.compile: ``compile.precision: auto`` ships the fastest precision that agrees; the gate
+applies its tolerance."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import torch
+from test_gate import _ev
+from tiny_models import make_members, tiny_inputs
+
+from hydra_ops import compile as hc
+from hydra_ops.compile import auto
+from hydra_ops.merge import merge_members
+from hydra_ops.plans import HeadPlan
+from hydra_ops.serialization import save_hydra
+from tasks import compile as compile_stage
+from tasks.evaluate import compile_fields
+from tasks.gate import evaluate_check
+from tasks.params import GateCheck, default_gates, resolve_params
+
+
+def _run_compile_stage(tmp_path, monkeypatch, caplog, sets: dict, times: list[float]) -> tuple:
+    """The compile stage (``export``, ``precision: auto``) on a tiny Hydra with fixed timings
+    (``auto`` times fp32 then bf16); returns (compiled.json, metrics/compile.json, auto lines)."""
+    plans = [HeadPlan(((0,),)), HeadPlan(((1, 2),))]
+    hydra = merge_members(make_members("bert", plans, fine_tuned=True, num_hidden_layers=1))
+    save_hydra(hydra, tmp_path / "models" / "hydra")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
+    check_batches = [tiny_inputs("bert", 4, seed=11), tiny_inputs("bert", 5, seed=12)]
+    monkeypatch.setattr(
+        compile_stage,
+        "check_batches",
+        lambda cfg, root: (check_batches[0], {"test": check_batches[1:]}),
+    )
+
+    def fixed(call, repeats, device=None):
+        with torch.no_grad():
+            return call(), times.pop(0)
+
+    monkeypatch.setattr(auto, "median_latency_ms", fixed)
+    cfg = resolve_params("quick", sets={"compile.backend": "export", **sets})
+    assert cfg.compile.precision == "auto"
+    with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
+        compile_stage.run(cfg, tmp_path)
+    compiled = json.loads((tmp_path / "models" / "compiled" / "compiled.json").read_text())
+    metrics = json.loads((tmp_path / "metrics" / "compile.json").read_text())
+    lines = [r.getMessage() for r in caplog.records if "auto precision" in r.getMessage()]
+    return compiled, metrics, lines
+
+
+def test_auto_precision_ships_bf16_and_the_gate_applies_its_tolerance(
+    tmp_path, monkeypatch, caplog
+):
+    compiled, metrics, lines = _run_compile_stage(tmp_path, monkeypatch, caplog, {}, [2.0, 1.0])
+    assert compiled["precision"] == "bf16" and compiled["requested_precision"] == "auto"
+    assert compiled["check"]["tolerance"] == 2e-2 and compiled["check"]["passed"]
+    assert 1e-4 < compiled["check"]["max_abs_diff_probs"] <= 2e-2  # beyond the fp32 tolerance
+    trials = compiled["auto_selection"]["trials"]
+    assert trials["export/fp32"]["ok"] and trials["export/bf16"]["ok"]
+    assert "median_ms" not in trials["export/bf16"]  # timings are run facts
+    assert metrics["auto_selection_timings"]["export/bf16"]["median_ms"] == 1.0
+    assert metrics["tolerance"] == 2e-2 and metrics["precision"] == "bf16"
+    assert lines == [f"compile: auto precision ships bf16: {compiled['precision_reason']}"]
+    ev = _ev()
+    ev["models"]["hydra"] |= compile_fields(compiled)
+    gates = [GateCheck(**g) for g in default_gates() if g["metric"].startswith("compile_")]
+    recs = {r["metric"]: r for r in (evaluate_check(g, ev, prod=None) for g in gates)}
+    assert recs["compile_max_abs_diff"]["threshold"] == 2e-2
+    assert recs["compile_max_abs_diff"]["status"] == "passed"
+    assert recs["compile_argmax_agreement"]["status"] == "passed"
+    pinned = GateCheck(metric="compile_max_abs_diff", threshold=1e-4)  # a number still wins
+    assert evaluate_check(pinned, ev, prod=None)["status"] == "failed"
+
+
+def test_auto_precision_keeps_fp32_when_bf16_disagrees(tmp_path, monkeypatch, caplog):
+    sets = {"compile.tolerance_low_precision": 1e-9}  # no bf16 output is that close
+    compiled, metrics, lines = _run_compile_stage(tmp_path, monkeypatch, caplog, sets, [2.0, 1.0])
+    assert compiled["precision"] == "fp32" and compiled["check"]["tolerance"] == 1e-4
+    bf16 = compiled["auto_selection"]["trials"]["export/bf16"]
+    assert not bf16["ok"] and bf16["max_abs_diff_probs"] > 1e-9
+    assert compiled["precision_reason"].startswith("bf16 failed its check (max |dp|")
+    assert len(lines) == 1 and lines[0].startswith("compile: auto precision keeps fp32: bf16")
+    assert metrics["precision_reason"] == compiled["precision_reason"]

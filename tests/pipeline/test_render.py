@@ -1,0 +1,23 @@
+"""flows.render: what the CLI prints."""
+
+from __future__ import annotations
+
+
+def test_the_prediction_table_shows_inputs_and_classes_as_written():
+    """Inputs and class names are the user's text, not console markup: a news text's
+    ``[removed]`` vanished from ``predict``'s table and ``[/x]`` ended it with a MarkupError."""
+    from rich.console import Console
+
+    from flows.render import prediction_table
+
+    numbers = {"prob": 0.9, "entropy": 0.3, "mutual_information": 0.1, "disagreement": 0.0}
+    rows = [
+        {"input": "[removed] by the editor", "class": "[misc]", **numbers},
+        {"input": "prices [/x] rose", "class": "business", **numbers},
+    ]
+    rows = [{**r, "ood_score": 0.5, "verdict": "ok"} for r in rows]
+    console = Console(width=120, record=True)
+    console.print(prediction_table(rows, "hydra v0.0.1 [prod]"))
+    text = console.export_text()
+    for shown in ("[removed] by the editor", "[misc]", "prices [/x] rose", "hydra v0.0.1 [prod]"):
+        assert shown in text, text
