@@ -15,9 +15,9 @@ fp32 eager, ``--threads`` torch threads):
 * ``hydra``: the served default's shape: M = 3 members of 1/3 of the heads of each layer after a
   shared trunk of L/2 layers (MiniLM: 4 of 12 heads in layers 3-5), stack merge, same inputs.
 * ``train``: one fine-tune step of the single model, batch 16 x seq 64, fused AdamW (what
-  ``hydra_ops.training.fine_tune`` runs).
+  ``hydra_ops.models.training.fine_tune`` runs).
 
-Allocators (:mod:`hydra_ops.allocators`): ``system`` (glibc malloc as is), ``glibc_tuned``
+Allocators (:mod:`hydra_ops.perf.allocators`): ``system`` (glibc malloc as is), ``glibc_tuned``
 (``GLIBC_TUNABLES``: no mmap for large blocks and no trimming, so freed memory is reused instead
 of being unmapped and page-faulted in again), ``tcmalloc`` / ``jemalloc`` (``LD_PRELOAD``; left
 out when not installed). The parent's own ``LD_PRELOAD`` / ``GLIBC_TUNABLES`` are cleared for
@@ -40,7 +40,7 @@ from typing import Annotated
 
 import typer
 
-from hydra_ops.allocators import allocator_env
+from hydra_ops.perf.allocators import allocator_env
 
 WORKLOADS = ("single", "hydra", "train")
 COMPARED = ("system", "glibc_tuned", "tcmalloc", "jemalloc")
@@ -65,7 +65,7 @@ def _child(model: str, workload: str, reps: int, threads: int) -> tuple[float, f
     import torch
 
     from benchmarks.workloads import MODELS, make_inputs, make_members
-    from hydra_ops.merge import merge_members
+    from hydra_ops.hydra.merge import merge_members
 
     torch.set_num_threads(threads)
     spec = MODELS[model]

@@ -17,11 +17,11 @@ import time
 
 import torch
 
-from hydra_ops.diversity_loss import anchored_ncl_term
-from hydra_ops.models import build_base
-from hydra_ops.plans import HeadPlan
-from hydra_ops.surgery import prune_heads
-from hydra_ops.training import fine_tune
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.heads.surgery import prune_heads
+from hydra_ops.models.diversity_loss import anchored_ncl_term
+from hydra_ops.models.factory import build_base
+from hydra_ops.models.training import fine_tune
 
 
 def _batches(steps: int) -> list[dict[str, torch.Tensor]]:

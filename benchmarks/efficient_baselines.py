@@ -3,7 +3,7 @@
 Two shapes: MiniLM-L6 (text, batch 32 of 64 tokens) and the image sources' from-scratch timm
 ViT (28 px, 7 px patches, width 96, depth 4; batch 32). Per shape:
 
-* **inference** (``--rounds`` interleaved rounds, :func:`hydra_ops.cost.interleaved_ms`, no
+* **inference** (``--rounds`` interleaved rounds, :func:`hydra_ops.perf.cost.interleaved_ms`, no
   grad): the single model, LoRA-Ensemble batched (one pass over the M stacked copies,
   ``peft``'s mixed-adapter batch) and looped (one pass per member, the adapter switched between
   them), BatchEnsemble (one pass over the stacked copies). Reported: each one's median ms ratio to
@@ -36,9 +36,9 @@ import torch
 from hydra_ops.baselines.batch_ensemble import BatchEnsemble
 from hydra_ops.baselines.batching import member_major_batches
 from hydra_ops.baselines.lora_ensemble import LoRAEnsemble
-from hydra_ops.cost import count_flops, interleaved_ms, ratio_interval
-from hydra_ops.models import build_base
-from hydra_ops.training import fine_tune, model_logits
+from hydra_ops.models.factory import build_base
+from hydra_ops.models.training import fine_tune, model_logits
+from hydra_ops.perf.cost import count_flops, interleaved_ms, ratio_interval
 
 CLASSES = ["a", "b", "c", "d"]
 

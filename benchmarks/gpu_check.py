@@ -6,23 +6,23 @@ Uses ``hydra_ops`` alone (plus torch and transformers): nothing from ``tasks/`` 
 Prefect, DVC or pydantic, so it runs on a bare GPU image. Steps:
 
 1. A BERT base of ``--shape``: ``minilm`` (default; the packaged MiniLM-L6 through
-   :func:`hydra_ops.models.load_text_classifier` when importable, else random init of the same
-   shape), ``bert-base`` (random init; the paper's text scale, more work per kernel), ``tiny``
+   :func:`hydra_ops.models.factory.load_text_classifier` when importable, else random init of the
+   same shape), ``bert-base`` (random init; the paper's text scale, more work per kernel), ``tiny``
    (a 3-layer toy for smoke tests; also ``--tiny``). For each ``--shared-layers`` value ``k``
    (default ``0``, the paper's merge; ``half`` = L/2, the served default's shared trunk), one
    Hydra variant: M members, each keeping a disjoint 1/M of the heads of every layer from ``k``
    on (layers below ``k`` keep all heads and stay equal across members).
 2. Member 0 of each variant is fine-tuned for ``--steps`` steps on synthetic batches with
-   :func:`hydra_ops.training.fine_tune` on ``--device`` at ``--train-precision`` (bf16), its
+   :func:`hydra_ops.models.training.fine_tune` on ``--device`` at ``--train-precision`` (bf16), its
    embeddings and first ``k`` layers frozen when ``k > 0``; the other members get seeded noise
    outside that trunk (a stand-in for their own fine-tuning).
-3. :func:`hydra_ops.merge.merge_members` (stack mode, ``shared_layers=k``); each merged model
+3. :func:`hydra_ops.hydra.merge.merge_members` (stack mode, ``shared_layers=k``); each merged model
    must equal its stacked members: max |p_hydra - p_members| of member probabilities within the
    precision's tolerance (fp32 1e-4, bf16/fp16 2e-2), else exit status 1 (also when an eager row
    fails).
 4. The table: single model vs each Hydra variant at every ``--precisions`` (eager under
-   :func:`hydra_ops.runtime.autocast`; compiled via :func:`hydra_ops.compile.compile_model` with
-   ``precision=``), eager + inductor + cudagraphs (inductor with CUDA graphs: no launch cost) +
+   :func:`hydra_ops.models.runtime.autocast`; compiled via :func:`hydra_ops.compile.compile_model`
+   with ``precision=``), eager + inductor + cudagraphs (inductor with CUDA graphs: no launch cost) +
    TensorRT (when ``import torch_tensorrt`` works) on CUDA, timed round-robin, with Hydra /
    single at equal precision and backend next to that variant's FLOP ratio (the paper reports
    1.07 at bf16). Every latency is also given against the reference: the single model, fp32 eager.
@@ -57,9 +57,9 @@ from benchmarks import measure
 from benchmarks.rows import build_row, default_backends, ratio, time_rows, write_report
 from benchmarks.workloads import make_members
 from hydra_ops.compile.precision import DEFAULT_TOLERANCES
-from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS
-from hydra_ops.merge import HydraEnsemble, merge_members
-from hydra_ops.runtime import autocast, bf16_supported, resolve_device
+from hydra_ops.hydra.grouped import ATTENTION_IMPLEMENTATIONS
+from hydra_ops.hydra.merge import HydraEnsemble, merge_members
+from hydra_ops.models.runtime import autocast, bf16_supported, resolve_device
 
 NUM_LABELS = 4
 PAPER_BF16_RATIO = 1.07
@@ -101,10 +101,10 @@ def build_base(shape_name: str) -> tuple[nn.Module, str, dict[str, int]]:
     shape = SHAPES[shape_name]
     if shape_name == "minilm":
         try:
-            from hydra_ops.models import load_text_classifier
+            from hydra_ops.models.factory import load_text_classifier
 
             model, _ = load_text_classifier(NUM_LABELS)
-            return model.eval(), "hydra_ops.models.load_text_classifier (MiniLM-L6)", shape
+            return model.eval(), "hydra_ops.models.factory.load_text_classifier (MiniLM-L6)", shape
         except (ImportError, ValueError, OSError) as error:
             print(f"[gpu_check] MiniLM-L6 not available ({error}); random init, same shape")
     config = BertConfig(
@@ -437,7 +437,7 @@ def build_variant(
 ) -> tuple[list[nn.Module], dict[str, Any]]:
     """The members of one Hydra variant (on ``device``, eval mode) and member 0's fine-tune
     report: member 0 fine-tuned, the others perturbed, all equal below ``shared_layers``."""
-    from hydra_ops.training import fine_tune
+    from hydra_ops.models.training import fine_tune
 
     members = make_members(
         base, shape["layers"], shape["heads"], args.members, shared_layers, noise_from=1

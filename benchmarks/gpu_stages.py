@@ -8,18 +8,19 @@ stages themselves cannot run there. This script makes, on ``--device`` at ``--pr
 ``tasks/<stage>.py``), in pipeline order, on a random-init BERT of ``--shape`` and synthetic
 token batches, and checks what each call must give:
 
-- ``finetune_base``: :func:`hydra_ops.training.fine_tune` (``--train-precision``); finite loss.
+- ``finetune_base``: :func:`hydra_ops.models.training.fine_tune` (``--train-precision``); finite
+  loss.
 - ``score_heads``: the ``taylor`` and ``circuit`` (``nll`` objective: the ``ood`` one needs
   torchmetrics) criteria under autocast, as the stage runs them; finite ``[L, H]`` scores.
 - ``select_members`` + ``finetune_members``: plans from the Taylor scores, pruned members
   fine-tuned with the shared trunk frozen (``merge.shared_layers``, default L/2).
-- ``merge``: :func:`hydra_ops.merge.merge_members`; the merged model equals its stacked members
-  (max |dp| within the precision's tolerance).
-- ``calibrate``: :func:`hydra_ops.inference.logits`, temperature fit, OOD thresholds.
-- ``baseline_logits``: :func:`hydra_ops.mc_dropout.mc_dropout_logits` (samples differ).
+- ``merge``: :func:`hydra_ops.hydra.merge.merge_members`; the merged model equals its stacked
+  members (max |dp| within the precision's tolerance).
+- ``calibrate``: :func:`hydra_ops.models.inference.logits`, temperature fit, OOD thresholds.
+- ``baseline_logits``: :func:`hydra_ops.models.mc_dropout.mc_dropout_logits` (samples differ).
 - ``evaluate``: OOD metrics of the calibrated scores (sklearn; skipped when it does not import).
-- ``bundle``/``predict``: :func:`hydra_ops.serialization.save_hydra` then ``load_hydra`` onto the
-  device; the loaded model's logits equal the saved one's exactly.
+- ``bundle``/``predict``: :func:`hydra_ops.hydra.serialization.save_hydra` then ``load_hydra`` onto
+  the device; the loaded model's logits equal the saved one's exactly.
 
 Each step is one row (ok / error / skipped, seconds); exit status 1 if any step fails. The JSON
 report goes to ``--out`` (atomically). CPU smoke test: ``--device cpu --tiny --precision fp32``.
@@ -46,7 +47,7 @@ from torch import Tensor
 from benchmarks.gpu_check import SHAPES, build_base, synthetic_batches
 from benchmarks.rows import write_report
 from hydra_ops.compile.precision import DEFAULT_TOLERANCES
-from hydra_ops.runtime import autocast, resolve_device
+from hydra_ops.models.runtime import autocast, resolve_device
 
 MEMBERS = 3
 
@@ -99,17 +100,17 @@ def _finite(t: Tensor, what: str) -> None:
 
 def check_stages(args: argparse.Namespace) -> dict[str, Any]:
     """Run every step; the report (rows, device, shape, precisions)."""
-    from hydra_ops.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
-    from hydra_ops.inference import logits
-    from hydra_ops.mc_dropout import mc_dropout_logits
-    from hydra_ops.merge import merge_members
-    from hydra_ops.ood_thresholds import fit_ood_thresholds
+    from hydra_ops.heads.selection import select_members
+    from hydra_ops.heads.surgery import prune_heads
+    from hydra_ops.hydra.merge import merge_members
+    from hydra_ops.hydra.serialization import load_hydra, save_hydra
+    from hydra_ops.models.inference import logits
+    from hydra_ops.models.mc_dropout import mc_dropout_logits
+    from hydra_ops.models.training import fine_tune
     from hydra_ops.scoring import get_scorer
-    from hydra_ops.selection import select_members
-    from hydra_ops.serialization import load_hydra, save_hydra
-    from hydra_ops.surgery import prune_heads
-    from hydra_ops.training import fine_tune
-    from hydra_ops.uncertainty import calibrated_ood_score
+    from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
+    from hydra_ops.uq.ood_thresholds import fit_ood_thresholds
+    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     device = resolve_device(args.device)
     precision, tolerance = args.precision, DEFAULT_TOLERANCES[args.precision]

@@ -48,13 +48,13 @@ def compare(
     import torch
 
     from hydra_ops import metrics as hm
-    from hydra_ops.bootstrap import paired_bootstrap, paired_bootstrap_ood
-    from hydra_ops.calibration import ensemble_probs
     from hydra_ops.compile import compare_logits, default_tolerance
     from hydra_ops.data import split_labels
-    from hydra_ops.runtime import Runtime
-    from hydra_ops.serialization import load_hydra
-    from hydra_ops.uncertainty import calibrated_ood_score
+    from hydra_ops.hydra.serialization import load_hydra
+    from hydra_ops.metrics.bootstrap import paired_bootstrap, paired_bootstrap_ood
+    from hydra_ops.models.runtime import Runtime
+    from hydra_ops.uq.calibration import ensemble_probs
+    from hydra_ops.uq.uncertainty import calibrated_ood_score
     from tasks import data as prepared
     from tasks.baseline_models import eval_batches
     from tasks.candidates import shipped_logits

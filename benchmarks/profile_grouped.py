@@ -51,7 +51,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.workloads import MODELS, make_inputs, make_members, single_fn
-from hydra_ops.merge import merge_members
+from hydra_ops.hydra.merge import merge_members
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The last commit with the ``[B, M, T, D]`` stream layout.
@@ -63,7 +63,8 @@ CAST_OPS = {aten._to_copy}
 
 
 def load_baseline(rev: str) -> types.ModuleType:
-    """``hydra_ops.merge`` as of ``rev`` (with that revision's ``grouped``) as a fresh module."""
+    """``hydra_ops.hydra.merge`` as of ``rev`` (with that revision's ``grouped``) as a fresh
+    module."""
     loaded: dict[str, types.ModuleType] = {}
     for name in ("grouped", "merge"):
         path = f"hydra_ops/{name}.py"

@@ -13,7 +13,7 @@ import typer
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.workloads import MODELS, make_inputs, make_members, single_fn
-from hydra_ops.merge import merge_members
+from hydra_ops.hydra.merge import merge_members
 
 
 def main(

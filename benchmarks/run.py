@@ -5,11 +5,12 @@ writes ``results.json`` and ``results.md`` (the table of docs/benchmarks.md). Ev
 given as a ratio to the single unpruned base model of the same case. See ``--help``.
 
 ``--precisions fp32,bf16`` (fp16: CUDA only) adds the precision axis: every row is built once per
-precision (eager rows run under :func:`hydra_ops.runtime.autocast` on fp32 weights, as served;
-compiled rows are ``compile_model(..., precision=p)``), all rows of a case are timed round-robin
-together, and every ratio is taken against the *reference row*: the single model, fp32 eager
-(``base`` at ``fp32``, what a user runs today). ``same_precision_ratio`` is the latency against
-``base`` at the row's own precision, ``same_precision_over_flops`` that ratio over the FLOP ratio.
+precision (eager rows run under :func:`hydra_ops.models.runtime.autocast` on fp32 weights, as
+served; compiled rows are ``compile_model(..., precision=p)``), all rows of a case are timed
+round-robin together, and every ratio is taken against the *reference row*: the single model, fp32
+eager (``base`` at ``fp32``, what a user runs today). ``same_precision_ratio`` is the latency
+against ``base`` at the row's own precision, ``same_precision_over_flops`` that ratio over the FLOP
+ratio.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ from benchmarks.workloads import (
     single_fn,
     vmap_ensemble_fn,
 )
-from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmMLP
-from hydra_ops.merge import HydraEnsemble, merge_members
+from hydra_ops.hydra.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmMLP
+from hydra_ops.hydra.merge import HydraEnsemble, merge_members
 
 COLUMNS = (
     "case",
@@ -207,7 +208,7 @@ def case_rows(
     rows' ``precision`` is that dtype's). Else eager rows run under ``autocast(device, precision)``
     and compiled rows are compiled at ``precision``. ``only_base``: just the ``base`` row (the
     fp32 reference when fp32 is not among the measured precisions)."""
-    from hydra_ops.runtime import autocast
+    from hydra_ops.models.runtime import autocast
 
     spec, dev = bench.spec, bench.device
     inputs = make_inputs(spec, batch, seq, dev, bench.dtype)
@@ -437,7 +438,7 @@ def parse_precisions(value: str | None, device: torch.device, dtype: str) -> lis
 def precision_notes(precisions: list[str] | None, device: torch.device) -> dict[str, str]:
     """One line per requested precision saying whether the device runs it natively; a bf16
     without native support is still measured, and flagged by this note."""
-    from hydra_ops.runtime import bf16_supported
+    from hydra_ops.models.runtime import bf16_supported
 
     notes: dict[str, str] = {}
     for precision in precisions or []:

@@ -64,12 +64,12 @@ def build_project(root: Path) -> Path:
     """A promoted project of the default shape in ``root`` (see the module doc)."""
     import torch
 
-    from hydra_ops.checkpoints import save_model
-    from hydra_ops.merge import merge_members
-    from hydra_ops.models import load_text_classifier
-    from hydra_ops.plans import HeadPlan
-    from hydra_ops.serialization import save_hydra
-    from hydra_ops.surgery import prune_heads
+    from hydra_ops.heads.plans import HeadPlan
+    from hydra_ops.heads.surgery import prune_heads
+    from hydra_ops.hydra.merge import merge_members
+    from hydra_ops.hydra.serialization import save_hydra
+    from hydra_ops.models.checkpoints import save_model
+    from hydra_ops.models.factory import load_text_classifier
     from tasks import bundle, gate
     from tasks.params import load_params, resolve_params, write_params
     from tasks.promote import promote

@@ -4,13 +4,13 @@ On MiniLM-L6 (the default model, 4 classes, sequence length 64), each pair timed
 rounds (so load from elsewhere on the machine falls on both):
 
 - ``train``: one fine-tune step (forward, fp32 loss, backward, fused AdamW) at the default batch
-  (16), fp32 vs bf16 autocast (:func:`hydra_ops.precision_probe.time_training_steps`, the probe the
-  training stages run);
+  (16), fp32 vs bf16 autocast (:func:`hydra_ops.perf.precision_probe.time_training_steps`, the probe
+  the training stages run);
 - ``infer``: one forward at evaluate's batch (64), fp32 vs bf16, with the bf16-vs-fp32 agreement
-  (:func:`hydra_ops.inference_probe.time_inference`);
+  (:func:`hydra_ops.perf.inference_probe.time_inference`);
 - ``mc_dropout``: 8 MC Dropout passes of a batch of 64, one forward per pass vs all 8 stacked in
-  one forward (:func:`hydra_ops.mc_dropout.mc_dropout_logits`, ``passes_per_forward`` 1 vs 8),
-  in fp32, and the largest difference of their logits (the masks are the same).
+  one forward (:func:`hydra_ops.models.mc_dropout.mc_dropout_logits`, ``passes_per_forward`` 1 vs
+  8), in fp32, and the largest difference of their logits (the masks are the same).
 
     python -m benchmarks.stage_precision --rounds 5 --out benchmarks/results/stage_precision.json
 """
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from hydra_ops.inference_probe import time_inference
-from hydra_ops.mc_dropout import mc_dropout_logits
-from hydra_ops.models import build_base
-from hydra_ops.precision_probe import Bf16Support, time_training_steps
+from hydra_ops.models.factory import build_base
+from hydra_ops.models.mc_dropout import mc_dropout_logits
+from hydra_ops.perf.inference_probe import time_inference
+from hydra_ops.perf.precision_probe import Bf16Support, time_training_steps
 
 
 def _batch(n: int, length: int, labels: bool) -> dict[str, torch.Tensor]:

@@ -65,8 +65,8 @@ def trained_precisions(root: Path) -> dict[str, Any]:
     """What identifies each model and the precision its training recorded: ``base`` and every
     Deep Ensemble unit (``checkpoint.json``), the Hydra (``hydra.json``'s ``metadata.precisions``,
     per fine-tuning stage; None where not recorded), each with its weights' sha256."""
-    from hydra_ops.checkpoints import read_checkpoint_metadata
-    from hydra_ops.serialization import read_hydra_config
+    from hydra_ops.hydra.serialization import read_hydra_config
+    from hydra_ops.models.checkpoints import read_checkpoint_metadata
     from tasks.layout import BASE, BASELINES, HYDRA
     from tasks.outputs import read_json
 
@@ -93,11 +93,11 @@ def trained_precisions(root: Path) -> dict[str, Any]:
 def fp32_outputs(cfg: PipelineConfig, root: Path) -> dict[str, dict[str, Any]]:
     """``{model: {"outputs": {split: [N, M, C] member logits}, "temperature": float}}`` of the
     project at ``root``, every model on the CPU in fp32 (module docstring)."""
-    from hydra_ops.calibration import ensemble_log_probs, fit_temperature
     from hydra_ops.data import split_labels
-    from hydra_ops.inference import logits as run_logits
-    from hydra_ops.runtime import Runtime
-    from hydra_ops.serialization import load_hydra
+    from hydra_ops.hydra.serialization import load_hydra
+    from hydra_ops.models.inference import logits as run_logits
+    from hydra_ops.models.runtime import Runtime
+    from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature
     from tasks import data as prepared
     from tasks.baseline_models import eval_batches, seed_baselines
     from tasks.layout import HYDRA

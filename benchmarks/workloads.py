@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hydra_ops.plans import HeadPlan
-from hydra_ops.surgery import prune_heads
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.heads.surgery import prune_heads
 
 LAYER_INDEX = re.compile(r"(?:\.layer|blocks)\.(\d+)\.")
 EMBEDDING_PARTS = ("embeddings", "patch_embed", "cls_token", "pos_embed", "reg_token")

@@ -19,14 +19,14 @@ from typing import Any
 import torch
 
 from hydra_ops.data import DataSpec, build_splits
-from hydra_ops.merge import merge_members
+from hydra_ops.heads.plans import plan_overlap
+from hydra_ops.heads.selection import select_members
+from hydra_ops.heads.surgery import prune_heads
+from hydra_ops.hydra.merge import merge_members
 from hydra_ops.metrics import classification_metrics, ood_metrics, ood_scores
-from hydra_ops.models import load_text_classifier, make_text_batches
-from hydra_ops.plans import plan_overlap
+from hydra_ops.models.factory import load_text_classifier, make_text_batches
+from hydra_ops.models.training import evaluate_logits, fine_tune
 from hydra_ops.scoring import score_heads
-from hydra_ops.selection import select_members
-from hydra_ops.surgery import prune_heads
-from hydra_ops.training import evaluate_logits, fine_tune
 
 
 def run_demo(

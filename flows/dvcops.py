@@ -131,9 +131,9 @@ def bin_path(name: str) -> str:
 
 def subprocess_env() -> dict[str, str]:
     """The environment of dvc and the stage processes: offline, unbuffered, and the memory
-    allocator of ``HYDRA_ENS_MALLOC`` (:func:`hydra_ops.allocators.allocator_env`; ValueError for
-    an unknown one)."""
-    from hydra_ops.allocators import allocator_env
+    allocator of ``HYDRA_ENS_MALLOC`` (:func:`hydra_ops.perf.allocators.allocator_env`; ValueError
+    for an unknown one)."""
+    from hydra_ops.perf.allocators import allocator_env
 
     env = dict(os.environ)
     env.update(allocator_env(environ=env)[0])

@@ -28,7 +28,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import dvcops
-from hydra_ops.allocators import allocator_env
+from hydra_ops.perf.allocators import allocator_env
 from tasks.dvcfiles import locked_outs
 from tasks.layout import METRICS, REGISTRY, REPORTS, STAGES
 from tasks.outputs import write_json

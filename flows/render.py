@@ -82,9 +82,9 @@ def prediction_table(
     ``ood_score`` gets a column unless it is the max-probability score (``msp`` = -prob, the
     legend says so). Inputs, class names and the title are shown as they are (plain text: a
     news text's ``[removed]`` is not console markup). ``labels``: verdict labels (default
-    :data:`hydra_ops.ood_thresholds.VERDICT_LABELS`)."""
+    :data:`hydra_ops.uq.ood_thresholds.VERDICT_LABELS`)."""
     if labels is None:
-        from hydra_ops.ood_thresholds import VERDICT_LABELS as labels
+        from hydra_ops.uq.ood_thresholds import VERDICT_LABELS as labels
     with_score = any(r.get("ood_score_kind") != "msp" for r in rows)
     table = Table(title=Text(title), box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("input", overflow="ellipsis", min_width=12, ratio=1)

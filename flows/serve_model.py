@@ -122,7 +122,7 @@ class PredictionService:
     def predict(self, inputs: list[str]) -> dict[str, Any]:
         """The ``/predict`` answer for ``inputs`` (RequestError on a bad input, 503 when no
         version is in the stage)."""
-        from hydra_ops.ood_thresholds import VERDICT_LABELS
+        from hydra_ops.uq.ood_thresholds import VERDICT_LABELS
 
         self._serving()
         try:

@@ -1,6 +1,6 @@
 """A small cache of speed measurements, keyed by the machine that made them and what was measured.
 
-A measured choice (the training / inference precision of :mod:`hydra_ops.precision_probe`, the
+A measured choice (the training / inference precision of :mod:`hydra_ops.perf.precision_probe`, the
 candidates ``compile: auto`` times) is worth making once per machine and shape: re-measuring it on
 every run costs time, and a choice that flips with timing noise between two runs of the same params
 would give two different models. :class:`MeasurementCache` keeps them in one JSON file (the project

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from hydra_ops.checkpoints import load_model
-from hydra_ops.inference_probe import time_inference
-from hydra_ops.runtime import Runtime, resolve_device
+from hydra_ops.models.checkpoints import load_model
+from hydra_ops.models.runtime import Runtime, resolve_device
+from hydra_ops.perf.inference_probe import time_inference
 from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
 from tasks.layout import BASE, METRICS
 from tasks.outputs import publish_dir, read_json, write_json

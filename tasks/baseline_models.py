@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from hydra_ops.checkpoints import load_model
-from hydra_ops.inference import logits as run_logits
-from hydra_ops.runtime import Runtime
+from hydra_ops.models.checkpoints import load_model
+from hydra_ops.models.inference import logits as run_logits
+from hydra_ops.models.runtime import Runtime
 from tasks import data as prepared
 from tasks.candidate_export import deep_ensemble_export, mc_dropout_export, single_export
 from tasks.layout import BASE, BASELINES
@@ -99,7 +99,7 @@ def mc_dropout_model(
     """The base with its dropout on at inference, ``samples`` seeded passes (K = samples). The
     mask seed is ``baselines.mc_dropout.seed`` shifted like every other seed of the replicate, and
     restarts on every call: each split's logits, and the latency batch's, are reproducible."""
-    from hydra_ops.mc_dropout import dropout_setting, mc_dropout_logits
+    from hydra_ops.models.mc_dropout import dropout_setting, mc_dropout_logits
 
     rt = runtime or Runtime()
     mc = cfg.baselines.mc_dropout

@@ -7,8 +7,8 @@ is promoted), so ``predict_proba`` and ``hydra-ens predict`` apply it.
 Right after the temperature, the verdict thresholds of ``hydra-ens predict`` are fitted on the same
 validation member logits: the OOD score ``evaluate.ood_score`` (computed as the evaluate stage
 does, with the stored temperature) at the quantiles ``calibrate.uncertain_quantile`` and
-``calibrate.likely_ood_quantile`` (``hydra_ops.ood_thresholds``), saved in the model's metadata as
-``metadata["ood_thresholds"]``.
+``calibrate.likely_ood_quantile`` (``hydra_ops.uq.ood_thresholds``), saved in the model's metadata
+as ``metadata["ood_thresholds"]``.
 
 The validation logits are computed on ``runtime.device`` in ``runtime.precision`` (``auto``: the
 inference probe of :mod:`tasks.precision`, on the Hydra and the first ``compile.check_examples``
@@ -22,11 +22,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.checkpoints import read_checkpoint_metadata, weights_hash
 from hydra_ops.data import split_labels
-from hydra_ops.inference import logits
-from hydra_ops.inference_probe import time_inference
-from hydra_ops.runtime import Runtime, resolve_device
+from hydra_ops.models.checkpoints import read_checkpoint_metadata, weights_hash
+from hydra_ops.models.inference import logits
+from hydra_ops.models.runtime import Runtime, resolve_device
+from hydra_ops.perf.inference_probe import time_inference
 from tasks.data import batches, split
 from tasks.layout import BASE, HYDRA, MEMBERS, MERGED, METRICS
 from tasks.outputs import publish_dir, read_json, write_json
@@ -64,10 +64,10 @@ def stage_precisions(cfg: CoreConfig, root: Path, rt: Runtime) -> dict[str, Any]
 
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
-    from hydra_ops.ood_thresholds import fit_ood_thresholds
-    from hydra_ops.serialization import load_hydra, read_hydra_config, save_hydra
-    from hydra_ops.uncertainty import calibrated_ood_score
+    from hydra_ops.hydra.serialization import load_hydra, read_hydra_config, save_hydra
+    from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
+    from hydra_ops.uq.ood_thresholds import fit_ood_thresholds
+    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     hydra = load_hydra(root / MERGED)
     val = split(root, "val")

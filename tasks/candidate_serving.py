@@ -55,12 +55,12 @@ def candidate_logits(folder: Path, recipe: Mapping[str, Any]) -> Any:
     """``batch -> [B, K, C]`` of the recipe's model(s), rebuilt from ``folder`` (CPU, fp32)."""
     import torch
 
-    from hydra_ops.checkpoints import load_member, load_model, load_pruned
-    from hydra_ops.inference import logits
-    from hydra_ops.plans import load_plans
+    from hydra_ops.heads.plans import load_plans
+    from hydra_ops.models.checkpoints import load_member, load_model, load_pruned
+    from hydra_ops.models.inference import logits
 
     if recipe["kind"] == "mc_dropout":
-        from hydra_ops.mc_dropout import mc_dropout_logits
+        from hydra_ops.models.mc_dropout import mc_dropout_logits
 
         base = load_model(folder / recipe["checkpoint"])
         return lambda b: mc_dropout_logits(

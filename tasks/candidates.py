@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hydra_ops.checkpoints import load_pruned
-from hydra_ops.inference import logits as run_logits
-from hydra_ops.plans import load_plans
-from hydra_ops.runtime import Runtime
+from hydra_ops.heads.plans import load_plans
+from hydra_ops.models.checkpoints import load_pruned
+from hydra_ops.models.inference import logits as run_logits
+from hydra_ops.models.runtime import Runtime
 from tasks.baseline_models import Candidate, independent_models, seed_baselines
 from tasks.candidate_export import control_export, naive_pruned_export
 from tasks.layout import BASE, COMPILED, HYDRA, PLANS
@@ -102,7 +102,7 @@ def build_candidates(
 ) -> tuple[list[Candidate], float]:
     """The candidates, every baseline on ``runtime`` (None: CPU fp32), and Hydra's temperature
     (the first candidate is the :class:`ShippedHydra`)."""
-    from hydra_ops.serialization import load_hydra
+    from hydra_ops.hydra.serialization import load_hydra
     from tasks.merge import load_members
 
     rt = runtime or Runtime()

@@ -139,7 +139,7 @@ def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
         precision_name,
         verify_compiled_by_split,
     )
-    from hydra_ops.serialization import load_hydra
+    from hydra_ops.hydra.serialization import load_hydra
 
     source = source_record(root)  # hashed before loading: the record names what was loaded
     hydra = load_hydra(root / HYDRA)

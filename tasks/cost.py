@@ -2,9 +2,9 @@
 
 Every model (Hydra, single, naive pruned, control, Deep Ensemble, MC Dropout: the candidates of
 ``evaluate``) is timed on the same batch, backend and precision, in ``evaluate.cost_rounds``
-interleaved rounds (:func:`hydra_ops.cost.interleaved_ms`), and reported as a ratio to the same
+interleaved rounds (:func:`hydra_ops.perf.cost.interleaved_ms`), and reported as a ratio to the same
 run's single model with a 95% bootstrap interval over rounds
-(:func:`hydra_ops.cost.ratio_interval`), beside its FLOPs per batch
+(:func:`hydra_ops.perf.cost.ratio_interval`), beside its FLOPs per batch
 (``torch.utils.flop_counter``) and parameter count. Ratios within one process are what a
 recommendation can rank: absolute latencies of two runs differ by more than the gaps between
 models (the text study saw one model at 875-1,221 ms across runs).
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from hydra_ops.cost import count_flops, interleaved_ms, ratio_interval
+from hydra_ops.perf.cost import count_flops, interleaved_ms, ratio_interval
 from tasks.outputs import COST_FILE
 
 __all__ = ["COST_FILE", "REFERENCE", "SHIPPED", "measure_candidates", "measure_cost"]

@@ -52,7 +52,7 @@ def train_batches(
 ) -> Callable[[int], list[dict]]:
     """``epoch -> batches`` of the training split, reshuffled (and, with
     ``finetune.random_shift``, its images shifted) per epoch from ``seed + epoch`` (what
-    :func:`hydra_ops.training.fine_tune` takes); ``pin_memory`` for a CUDA run."""
+    :func:`hydra_ops.models.training.fine_tune` takes); ``pin_memory`` for a CUDA run."""
     train = split(root, "train")
 
     def epoch_batches(epoch: int) -> list[dict]:

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from hydra_ops.checkpoints import load_model, split_timings
-from hydra_ops.runtime import Runtime
+from hydra_ops.models.checkpoints import load_model, split_timings
+from hydra_ops.models.runtime import Runtime
 from tasks import data
 from tasks.layout import BASE, BASELINES, DATA
 from tasks.params.baselines import BaselinesStageConfig
@@ -70,7 +70,7 @@ def _val_accuracy(
 
 def _train_lora(cfg: BaselinesStageConfig, root: Path, out: Path, rt: Runtime) -> dict[str, Any]:
     from hydra_ops.baselines.lora_ensemble import LoRAEnsemble, save_lora_ensemble
-    from hydra_ops.training import fine_tune
+    from hydra_ops.models.training import fine_tune
 
     c, seed = cfg.baselines.lora_ensemble, _seed(cfg, "lora_ensemble")
     ens = LoRAEnsemble(
@@ -109,7 +109,7 @@ def _train_lora(cfg: BaselinesStageConfig, root: Path, out: Path, rt: Runtime) -
 def _train_batch(cfg: BaselinesStageConfig, root: Path, out: Path, rt: Runtime) -> dict[str, Any]:
     from hydra_ops.baselines.batch_ensemble import BatchEnsemble, save_batch_ensemble
     from hydra_ops.baselines.batching import member_major_batches
-    from hydra_ops.training import fine_tune
+    from hydra_ops.models.training import fine_tune
 
     c, seed = cfg.baselines.batch_ensemble, _seed(cfg, "batch_ensemble")
     ens = BatchEnsemble(
@@ -180,7 +180,7 @@ def train_units(cfg: BaselinesStageConfig, root: Path, rt: Runtime) -> dict[str,
 def member_logits(module: torch.nn.Module, batches: list[dict], runtime: Runtime) -> torch.Tensor:
     """``[N, M, C]`` float32 CPU logits of an ensemble module (``batch -> [B, M, C]``) over
     ``batches``, on ``runtime``'s device and precision, without grad, in eval mode."""
-    from hydra_ops.runtime import autocast, move_batch
+    from hydra_ops.models.runtime import autocast, move_batch
 
     module.to(runtime.device).eval()
     out = []

@@ -16,11 +16,11 @@ Every model runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32)
 ``single``, ``deep_ensemble`` and ``mc_dropout`` are read from stage ``baseline_logits`` (the same
 for every variant of a seed, computed once); their latency is timed here, beside the Hydra's.
 Besides: ``ood_by_score``, the calibrated near-/far-OOD metrics under every OOD score of
-``hydra_ops.ood_criteria.OOD_SCORE_KINDS`` (``null`` for the ensemble-only scores of a one-member
+``hydra_ops.uq.ood_criteria.OOD_SCORE_KINDS`` (``null`` for the ensemble-only scores of a one-member
 model), so the detectors can be compared beyond the one score the gates read.
 For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OOD, far-OOD), how
 many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
-thresholds calibrate stored in ``models/hydra`` (``hydra_ops.ood_thresholds``).
+thresholds calibrate stored in ``models/hydra`` (``hydra_ops.uq.ood_thresholds``).
 
 Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key/<model>.json`` (the
 few numbers per model that decide) and ``metrics/hydra.json`` (the Hydra's, the DVC metrics;
@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from hydra_ops.data import split_labels
-from hydra_ops.runtime import Runtime, describe_device, move_batch
+from hydra_ops.models.runtime import Runtime, describe_device, move_batch
 from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
@@ -101,7 +101,7 @@ def compile_fields(
 
 
 def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.calibration import ensemble_log_probs, fit_temperature
+    from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature
 
     rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
     log.info(rt.describe())

@@ -156,7 +156,7 @@ def _compiled_note(hydra: dict[str, Any]) -> str:
 
 def verdict_table(result: dict[str, Any]) -> str:
     """Markdown: per split, how many Hydra examples each ``hydra-ens predict`` verdict flags."""
-    from hydra_ops.ood_thresholds import VERDICT_LABELS, VERDICTS
+    from hydra_ops.uq.ood_thresholds import VERDICT_LABELS, VERDICTS
 
     hydra = result["models"]["hydra"]
     lines = [

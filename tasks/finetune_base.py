@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-from hydra_ops.checkpoints import save_model, split_timings
 from hydra_ops.data import split_labels
-from hydra_ops.inference import logits
-from hydra_ops.models import build_base
-from hydra_ops.precision_probe import PrecisionChoice
-from hydra_ops.runtime import Runtime
-from hydra_ops.training import fine_tune
+from hydra_ops.models.checkpoints import save_model, split_timings
+from hydra_ops.models.factory import build_base
+from hydra_ops.models.inference import logits
+from hydra_ops.models.runtime import Runtime
+from hydra_ops.models.training import fine_tune
+from hydra_ops.perf.precision_probe import PrecisionChoice
 from tasks import data
 from tasks.layout import BASE, METRICS
 from tasks.outputs import write_json
@@ -35,7 +35,7 @@ log = logging.getLogger("hydra_ens")
 
 
 def new_base(cfg: CoreConfig, root: Path, seed: int) -> torch.nn.Module:
-    """A new, untrained base model of ``cfg`` (:func:`hydra_ops.models.build_base`)."""
+    """A new, untrained base model of ``cfg`` (:func:`hydra_ops.models.factory.build_base`)."""
     manifest = data.manifest(root)
     vit = cfg.model.vit
     shape = manifest.image_shape or [vit.image_size, vit.image_size]

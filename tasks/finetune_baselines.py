@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.runtime import Runtime
+from hydra_ops.models.runtime import Runtime
 from tasks.efficient_baselines import train_units
 from tasks.finetune_base import train_base, training_runtime
 from tasks.layout import BASELINES, DATA

@@ -11,9 +11,9 @@ then prunes copies of the base.
 
 Diversity mechanisms (off by default; docs/diversity.md): ``members.finetune.data`` gives member
 ``m`` (and ``control_m``) a bootstrap resample or the ``m``-th disjoint shard of the training split
-(:mod:`hydra_ops.member_data`), and ``members.finetune.objective: ncl`` adds the
+(:mod:`hydra_ops.data.members`), and ``members.finetune.objective: ncl`` adds the
 negative-correlation penalty against the fine-tuned base's predictions on each batch
-(:mod:`hydra_ops.diversity_loss`).
+(:mod:`hydra_ops.models.diversity_loss`).
 
 Each unit trains in the precision :func:`unit_runtime` resolves (``runtime.precision``; ``auto``
 probes a member and a control once per machine and shape, :mod:`tasks.precision`), recorded in its
@@ -35,10 +35,16 @@ from typing import Any
 
 from torch import nn
 
-from hydra_ops.checkpoints import load_model, load_pruned, save_member, split_timings, weights_hash
-from hydra_ops.plans import load_plans
-from hydra_ops.runtime import Runtime, describe_device, resolve_device
-from hydra_ops.training import fine_tune, freeze_layers
+from hydra_ops.heads.plans import load_plans
+from hydra_ops.models.checkpoints import (
+    load_model,
+    load_pruned,
+    save_member,
+    split_timings,
+    weights_hash,
+)
+from hydra_ops.models.runtime import Runtime, describe_device, resolve_device
+from hydra_ops.models.training import fine_tune, freeze_layers
 from tasks.data import batches, split, train_batches
 from tasks.layout import BASE, MEMBERS, PLANS
 from tasks.params.core import CoreConfig
@@ -89,11 +95,11 @@ def member_seed(cfg: CoreConfig, m: int) -> int:
 def member_train_batches(cfg: CoreConfig, root: Path, m: int, rt: Runtime):
     """``epoch -> batches`` of member ``m``'s training data: :func:`tasks.data.train_batches`
     itself for ``members.finetune.data: full``; otherwise the member's subset
-    (:func:`hydra_ops.member_data.member_indices`), shuffled per epoch the same way."""
+    (:func:`hydra_ops.data.members.member_indices`), shuffled per epoch the same way."""
     seed, mode = member_seed(cfg, m), cfg.members.finetune.data
     if mode == "full":
         return train_batches(cfg, root, seed, pin_memory=rt.pin_memory)
-    from hydra_ops.member_data import member_indices, subset
+    from hydra_ops.data.members import member_indices, subset
 
     train = split(root, "train")
     # shards: one permutation for all members (seed of member 0), so the shards are disjoint
@@ -122,7 +128,7 @@ def _loss_term(cfg: CoreConfig, root: Path, rt: Runtime):
     ft = cfg.members.finetune
     if ft.objective == "ce":
         return None
-    from hydra_ops.diversity_loss import anchored_ncl_term
+    from hydra_ops.models.diversity_loss import anchored_ncl_term
 
     return anchored_ncl_term(load_model(root / BASE), ft.ncl_strength, rt.precision)
 

@@ -1,12 +1,12 @@
 """What ``evaluate`` reports about how the members of each multi-member model differ.
 
 Per model with ``M >= 2`` members (the Hydra, the Deep Ensemble, MC Dropout's passes, the
-controls): the pairwise measures of :mod:`hydra_ops.diversity` from the raw member logits (the
+controls): the pairwise measures of :mod:`hydra_ops.uq.diversity` from the raw member logits (the
 temperature rescales the ensemble, not the members) on ID test (with labels: also the correctness
 correlation) and near-OOD. For the Hydra's plans: the head-set overlap
-(:func:`hydra_ops.plans.plan_overlap`, mean pairwise Jaccard per layer) overall and over the pruned
-layers. :func:`diversity_table` renders them beside the near-OOD AUROC of every OOD score that
-``evaluate`` already computed (``ood_by_score``).
+(:func:`hydra_ops.heads.plans.plan_overlap`, mean pairwise Jaccard per layer) overall and over the
+pruned layers. :func:`diversity_table` renders them beside the near-OOD AUROC of every OOD score
+that ``evaluate`` already computed (``ood_by_score``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ DIVERSITY_SPLITS = (("test", "id_test", True), ("near_ood", "near_ood", False))
 def model_diversity(
     out: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]
 ) -> dict[str, Any] | None:
-    """``{split key: hydra_ops.diversity.pairwise_summary}`` on ID test and near-OOD of one
+    """``{split key: hydra_ops.uq.diversity.pairwise_summary}`` on ID test and near-OOD of one
     model's member logits ``out[split]`` [N, M, C]; None for a one-member model."""
-    from hydra_ops.diversity import pairwise_summary
+    from hydra_ops.uq.diversity import pairwise_summary
 
     if out["test"].shape[1] < 2:
         return None
@@ -42,7 +42,7 @@ def model_diversity(
 def plan_overlap_summary(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     """The Hydra's head-set overlap from ``artifacts/plans/plans.json``: mean pairwise Jaccard
     per layer, overall and over the pruned layers (after the ``merge.shared_layers`` trunk)."""
-    from hydra_ops.plans import load_plans, plan_overlap
+    from hydra_ops.heads.plans import load_plans, plan_overlap
 
     plans = load_plans(root / PLANS / "plans.json")
     overlap = plan_overlap(plans)

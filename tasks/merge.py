@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from hydra_ops.checkpoints import CheckpointError, load_member, load_pruned, weights_hash
-from hydra_ops.plans import load_plans
+from hydra_ops.heads.plans import load_plans
+from hydra_ops.models.checkpoints import CheckpointError, load_member, load_pruned, weights_hash
 from tasks.data import manifest
 from tasks.layout import BASE, MEMBERS, MERGED, PLANS
 from tasks.outputs import publish_dir, read_json
@@ -43,8 +43,8 @@ def load_members(cfg: CoreConfig, root: Path, kind: str = "member") -> list[nn.M
 
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.merge import merge_members
-    from hydra_ops.serialization import save_hydra
+    from hydra_ops.hydra.merge import merge_members
+    from hydra_ops.hydra.serialization import save_hydra
 
     members = load_members(cfg, root)
     classes = list(manifest(root).classes)

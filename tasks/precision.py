@@ -1,17 +1,17 @@
 """The precision a model stage runs in: ``runtime.precision`` resolved per stage, machine and shape.
 
-``auto`` (the default) goes through :func:`hydra_ops.precision_probe.choose_precision`: fp32 with no
-measurement on a device without native bf16 (the exact fp32 path of the stage), else a short probe
-of both precisions on the stage's real model and a real batch (training stages: a few training
+``auto`` (the default) goes through :func:`hydra_ops.perf.precision_probe.choose_precision`: fp32
+with no measurement on a device without native bf16 (the exact fp32 path of the stage), else a short
+probe of both precisions on the stage's real model and a real batch (training stages: a few training
 steps; inference stages: forward timing and bf16-vs-fp32 agreement within
 ``compile.tolerance_low_precision`` / ``compile.min_agreement``, the check compile applies to a
 bf16 artifact). Probes are kept in ``.hydra-ens/measurements.json`` (:data:`MEASUREMENTS`, local to
 the checkout, not a DVC output): the same machine and shape get the same answer on every run, and
 members fine-tuned in parallel share one probe.
 
-The stage logs :meth:`~hydra_ops.precision_probe.PrecisionChoice.describe` and records
+The stage logs :meth:`~hydra_ops.perf.precision_probe.PrecisionChoice.describe` and records
 :func:`precision_record` (precision and request, what the same inputs on this machine always give)
-in its cached outputs and :meth:`~hydra_ops.precision_probe.PrecisionChoice.to_dict` (reason,
+in its cached outputs and :meth:`~hydra_ops.perf.precision_probe.PrecisionChoice.to_dict` (reason,
 timings, source) in its uncached metrics. Since ``auto`` may give different weights on different
 machines, a version's ``precisions`` (``models/hydra``'s metadata, shown in the model card) say
 what each stage resolved to; ``--set runtime.precision=fp32`` (or ``bf16``) pins it.
@@ -27,14 +27,14 @@ from typing import Any
 import torch
 
 from hydra_ops.measurements import MeasurementCache
-from hydra_ops.precision_probe import (
+from hydra_ops.models.runtime import Runtime, resolve_device
+from hydra_ops.perf.precision_probe import (
     Bf16Support,
     PrecisionChoice,
     Timings,
     Use,
     choose_precision,
 )
-from hydra_ops.runtime import Runtime, resolve_device
 from tasks import data
 from tasks.params.core import CoreConfig
 
@@ -69,7 +69,7 @@ def stage_runtime(
     """``(runtime, choice)`` of ``stage``; ``model_fn`` / ``batches_fn`` build the probe's model
     and batches, called only when ``auto`` measures (see module doc). An inference stage passes
     ``measure_fn(model, batches, device, tolerance=, min_agreement=)``
-    (:func:`hydra_ops.inference_probe.time_inference`; not imported here, so that the training
+    (:func:`hydra_ops.perf.inference_probe.time_inference`; not imported here, so that the training
     stages do not depend on the compile code it uses). Logs the choice and, with
     ``log_runtime``, the runtime line (:meth:`Runtime.describe`)."""
     device = resolve_device(cfg.runtime.device)

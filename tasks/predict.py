@@ -1,13 +1,13 @@
 """``hydra-ens predict``: the prod model, resolved through the registry, on texts or image files.
 
 One row per input, every number from the ONE calibrated prediction the gates judged
-(``hydra_ops.uncertainty.calibrated_uncertainty``) on inputs prepared with the bundle's own
+(``hydra_ops.uq.uncertainty.calibrated_uncertainty``) on inputs prepared with the bundle's own
 preprocessing (:mod:`tasks.preprocessing`: tokenizer and ``max_length``, or image size, channels
 and normalisation; a workspace ``params.yaml`` that disagrees is ignored, and every row says
 which preprocessing and version answered): the predicted class, its probability, the
 entropy of that prediction, the mutual information and member disagreement, the OOD score of the
 evaluate stage, and a verdict (``ok`` / ``uncertain`` / ``likely_ood``) from the thresholds the
-calibrate stage fitted on ID validation scores (``hydra_ops.ood_thresholds``). The row schema
+calibrate stage fitted on ID validation scores (``hydra_ops.uq.ood_thresholds``). The row schema
 (:data:`SCHEMA_VERSION`, what ``--json`` prints) is documented in docs/pipeline.md, "predict".
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hydra_ops.ood_thresholds import VERDICT_LABELS, OodThresholds, verdicts
+from hydra_ops.uq.ood_thresholds import VERDICT_LABELS, OodThresholds, verdicts
 from tasks.params.schema import PipelineConfig
 from tasks.preprocessing import Preprocessing
 
@@ -109,7 +109,7 @@ def rows_from_member_logits(
     Returns:
         N dicts with the keys :data:`ROW_FIELDS` (types and units in docs/pipeline.md).
     """
-    from hydra_ops.uncertainty import calibrated_uncertainty
+    from hydra_ops.uq.uncertainty import calibrated_uncertainty
 
     if member_logits.ndim != 3 or member_logits.shape[0] != len(inputs):
         raise ValueError(
@@ -189,7 +189,7 @@ def _batch(preprocessing: Preprocessing, inputs: list[str]) -> dict[str, torch.T
 def _member_logits(served: Any, batch: dict[str, torch.Tensor], runtime: Any) -> torch.Tensor:
     """``[B, M, C]`` from the bundle: a compiled artifact runs where it was built; the eager model
     runs on ``runtime`` (on the CPU in fp32 exactly as ``Served.member_logits``)."""
-    from hydra_ops.inference import logits
+    from hydra_ops.models.inference import logits
 
     if runtime.is_default or not served.answered_by.startswith("eager"):
         return served.member_logits(batch)
@@ -205,7 +205,7 @@ def predict(
     ``legend`` (the one-line units/thresholds text) added. ``device``: where the eager model runs
     (None: ``cfg.runtime.device``; precision: ``cfg.runtime.precision``, ``auto`` = fp32); a
     compiled artifact runs on the device it was compiled for."""
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.models.runtime import Runtime
     from tasks.registry import resolve_prod_dir
     from tasks.served import load_served
 

@@ -64,7 +64,7 @@ def check_device_here(cfg: PipelineConfig) -> None:
     spec = cfg.runtime.device.strip()
     if not spec.startswith("cuda"):
         return
-    from hydra_ops.runtime import resolve_device
+    from hydra_ops.models.runtime import resolve_device
 
     try:
         resolve_device(spec)
@@ -116,8 +116,8 @@ def check_compile_here(cfg: PipelineConfig) -> None:
 
 def check_allocator() -> None:
     """ValueError (one line) when ``HYDRA_ENS_MALLOC`` (the stage processes' allocator,
-    :mod:`hydra_ops.allocators`) is unknown or not installed, before anything is written."""
-    from hydra_ops.allocators import allocator_env
+    :mod:`hydra_ops.perf.allocators`) is unknown or not installed, before anything is written."""
+    from hydra_ops.perf.allocators import allocator_env
 
     allocator_env()
 

@@ -8,7 +8,7 @@ they were when the model was judged:
   files and where it came from (``model.path``, or the built-in MiniLM-L6);
 * images: ``image_size`` (S x S, bilinear resize), ``channels`` (1: grayscale, 3: RGB) and the
   normalisation (uint8 / 255 into [0, 1], no mean/std shift:
-  :func:`hydra_ops.models.prepare_images`).
+  :func:`hydra_ops.models.factory.prepare_images`).
 
 :func:`load_preprocessing` reads it back with every tokenizer file verified, and
 :meth:`Preprocessing.batch` turns ``predict``'s inputs into a batch with it; a ``params.yaml``
@@ -31,7 +31,8 @@ from tasks.params.schema import PipelineConfig
 PREPROCESSING_FILE = "preprocessing.json"
 TOKENIZER_DIR = "tokenizer"
 FORMAT = "hydra-ens-preprocessing/1"
-#: What :func:`hydra_ops.models.prepare_images` does to pixels: the only normalisation this code
+#: What :func:`hydra_ops.models.factory.prepare_images` does to pixels: the only normalisation this
+# code
 #: applies, so a bundle recording another one is refused rather than served wrong.
 NORMALISATION = {"divide_by": 255.0, "range": [0.0, 1.0], "mean": None, "std": None}
 RESIZE = "bilinear"
@@ -102,7 +103,7 @@ class Preprocessing:
         """The model batch of ``inputs`` (texts, or paths of image files)."""
         import torch
 
-        from hydra_ops.models import make_text_batches, prepare_images
+        from hydra_ops.models.factory import make_text_batches, prepare_images
 
         r = self.record
         if r["modality"] == "text":

@@ -83,7 +83,7 @@ class ModelSnapshot:
         return None if self.runtime.is_default or not eager else self.runtime
 
     def _member_logits(self, batch: dict[str, Any]) -> Any:
-        from hydra_ops.inference import logits
+        from hydra_ops.models.inference import logits
 
         runtime = self._eager_runtime()
         if runtime is None:
@@ -178,7 +178,7 @@ class SingleModel:
     def __init__(self, directory: Path, preprocessing: Any, temperature: float = 1.0) -> None:
         import torch
 
-        from hydra_ops.checkpoints import load_model
+        from hydra_ops.models.checkpoints import load_model
 
         self.model = load_model(directory).eval()
         self.preprocessing = preprocessing  # the prod bundle's: the same run's inputs
@@ -201,7 +201,7 @@ class SingleModel:
 
 
 def _runtime(cfg: Any) -> Any:
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.models.runtime import Runtime
 
     return Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
 
@@ -213,7 +213,7 @@ def _utc_now() -> str:
 def load_prod_snapshot(root: Path) -> ModelSnapshot:
     """The model in ``promote.stage`` of the project at ``root``, with its params (ValueError
     when there is none or it does not verify)."""
-    from hydra_ops.ood_thresholds import OodThresholds
+    from hydra_ops.uq.ood_thresholds import OodThresholds
     from tasks.params.schema import load_params
     from tasks.registry import resolve_prod_dir
     from tasks.served import load_served
@@ -246,7 +246,7 @@ def load_single_snapshot(root: Path) -> ModelSnapshot:
     """The project's single model (``models/base``) with the temperature the evaluate stage
     fitted for it, the preprocessing of the prod bundle (the same run's), its scores from
     ``evaluate.ood_score`` and no verdict thresholds."""
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.models.runtime import Runtime
     from tasks.layout import BASE, METRICS
     from tasks.outputs import read_json
     from tasks.params.schema import load_params

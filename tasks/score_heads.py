@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.checkpoints import load_model
-from hydra_ops.runtime import Runtime
+from hydra_ops.models.checkpoints import load_model
+from hydra_ops.models.runtime import Runtime
 from tasks.data import batches, manifest, split
 from tasks.layout import BASE, METRICS, SCORES
 from tasks.outputs import publish_dir, write_json

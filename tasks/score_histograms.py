@@ -1,7 +1,7 @@
 """Histograms of per-example uncertainty scores on ID test, near-OOD and far-OOD, per model: the
 data of the run report's histogram figures (``plots/histograms.json``, written by ``evaluate``).
 
-Two scores per model, each at the model's temperature (:func:`hydra_ops.uncertainty.
+Two scores per model, each at the model's temperature (:func:`hydra_ops.uq.uncertainty.
 calibrated_ood_score`, higher = more OOD): ``ood_score``, the kind the gates read
 (``evaluate.ood_score``), and ``disagreement``, the fraction of members whose top class is not the
 ensemble's (only for models with more than one member: a single model never disagrees with
@@ -45,7 +45,7 @@ def score_histograms(
     """One row per (model, score, split, bin): ``{model, score, kind, split, lo, hi, center,
     count, fraction}``, ``fraction`` = count / examples of the split (each split's fractions
     sum to 1). ``outputs[model][split]`` are ``[N, M, C]`` member logits."""
-    from hydra_ops.uncertainty import calibrated_ood_score
+    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     rows: list[dict[str, Any]] = []
     for name, out in outputs.items():

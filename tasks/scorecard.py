@@ -2,9 +2,9 @@
 
 Every function takes ``out``: ``{split: member logits [N, M, C]}`` for the evaluation splits
 (``val``, ``test``, ``shift``, ``near_ood``, ``far_ood``) and a temperature ``t`` (1.0 = raw).
-Probabilities are :func:`hydra_ops.calibration.ensemble_probs` (the mean member softmax,
+Probabilities are :func:`hydra_ops.uq.calibration.ensemble_probs` (the mean member softmax,
 temperature-scaled); OOD scores are
-:func:`hydra_ops.uncertainty.calibrated_ood_score`, the one definition shared with calibrate's
+:func:`hydra_ops.uq.uncertainty.calibrated_ood_score`, the one definition shared with calibrate's
 thresholds and ``hydra-ens predict`` (higher = more likely OOD; OOD is the positive class).
 Metric keys use ``id_test`` for the ``test`` split.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from hydra_ops.calibration import ensemble_probs
+from hydra_ops.uq.calibration import ensemble_probs
 from tasks.layout import HYDRA
 from tasks.params.core import CoreConfig
 
@@ -39,7 +39,7 @@ VERDICT_SPLITS = (("test", "id_test"), ("near_ood", "near_ood"), ("far_ood", "fa
 
 def ood_scores(cfg: CoreConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
     """``[N]`` OOD scores of ``evaluate.ood_score`` kind at temperature ``t``."""
-    from hydra_ops.uncertainty import calibrated_ood_score
+    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     return calibrated_ood_score(member_logits, t, cfg.evaluate.ood_score)
 
@@ -67,8 +67,8 @@ def ood_by_score(
     kind of ``OOD_SCORE_KINDS``; ``None`` for an ensemble-only kind when ``members == 1`` (the
     score is 0 for every input: there is nothing to detect with, and 0.5 would look like data)."""
     from hydra_ops.metrics import ood_metrics
-    from hydra_ops.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
-    from hydra_ops.uncertainty import calibrated_ood_score
+    from hydra_ops.uq.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
+    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     result: dict[str, dict[str, dict[str, float] | None]] = {s: {} for s in OOD_SPLITS}
     for kind in OOD_SCORE_KINDS:
@@ -95,7 +95,7 @@ def paired_intervals(
     n_resamples}}}`` for :data:`BOOTSTRAP_CLASSIFICATION` on ``id_test``/``shift`` and
     :data:`BOOTSTRAP_OOD` on ``near_ood``/``far_ood``, each model at its own temperature."""
     from hydra_ops import metrics as hm
-    from hydra_ops.bootstrap import paired_bootstrap, paired_bootstrap_ood
+    from hydra_ops.metrics.bootstrap import paired_bootstrap, paired_bootstrap_ood
 
     n, seed = cfg.evaluate.bootstrap_samples, cfg.evaluate.bootstrap_seed
     result: dict[str, dict[str, dict[str, float]]] = {}
@@ -140,9 +140,9 @@ def hydra_verdicts(
     with the thresholds stored by calibrate in ``models/hydra``'s metadata (and their score kind,
     so the verdicts are those ``hydra-ens predict`` gives). Returns (counts, fractions,
     thresholds as stored)."""
-    from hydra_ops.ood_thresholds import OodThresholds, verdict_counts
-    from hydra_ops.serialization import read_hydra_config
-    from hydra_ops.uncertainty import calibrated_ood_score
+    from hydra_ops.hydra.serialization import read_hydra_config
+    from hydra_ops.uq.ood_thresholds import OodThresholds, verdict_counts
+    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     stored = read_hydra_config(root / HYDRA).get("metadata", {}).get("ood_thresholds")
     if stored is None:

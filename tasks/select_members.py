@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.plans import save_plans
+from hydra_ops.heads.plans import save_plans
 from tasks.layout import METRICS, PLANS, SCORES
 from tasks.outputs import publish_dir, write_json
 from tasks.params.core import CoreConfig
@@ -28,8 +28,8 @@ log = logging.getLogger("hydra_ens")
 
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.heads.selection import diversity_report, select_members
     from hydra_ops.scoring import HeadScores
-    from hydra_ops.selection import diversity_report, select_members
 
     scores = HeadScores.load(root / SCORES / "scores.safetensors")
     m, shared = cfg.members.num_members, cfg.shared_layers

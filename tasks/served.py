@@ -95,7 +95,7 @@ def load_served(directory: Path, prefer_compiled: bool = True) -> Served | Serve
     """Verify and load a bundle (see the module docstring). A bundle that ships a candidate
     other than the Hydra (``bundle.json``'s ``candidate``) answers with that candidate, after
     every file, the chain of custody and its ``candidate/`` files are checked."""
-    from hydra_ops.serialization import load_hydra, read_hydra_config
+    from hydra_ops.hydra.serialization import load_hydra, read_hydra_config
 
     directory = Path(directory)
     if read_json(directory / MANIFEST, "bundle").get("candidate", "hydra") != "hydra":

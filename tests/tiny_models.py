@@ -14,8 +14,8 @@ from transformers import (
     ViTForImageClassification,
 )
 
-from hydra_ops.plans import HeadPlan
-from hydra_ops.surgery import prune_heads
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.heads.surgery import prune_heads
 
 FAMILIES = ("bert", "hf_vit", "timm_vit")
 NUM_LAYERS = 3

@@ -77,7 +77,7 @@ SUPPORTED_FAMILIES = (
 
 def adapter_class(model: nn.Module) -> type[ModelAdapter]:
     """The adapter class of ``model``'s family, found without checking the model's variant (the
-    one family dispatch: :func:`get_adapter` and :mod:`hydra_ops.checkpoints` use it).
+    one family dispatch: :func:`get_adapter` and :mod:`hydra_ops.models.checkpoints` use it).
     ``UnsupportedModelError`` (a ``ValueError``) names the supported families otherwise."""
     libraries = {cls.__module__.partition(".")[0] for cls in type(model).__mro__}
     for family, library in LIBRARIES.items():

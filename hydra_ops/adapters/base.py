@@ -271,7 +271,8 @@ class ModelAdapter(abc.ABC):
         """JSON-serialisable description of the base architecture (for provenance)."""
         return {}
 
-    # ----- checkpoints (hydra_ops.checkpoints) -----------------------------------------------
+    # ----- checkpoints (hydra_ops.models.checkpoints)
+    # -----------------------------------------------
     @classmethod
     def model_config(cls, model: nn.Module) -> dict[str, Any]:
         """JSON-serialisable config of ``model``'s *unpruned* architecture, from which

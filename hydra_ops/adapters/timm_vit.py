@@ -306,8 +306,8 @@ class TimmViTAdapter(ModelAdapter):
     @classmethod
     def model_config(cls, model: nn.Module) -> dict[str, Any]:
         """The ``VisionTransformer`` constructor kwargs recorded by
-        :func:`hydra_ops.models.build_timm_vit` (``hydra_init_kwargs``), else recovered from the
-        module's shapes."""
+        :func:`hydra_ops.models.factory.build_timm_vit` (``hydra_init_kwargs``), else recovered from
+        the module's shapes."""
         recorded = getattr(model, "hydra_init_kwargs", None)
         if recorded is not None:
             return dict(recorded)

@@ -6,6 +6,7 @@
   sharing every weight matrix of the base and differing by rank-1 fast weights.
 
 Both take a contract batch (docs/architecture.md) and return member logits ``[B, M, C]``, like a
-:class:`hydra_ops.ensemble.HydraEnsemble`, and work for every family of :mod:`hydra_ops.adapters`.
-The helpers they share (member-major batches) are in :mod:`hydra_ops.baselines.batching`.
+:class:`hydra_ops.hydra.ensemble.HydraEnsemble`, and work for every family of
+:mod:`hydra_ops.adapters`. The helpers they share (member-major batches) are in
+:mod:`hydra_ops.baselines.batching`.
 """

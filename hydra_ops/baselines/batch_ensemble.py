@@ -200,7 +200,7 @@ class BatchEnsemble(nn.Module):
         return count_parameters(self.model.parameters())
 
     def forward(self, batch: Mapping[str, Any]) -> Tensor:
-        from hydra_ops.training import model_logits
+        from hydra_ops.models.training import model_logits
 
         logits = model_logits(self.model, repeat_batch(batch, self.num_members))
         return member_logits(logits, self.num_members)

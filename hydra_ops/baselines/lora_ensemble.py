@@ -20,7 +20,7 @@ Two ways to run the members, the same numbers (``tests/lib/test_efficient_baseli
 The LoRA layers are those of ``peft`` (its ``LoraLayer`` and ``ModulesToSaveWrapper``); the per-row
 adapter names reach them as the ``adapter_names`` keyword their ``forward`` takes, by forward
 pre-hooks (what ``PeftModel.forward(..., adapter_names=...)`` does), so the base keeps its own
-class and is run through its family adapter (:func:`hydra_ops.training.model_logits`).
+class and is run through its family adapter (:func:`hydra_ops.models.training.model_logits`).
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ class LoRAEnsemble(nn.Module):
 
     def train_member(self, member: int) -> nn.Module:
         """Make member ``member`` the active adapter and the only trainable parameters; returns
-        the model to train (e.g. with :func:`hydra_ops.training.fine_tune`)."""
+        the model to train (e.g. with :func:`hydra_ops.models.training.fine_tune`)."""
         self.peft.set_adapter(self.member_names[member])
         for p in self.peft.parameters():
             p.requires_grad_(False)
@@ -225,7 +225,7 @@ class LoRAEnsemble(nn.Module):
 
     def looped_logits(self, batch: Mapping[str, Any]) -> Tensor:
         """``[B, M, C]``: one forward pass per member, its adapter active."""
-        from hydra_ops.training import model_logits
+        from hydra_ops.models.training import model_logits
 
         out = []
         for name in self.member_names:
@@ -235,7 +235,7 @@ class LoRAEnsemble(nn.Module):
 
     def batched_logits(self, batch: Mapping[str, Any]) -> Tensor:
         """``[B, M, C]``: one forward pass over the member-major ``[M * B, ...]`` batch."""
-        from hydra_ops.training import model_logits
+        from hydra_ops.models.training import model_logits
 
         size = next(v for v in batch.values() if isinstance(v, Tensor)).shape[0]
         names = [name for name in self.member_names for _ in range(size)]

@@ -1,5 +1,5 @@
-"""Compile backends for a merged :class:`~hydra_ops.merge.HydraEnsemble` (or any module with the
-same call signature).
+"""Compile backends for a merged :class:`~hydra_ops.hydra.merge.HydraEnsemble` (or any module with
+the same call signature).
 
 Public API (the pipeline's ``tasks/compile`` stage codes against this)::
 

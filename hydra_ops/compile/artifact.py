@@ -65,8 +65,8 @@ class CompiledArtifact(Mapping[str, Any]):
     @torch.no_grad()
     def predict_proba(self, *inputs: Any) -> Tensor:
         """``[B, C]`` mean of the member softmaxes (no temperature), as
-        :func:`hydra_ops.calibration.ensemble_log_probs` computes it."""
-        from ..calibration import ensemble_log_probs
+        :func:`hydra_ops.uq.calibration.ensemble_log_probs` computes it."""
+        from hydra_ops.uq.calibration import ensemble_log_probs
 
         return ensemble_log_probs(self(*inputs).float()).exp()
 

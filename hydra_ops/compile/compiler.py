@@ -57,8 +57,9 @@ def compile_model(
     and load it back.
 
     Args:
-        model: a merged :class:`~hydra_ops.merge.HydraEnsemble` in eval mode (any module with the
-            call signature ``(inputs, attention_mask=None, token_type_ids=None) -> Tensor`` works).
+        model: a merged :class:`~hydra_ops.hydra.merge.HydraEnsemble` in eval mode (any module with
+            the call signature ``(inputs, attention_mask=None, token_type_ids=None) -> Tensor``
+            works).
         backend: one of ``BACKENDS``. ``auto``: TensorRT when usable, else the fastest backend of
             ``CPU_BACKENDS`` measured here (module docstring). ``tensorrt`` without CUDA /
             Torch-TensorRT logs one line and falls back to ``auto``'s measured choice.

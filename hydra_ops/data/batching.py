@@ -2,7 +2,8 @@
 
 Batches follow docs/architecture.md: ``input_ids`` / ``attention_mask`` (/ ``token_type_ids``)
 for text, ``pixel_values`` for images, plus ``labels`` when asked for (built by
-:func:`hydra_ops.models.make_text_batches` / :func:`hydra_ops.models.make_image_batches`).
+:func:`hydra_ops.models.factory.make_text_batches` /
+:func:`hydra_ops.models.factory.make_image_batches`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def text_tokenizer(model_path: str | None = None) -> Any:
     loaded once per process and never from a hub."""
     from transformers import AutoTokenizer
 
-    from hydra_ops.models import default_text_model_path
+    from hydra_ops.models.factory import default_text_model_path
 
     path = model_path or str(default_text_model_path())
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -52,12 +53,12 @@ def split_batches(
     long is included with ``with_labels``. With ``shuffle`` the order is a permutation drawn
     from ``seed`` only, so the same arguments give the same batches. ``pin_memory`` puts every
     tensor in page-locked memory, so the copies to a CUDA device are non-blocking
-    (:func:`hydra_ops.runtime.move_batch`); it needs CUDA. ``random_shift`` k > 0 (image
+    (:func:`hydra_ops.models.runtime.move_batch`); it needs CUDA. ``random_shift`` k > 0 (image
     splits only, for training) translates every image by random offsets in ``{-k..k}`` pixels
     (:func:`hydra_ops.data.augment.random_shift`), drawn from a torch generator seeded with
     ``seed``, so the same arguments still give the same batches.
     """
-    from hydra_ops.models import make_image_batches, make_text_batches
+    from hydra_ops.models.factory import make_image_batches, make_text_batches
 
     if split.texts is not None and tokenizer is None:
         raise ValueError(

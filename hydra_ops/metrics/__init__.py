@@ -3,7 +3,7 @@
 Conventions (also in ``docs/metrics.md``):
 
 - Inputs: ``probs`` [N, C] are probabilities (rows sum to 1 within
-  :data:`hydra_ops.uncertainty.PROB_ATOL`), ``labels`` [N] integer class ids in ``[0, C)``.
+  :data:`hydra_ops.uq.uncertainty.PROB_ATOL`), ``labels`` [N] integer class ids in ``[0, C)``.
   Bad shapes, dtypes, NaN/inf, rows not summing to 1 or labels out of range raise ValueError naming
   the argument. Results are Python floats.
 - Prediction = ``argmax`` of ``probs``; ties go to the lowest class index. Confidence = top
@@ -72,7 +72,7 @@ from hydra_ops.metrics.classification import (
 )
 from hydra_ops.metrics.ood import auroc, ood_metrics, roc_points
 from hydra_ops.metrics.selective import augrc, aurc
-from hydra_ops.ood_criteria import OOD_SCORE_KINDS, ood_scores
+from hydra_ops.uq.ood_criteria import OOD_SCORE_KINDS, ood_scores
 
 __all__ = [
     "DEFAULT_N_BINS",

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hydra_ops.checks import validate_labels, validate_scores  # noqa: F401 (re-exported)
-from hydra_ops.uncertainty import validate_probs
+from hydra_ops.uq.checks import validate_labels, validate_scores  # noqa: F401 (re-exported)
+from hydra_ops.uq.uncertainty import validate_probs
 
 DEFAULT_N_BINS: int = 15
 

@@ -13,7 +13,7 @@ from hydra_ops.metrics._checks import (
     prep,
     validate_labels,
 )
-from hydra_ops.uncertainty import validate_probs
+from hydra_ops.uq.uncertainty import validate_probs
 
 
 def calibration_bins(confidences: Tensor, n_bins: int = DEFAULT_N_BINS) -> Tensor:

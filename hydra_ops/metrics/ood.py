@@ -1,6 +1,6 @@
 """OOD detection metrics, OOD the positive class: AUROC / AUPR-In / AUPR-Out / FPR@95%TPR, a
 cheap rank-sum AUROC and ROC-curve points. The per-example scores (higher = more OOD) are
-:mod:`hydra_ops.ood_criteria` (re-exported by :mod:`hydra_ops.metrics`)."""
+:mod:`hydra_ops.uq.ood_criteria` (re-exported by :mod:`hydra_ops.metrics`)."""
 
 from __future__ import annotations
 

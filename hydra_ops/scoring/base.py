@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from hydra_ops.atomic import atomic_write_file
-from hydra_ops.plans import HeadPlan
+from hydra_ops.heads.plans import HeadPlan
 
 _FORMAT = "hydra-ens/head-scores/v1"
 

@@ -16,8 +16,8 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from hydra_ops.adapters import get_adapter
-from hydra_ops.plans import HeadPlan, plan_overlap
-from hydra_ops.selection import DEFAULT_PENALTIES, resolve_penalty
+from hydra_ops.heads.plans import HeadPlan, plan_overlap
+from hydra_ops.heads.selection import DEFAULT_PENALTIES, resolve_penalty
 
 from .base import HeadImportance, HeadScores
 from .inputs import Batch, eval_mode, materialise, model_device, uniform_heads
@@ -27,7 +27,7 @@ from .replay import recording, replaying
 #: Default overlap penalty of the circuit search, in units of the layer's importance range (see
 #: docs/scoring.md): a head already taken by an earlier circuit must be better than a free head by
 #: more than half the layer's importance range to be taken again. Defined, with the other
-#: strategies' defaults, in ``hydra_ops.selection.DEFAULT_PENALTIES``.
+#: strategies' defaults, in ``hydra_ops.heads.selection.DEFAULT_PENALTIES``.
 DEFAULT_CIRCUIT_PENALTY = DEFAULT_PENALTIES["circuits"]
 
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -117,7 +117,7 @@ def circuit_scores(
             rotated when ``ood_val_batches`` is given, else ``"nll"``.
         bootstrap: resample the validation sets per circuit (seeded).
         overlap_penalty: >= 0, see above; 0 disables it; ``None`` = ``DEFAULT_CIRCUIT_PENALTY``
-            (0.5, via ``hydra_ops.selection.resolve_penalty``).
+            (0.5, via ``hydra_ops.heads.selection.resolve_penalty``).
         callback: called after every head evaluation (``L * H * M`` times) with a dict
             ``{circuit, layer, head, objective, importance, done, total}``.
         reuse_prefix: while scoring layer ``l``, replay the outputs of blocks ``0..l-1`` recorded

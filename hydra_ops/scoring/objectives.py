@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hydra_ops.gating import head_gates
+from hydra_ops.heads.gating import head_gates
 
 from .inputs import batch_size, select_rows
 

@@ -11,7 +11,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from hydra_ops.adapters import get_adapter
-from hydra_ops.gating import head_gates
+from hydra_ops.heads.gating import head_gates
 
 from .base import HeadImportance, HeadScores
 from .inputs import Batch, batch_size, eval_mode, materialise, model_device, uniform_heads
@@ -28,7 +28,7 @@ def taylor_scores(
     """Michel et al. (2019) head importance: mean over examples of ``|dL_i/dxi_{l,h}|``.
 
     ``xi`` is a per-example gate of ones, ``[B, L, H]``, on every head's context
-    (``hydra_ops.gating``) and ``L_i`` the cross-entropy of example ``i`` on its label. One
+    (``hydra_ops.heads.gating``) and ``L_i`` the cross-entropy of example ``i`` on its label. One
     backward pass of ``sum_i L_i`` gives each example's own gradient ``dL_i/dxi_{i,l,h}`` (the
     examples do not interact in eval mode); the absolute value is taken per example, so opposite
     signs of different examples never cancel, and the mean runs over all examples of all batches.

@@ -12,7 +12,7 @@ from tasks.params.core import CoreConfig
 
 class McDropoutConfig(Strict):
     """The MC Dropout baseline: the fine-tuned base, dropout on at inference, ``samples`` passes
-    (:mod:`hydra_ops.mc_dropout`)."""
+    (:mod:`hydra_ops.models.mc_dropout`)."""
 
     enabled: bool = True
     samples: int = Field(default=8, ge=2)

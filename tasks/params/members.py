@@ -36,12 +36,12 @@ class MemberFinetuneConfig(Strict):
     seed_offset: int = 100
     max_parallel: int = Field(default=1, ge=1)
     data: str = "full"
-    """One of ``hydra_ops.member_data.MEMBER_DATA_MODES``: each member's (and its control's)
-    training data (:mod:`hydra_ops.member_data`): the whole split, a bootstrap resample per
+    """One of ``hydra_ops.data.members.MEMBER_DATA_MODES``: each member's (and its control's)
+    training data (:mod:`hydra_ops.data.members`): the whole split, a bootstrap resample per
     member, or one of M disjoint class-stratified shards."""
     objective: Literal["ce", "ncl"] = "ce"
     """``ncl``: cross-entropy plus ``ncl_strength`` times the negative-correlation penalty
-    against the fine-tuned base's predictions (:mod:`hydra_ops.diversity_loss`)."""
+    against the fine-tuned base's predictions (:mod:`hydra_ops.models.diversity_loss`)."""
     ncl_strength: float = Field(default=0.5, ge=0)
     """The penalty's weight (``objective: ncl`` only); docs/diversity.md has each one's cost."""
 
@@ -64,12 +64,12 @@ class MembersConfig(Strict):
     """Heads each member keeps per pruned layer: one int for every member, or a list with one int
     per member (per-member pruning ratios); ``None`` = ``max(1, heads // num_members)``."""
     strategy: str | None = None
-    """One of ``hydra_ops.selection.STRATEGIES``; ``None`` = ``circuits`` for the circuit
+    """One of ``hydra_ops.heads.selection.STRATEGIES``; ``None`` = ``circuits`` for the circuit
     scorer, ``overlap_penalty`` otherwise."""
     temperature: float = Field(default=1.0, gt=0)
     overlap_penalty: float | None = Field(default=None, ge=0)
     """Overlap penalty of the ``overlap_penalty`` and ``circuits`` strategies (in units of a layer's
-    score range); ``None`` = the strategy's default, ``hydra_ops.selection.DEFAULT_PENALTIES``
+    score range); ``None`` = the strategy's default, ``hydra_ops.heads.selection.DEFAULT_PENALTIES``
     (1.0 for ``overlap_penalty``, 0.5 for ``circuits``, which applies it in the circuit search)."""
     seed: int = 0
     finetune: MemberFinetuneConfig = MemberFinetuneConfig()
@@ -77,9 +77,9 @@ class MembersConfig(Strict):
 
 class MergeConfig(Strict):
     mode: str = "stack"
-    """One of ``hydra_ops.merge.MERGE_MODES``."""
+    """One of ``hydra_ops.hydra.merge.MERGE_MODES``."""
     attention: str = "padded_bmm"
-    """An implementation of ``hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS``."""
+    """An implementation of ``hydra_ops.hydra.grouped.ATTENTION_IMPLEMENTATIONS``."""
     shared_layers: int | None = Field(default=None, ge=0)
     """Leading layers that keep every head and run once, shared by all members (the streams fork
     after them); ``None`` = half of the model's layers (``L // 2``), 0 = the paper's merge, every

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_serializer
 
 from hydra_ops.data.sources import IMAGE_EXTENSIONS
 from hydra_ops.data.spec import DataSpec
-from hydra_ops.shapes import VIT_DEFAULTS, text_model_shape
+from hydra_ops.models.shapes import VIT_DEFAULTS, text_model_shape
 from tasks.params.base import Strict
 
 IMAGE_SOURCES = ("mnist5k", "digits", "fashion-mnist")
@@ -22,7 +22,8 @@ MINILM_LAYERS, MINILM_HEADS = 6, 12
 
 def _text_model_shape(path: str | None) -> tuple[int, int]:
     """``(layers, heads per layer)`` of the text model: MiniLM-L6's without ``path``, else
-    :func:`hydra_ops.shapes.text_model_shape` of its folder (ValueError, one line, no key)."""
+    :func:`hydra_ops.models.shapes.text_model_shape` of its folder (ValueError, one line, no
+    key)."""
     return (MINILM_LAYERS, MINILM_HEADS) if path is None else text_model_shape(path)
 
 
@@ -38,7 +39,7 @@ def data_modality(data: DataSpec) -> str:
 
 
 class VitConfig(Strict):
-    """The from-scratch ViT's shape; defaults: :data:`hydra_ops.models.VIT_DEFAULTS`."""
+    """The from-scratch ViT's shape; defaults: :data:`hydra_ops.models.factory.VIT_DEFAULTS`."""
 
     image_size: int = Field(default=VIT_DEFAULTS.image_size, ge=4)
     patch_size: int = Field(default=VIT_DEFAULTS.patch_size, ge=1)
@@ -50,7 +51,7 @@ class VitConfig(Strict):
 
 class ModelConfig(Strict):
     family: str = "auto"
-    """``auto`` (from the data's modality) or one of ``hydra_ops.models.BASE_FAMILIES``."""
+    """``auto`` (from the data's modality) or one of ``hydra_ops.models.factory.BASE_FAMILIES``."""
     path: str | None = None
     max_length: int = Field(default=64, ge=8, le=512)
     vit: VitConfig = VitConfig()
@@ -78,7 +79,8 @@ class FinetuneConfig(Strict):
 
 
 class RuntimeConfig(Strict):
-    """Where and in which precision the model-running stages run (:mod:`hydra_ops.runtime`)."""
+    """Where and in which precision the model-running stages run
+    (:mod:`hydra_ops.models.runtime`)."""
 
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""

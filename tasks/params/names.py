@@ -21,7 +21,7 @@ from tasks.params.schema import PipelineConfig
 
 
 def _families() -> tuple[str, ...]:
-    from hydra_ops.models import BASE_FAMILIES
+    from hydra_ops.models.factory import BASE_FAMILIES
 
     return ("auto", *BASE_FAMILIES)
 
@@ -39,25 +39,25 @@ def _objectives() -> tuple[str, ...]:
 
 
 def _strategies() -> tuple[str, ...]:
-    from hydra_ops.selection import STRATEGIES
+    from hydra_ops.heads.selection import STRATEGIES
 
     return tuple(STRATEGIES)
 
 
 def _member_data() -> tuple[str, ...]:
-    from hydra_ops.member_data import MEMBER_DATA_MODES
+    from hydra_ops.data.members import MEMBER_DATA_MODES
 
     return tuple(MEMBER_DATA_MODES)
 
 
 def _merge_modes() -> tuple[str, ...]:
-    from hydra_ops.merge import MERGE_MODES
+    from hydra_ops.hydra.merge import MERGE_MODES
 
     return tuple(MERGE_MODES)
 
 
 def _attention() -> tuple[str, ...]:
-    from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS
+    from hydra_ops.hydra.grouped import ATTENTION_IMPLEMENTATIONS
 
     return tuple(ATTENTION_IMPLEMENTATIONS)
 

@@ -4,7 +4,7 @@ from tiny_models import FAMILIES, NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
 from torch import nn
 
 from hydra_ops.adapters import UnsupportedModelError, get_adapter
-from hydra_ops.gating import head_gates
+from hydra_ops.heads.gating import head_gates
 
 
 @pytest.mark.parametrize("family", FAMILIES)

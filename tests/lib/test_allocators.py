@@ -1,4 +1,4 @@
-"""hydra_ops.allocators: the environment that picks a stage process's memory allocator.
+"""hydra_ops.perf.allocators: the environment that picks a stage process's memory allocator.
 
 Unit tests resolve every spec with the library search monkeypatched; the process tests start
 real Python children with each environment and check what the allocator is for (large blocks
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from hydra_ops import allocators
-from hydra_ops.allocators import GLIBC_TUNED, allocator_env, describe_process_allocator
+from hydra_ops.perf import allocators
+from hydra_ops.perf.allocators import GLIBC_TUNED, allocator_env, describe_process_allocator
 
 GLIBC = allocators._has_glibc()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hydra_ops.bootstrap import BootstrapResult, paired_bootstrap, paired_bootstrap_ood
 from hydra_ops.metrics import accuracy, brier, ece, ece_resampled, nll, ood_metrics
+from hydra_ops.metrics.bootstrap import BootstrapResult, paired_bootstrap, paired_bootstrap_ood
 
 
 def _models(n: int, seed: int = 0):

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from hydra_ops.calibration import (
+from hydra_ops.metrics import nll
+from hydra_ops.uq.calibration import (
     apply_temperature,
     ensemble_log_probs,
     ensemble_probs,
     fit_temperature,
 )
-from hydra_ops.metrics import nll
 
 
 def _synthetic(true_t: float, n: int = 4000, c: int = 5, seed: int = 0):

@@ -17,11 +17,11 @@ from torch import nn
 from hydra_ops import compile as hc
 from hydra_ops.compile import auto as hc_auto
 from hydra_ops.compile import build as hc_build
-from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
-from hydra_ops.inference import logits
-from hydra_ops.merge import merge_members
-from hydra_ops.plans import HeadPlan
-from hydra_ops.serialization import load_hydra, save_hydra
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.hydra.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.hydra.serialization import load_hydra, save_hydra
+from hydra_ops.models.inference import logits
 
 ATOL = 1e-4
 

@@ -15,9 +15,9 @@ from hydra_ops import compile as hc
 from hydra_ops.compile import auto as hc_auto
 from hydra_ops.compile import build as hc_build
 from hydra_ops.compile.auto import SKIP_RATIO, skip_losers
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.hydra.merge import merge_members
 from hydra_ops.measurements import MeasurementCache
-from hydra_ops.merge import merge_members
-from hydra_ops.plans import HeadPlan
 
 CANDIDATES = [("inductor", "fp32"), ("inductor", "bf16"), ("export", "fp32"), ("onnx", "fp32")]
 

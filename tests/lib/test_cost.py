@@ -1,4 +1,4 @@
-"""hydra_ops.cost: interleaved rounds, the ratio of medians with its round bootstrap, FLOPs. No
+"""hydra_ops.perf.cost: interleaved rounds, the ratio of medians with its round bootstrap, FLOPs. No
 timing is asserted (speed lives in benchmarks/): the structure, exact FLOPs and the statistics."""
 
 import statistics
@@ -6,7 +6,7 @@ import statistics
 import pytest
 import torch
 
-from hydra_ops.cost import count_flops, interleaved_ms, ratio_interval
+from hydra_ops.perf.cost import count_flops, interleaved_ms, ratio_interval
 
 
 def test_interleaved_rounds_run_every_call_once_per_round_in_shuffled_orders():

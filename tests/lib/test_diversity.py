@@ -11,18 +11,18 @@ import pytest
 import torch
 from tiny_models import NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
 
+from hydra_ops.data.members import member_indices, subset
 from hydra_ops.data.store import Split
-from hydra_ops.diversity import (
+from hydra_ops.heads.selection import select_members
+from hydra_ops.models.diversity_loss import anchored_ncl_penalty, anchored_ncl_term
+from hydra_ops.models.training import fine_tune
+from hydra_ops.uq.diversity import (
     correctness_correlation,
     disagreement_matrix,
     pair_mean,
     pairwise_summary,
     probability_correlation,
 )
-from hydra_ops.diversity_loss import anchored_ncl_penalty, anchored_ncl_term
-from hydra_ops.member_data import member_indices, subset
-from hydra_ops.selection import select_members
-from hydra_ops.training import fine_tune
 
 
 def logits_of(member_probs: list[list[list[float]]]) -> torch.Tensor:

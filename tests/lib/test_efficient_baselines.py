@@ -25,7 +25,7 @@ from hydra_ops.baselines.lora_ensemble import (
     load_lora_ensemble,
     save_lora_ensemble,
 )
-from hydra_ops.training import fine_tune, model_logits
+from hydra_ops.models.training import fine_tune, model_logits
 
 M = 3
 

@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from hydra_ops import hashing
-from hydra_ops.checkpoints import sha256_file as checkpoints_sha256
 from hydra_ops.data import sha256_file as data_sha256
-from hydra_ops.serialization import sha256_file as serialization_sha256
-from hydra_ops.serialization import state_dict_hash
+from hydra_ops.hydra.serialization import sha256_file as serialization_sha256
+from hydra_ops.hydra.serialization import state_dict_hash
+from hydra_ops.models.checkpoints import sha256_file as checkpoints_sha256
 
 
 def test_sha256_file_matches_hashlib_across_chunks(tmp_path):

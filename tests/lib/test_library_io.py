@@ -10,18 +10,18 @@ import pytest
 import torch
 from tiny_models import make_members, member_plans, positional, tiny_inputs, tiny_model
 
-from hydra_ops.checkpoints import (
+from hydra_ops.data import Split, split_batches, split_labels
+from hydra_ops.heads.plans import load_plans, save_plans
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.models.checkpoints import (
     CheckpointError,
     load_member,
     load_pruned,
     save_member,
     save_model,
 )
-from hydra_ops.data import Split, split_batches, split_labels
-from hydra_ops.inference import logits
-from hydra_ops.merge import merge_members
-from hydra_ops.plans import load_plans, save_plans
-from hydra_ops.training import evaluate_logits
+from hydra_ops.models.inference import logits
+from hydra_ops.models.training import evaluate_logits
 
 
 @pytest.mark.parametrize("family", ["bert", "timm_vit"])

@@ -7,8 +7,8 @@ import torch
 from tiny_models import NUM_CLASSES, tiny_inputs, tiny_model
 from torch import nn
 
-from hydra_ops.inference import logits as eval_logits
-from hydra_ops.mc_dropout import DEFAULT_RATE, dropout_setting, mc_dropout, mc_dropout_logits
+from hydra_ops.models.inference import logits as eval_logits
+from hydra_ops.models.mc_dropout import DEFAULT_RATE, dropout_setting, mc_dropout, mc_dropout_logits
 
 
 class WithBatchNorm(nn.Module):

@@ -8,7 +8,7 @@ import torch
 from tiny_models import NUM_CLASSES, tiny_inputs, tiny_model
 from torch import nn
 
-from hydra_ops.mc_dropout import (
+from hydra_ops.models.mc_dropout import (
     dropout_setting,
     mc_dropout_logits,
     pass_generators,

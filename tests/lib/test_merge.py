@@ -16,10 +16,10 @@ from tiny_models import (
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hydra_ops.adapters import get_adapter
-from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS
-from hydra_ops.merge import merge_members
-from hydra_ops.plans import HeadPlan
-from hydra_ops.surgery import prune_heads
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.heads.surgery import prune_heads
+from hydra_ops.hydra.grouped import ATTENTION_IMPLEMENTATIONS
+from hydra_ops.hydra.merge import merge_members
 
 ATOL = 1e-5
 ATTENTION_PARTS = (

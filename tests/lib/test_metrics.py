@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from hydra_ops import metrics as hm
-from hydra_ops.uncertainty import decompose, entropy
+from hydra_ops.uq.uncertainty import decompose, entropy
 
 
 def _two_class(top: list[float]) -> torch.Tensor:

@@ -8,9 +8,9 @@ import torch
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 from hydra_ops.adapters import get_adapter
-from hydra_ops.merge import merge_members
-from hydra_ops.plans import HeadPlan
-from hydra_ops.surgery import prune_heads
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.heads.surgery import prune_heads
+from hydra_ops.hydra.merge import merge_members
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""hydra_ops.models and hydra_ops.checkpoints: offline loading, batches, bit-exact round trips."""
+"""hydra_ops.models.factory and hydra_ops.models.checkpoints: offline loading, batches, bit-exact
+round trips."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from hydra_ops.checkpoints import CheckpointError, load_model, read_checkpoint_metadata, save_model
-from hydra_ops.models import (
+from hydra_ops.models.checkpoints import (
+    CheckpointError,
+    load_model,
+    read_checkpoint_metadata,
+    save_model,
+)
+from hydra_ops.models.factory import (
     build_timm_vit,
     default_text_model_path,
     load_text_classifier,
@@ -198,7 +204,7 @@ def test_importing_the_library_leaves_the_process_environment_alone():
 
     code = (
         "import os; os.environ.pop('HF_HUB_OFFLINE', None); "
-        "os.environ.pop('TRANSFORMERS_OFFLINE', None); import hydra_ops.models; "
+        "os.environ.pop('TRANSFORMERS_OFFLINE', None); import hydra_ops.models.factory; "
         "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('TRANSFORMERS_OFFLINE'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

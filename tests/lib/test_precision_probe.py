@@ -8,9 +8,10 @@ import pytest
 import torch
 from tiny_models import tiny_inputs, tiny_model
 
-from hydra_ops.inference_probe import time_inference
 from hydra_ops.measurements import MeasurementCache, machine_key
-from hydra_ops.precision_probe import (
+from hydra_ops.models.training import fine_tune
+from hydra_ops.perf.inference_probe import time_inference
+from hydra_ops.perf.precision_probe import (
     Bf16Support,
     Timings,
     choose_precision,
@@ -18,7 +19,6 @@ from hydra_ops.precision_probe import (
     decide_training_precision,
     time_training_steps,
 )
-from hydra_ops.training import fine_tune
 
 NATIVE = Bf16Support(True, "CPU has avx512_bf16 (test)")
 EMULATED = Bf16Support(False, "CPU has neither amx_bf16 nor avx512_bf16 (test)")

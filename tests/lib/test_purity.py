@@ -83,7 +83,9 @@ def test_stages_that_run_no_model_import_no_torch():
         "tasks.stage.set_threads()"
     )
     assert "torch" not in found and "tasks" in found
-    found = _imported_after("import hydra_ops.adapters, hydra_ops.serialization, hydra_ops.scoring")
+    found = _imported_after(
+        "import hydra_ops.adapters, hydra_ops.hydra.serialization, hydra_ops.scoring"
+    )
     assert "torch" in found
     assert not found & {"transformers", "timm", "torchmetrics"}, found
 

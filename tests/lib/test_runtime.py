@@ -1,6 +1,6 @@
-"""hydra_ops.runtime and ``runtime: {device, precision}``: device specs, autocast contexts, bf16
-support, training and inference in bf16 on the CPU (fp32 unchanged bit for bit), the params, and
-the finetune_base -> calibrate stages in bf16 on a tiny prepared dataset."""
+"""hydra_ops.models.runtime and ``runtime: {device, precision}``: device specs, autocast contexts,
+bf16 support, training and inference in bf16 on the CPU (fp32 unchanged bit for bit), the params,
+and the finetune_base -> calibrate stages in bf16 on a tiny prepared dataset."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 import torch
 from tiny_models import NUM_CLASSES, make_members, member_plans, tiny_inputs, tiny_model
 
-from hydra_ops.inference import logits
-from hydra_ops.runtime import (
+from hydra_ops.models.inference import logits
+from hydra_ops.models.runtime import (
     Runtime,
     autocast,
     bf16_supported,
@@ -27,7 +27,7 @@ from hydra_ops.runtime import (
     move_batch,
     resolve_device,
 )
-from hydra_ops.training import evaluate_logits, fine_tune
+from hydra_ops.models.training import evaluate_logits, fine_tune
 from tasks.params import ConfigError, resolve_params, validate_params
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
@@ -217,7 +217,7 @@ def test_fine_tune_refuses_bad_runtime_before_training():
 # ---- inference ----
 @pytest.mark.parametrize("kind", ["classifier", "hydra"])
 def test_logits_fp32_identical_and_bf16_close(kind):
-    from hydra_ops.merge import merge_members
+    from hydra_ops.hydra.merge import merge_members
 
     if kind == "classifier":
         model = tiny_model("bert")

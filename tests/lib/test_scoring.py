@@ -23,8 +23,8 @@ from tiny_models import FAMILIES, tiny_inputs, tiny_model
 from transformers import BertConfig, BertForSequenceClassification
 
 from hydra_ops.adapters import get_adapter
-from hydra_ops.gating import head_gates
-from hydra_ops.plans import HeadPlan, plan_overlap
+from hydra_ops.heads.gating import head_gates
+from hydra_ops.heads.plans import HeadPlan, plan_overlap
 from hydra_ops.scoring import (
     METHODS,
     SCORERS,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hydra_ops.plans import HeadPlan, plan_overlap
-from hydra_ops.scoring import HeadScores
-from hydra_ops.selection import (
+from hydra_ops.heads.plans import HeadPlan, plan_overlap
+from hydra_ops.heads.selection import (
     DEFAULT_PENALTIES,
     STRATEGIES,
     default_heads_per_layer,
@@ -15,6 +14,7 @@ from hydra_ops.selection import (
     resolve_penalty,
     select_members,
 )
+from hydra_ops.scoring import HeadScores
 
 L, H = 6, 12
 

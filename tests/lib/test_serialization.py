@@ -7,8 +7,8 @@ import pytest
 import torch
 from tiny_models import FAMILIES, make_members, member_plans, positional, tiny_inputs
 
-from hydra_ops.merge import merge_members
-from hydra_ops.serialization import (
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.hydra.serialization import (
     HydraFormatError,
     config_sha256,
     load_hydra,
@@ -45,7 +45,7 @@ def test_load_needs_no_base_weights_or_network(tmp_path):
         "import socket, sys\n"
         "def no_network(*a, **k): raise RuntimeError('network used')\n"
         "socket.socket.connect = no_network\n"
-        "from hydra_ops.serialization import load_hydra\n"
+        "from hydra_ops.hydra.serialization import load_hydra\n"
         f"m = load_hydra({str(tmp_path / 'm')!r})\n"
         "print(m.num_members)\n"
     )

@@ -5,9 +5,9 @@ import torch
 from tiny_models import FAMILIES, NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
 
 from hydra_ops.adapters import get_adapter
-from hydra_ops.gating import head_gates, plan_gates
-from hydra_ops.plans import HeadPlan
-from hydra_ops.surgery import head_plan_of, prune_heads
+from hydra_ops.heads.gating import head_gates, plan_gates
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.heads.surgery import head_plan_of, prune_heads
 
 PLAN = HeadPlan(((0, 3), (2,), (0, 1, 2)))
 
@@ -50,7 +50,7 @@ def test_plan_out_of_range_is_refused():
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_pruned_member_checkpoint_round_trip(tmp_path, family):
-    from hydra_ops.checkpoints import load_model, save_model
+    from hydra_ops.models.checkpoints import load_model, save_model
 
     pruned = prune_heads(tiny_model(family), PLAN)
     save_model(pruned, tmp_path / "member")

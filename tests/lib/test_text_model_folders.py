@@ -1,4 +1,5 @@
-"""hydra_ops.models.load_text_classifier on user folders: BERT only, every encoder weight loaded."""
+"""hydra_ops.models.factory.load_text_classifier on user folders: BERT only, every encoder weight
+loaded."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertModel, BertTokenizer, GPT2Config, GPT2Model
 
-from hydra_ops.models import load_text_classifier
+from hydra_ops.models.factory import load_text_classifier
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"]
 

@@ -1,4 +1,5 @@
-"""hydra_ops.training: loss goes down on a separable task, determinism, freezing, evaluation."""
+"""hydra_ops.models.training: loss goes down on a separable task, determinism, freezing,
+evaluation."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import torch
 from tiny_models import FAMILIES, NUM_LAYERS, tiny_inputs, tiny_model
 from transformers import BertConfig, BertForSequenceClassification
 
-from hydra_ops.models import build_timm_vit, make_image_batches
-from hydra_ops.training import evaluate_logits, fine_tune, freeze_layers, model_logits
+from hydra_ops.models.factory import build_timm_vit, make_image_batches
+from hydra_ops.models.training import evaluate_logits, fine_tune, freeze_layers, model_logits
 
 
 @pytest.fixture(autouse=True, scope="module")

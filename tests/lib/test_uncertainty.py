@@ -13,9 +13,9 @@ import pytest
 import torch
 import yaml
 
-from hydra_ops.calibration import apply_temperature, ensemble_log_probs
 from hydra_ops.metrics import OOD_SCORE_KINDS, ood_scores
-from hydra_ops.ood_thresholds import (
+from hydra_ops.uq.calibration import apply_temperature, ensemble_log_probs
+from hydra_ops.uq.ood_thresholds import (
     VERDICTS,
     OodThresholds,
     empirical_quantile,
@@ -23,7 +23,7 @@ from hydra_ops.ood_thresholds import (
     verdict_counts,
     verdicts,
 )
-from hydra_ops.uncertainty import calibrated_ood_score, calibrated_uncertainty, decompose
+from hydra_ops.uq.uncertainty import calibrated_ood_score, calibrated_uncertainty, decompose
 from tasks.params import ConfigError, resolve_params, validate_params
 from tasks.predict import ROW_FIELDS, legend, rows_from_member_logits, validate_inputs
 
@@ -342,8 +342,8 @@ def test_calibrate_params_default_validate_and_are_tracked_by_dvc():
 def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, monkeypatch):
     from tiny_models import make_members, member_plans
 
-    from hydra_ops.merge import merge_members
-    from hydra_ops.serialization import read_hydra_config, save_hydra
+    from hydra_ops.hydra.merge import merge_members
+    from hydra_ops.hydra.serialization import read_hydra_config, save_hydra
     from tasks import calibrate, report, scorecard
     from tasks.layout import HYDRA, MERGED
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from tiny_models import make_members, member_plans
 
-from hydra_ops.merge import merge_members
-from hydra_ops.serialization import save_hydra
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.hydra.serialization import save_hydra
 from tasks import bundle, gate
 from tasks.custody import scored_record, source_record
 from tasks.params import load_params, resolve_params, write_params

@@ -19,11 +19,11 @@ import pytest
 import torch
 from tiny_models import make_members, member_plans, tiny_model
 
-from hydra_ops.checkpoints import load_pruned, save_model
-from hydra_ops.inference import logits
-from hydra_ops.merge import merge_members
-from hydra_ops.plans import save_plans
-from hydra_ops.serialization import save_hydra
+from hydra_ops.heads.plans import save_plans
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.hydra.serialization import save_hydra
+from hydra_ops.models.checkpoints import load_pruned, save_model
+from hydra_ops.models.inference import logits
 from tasks import gate
 from tasks.candidate_export import export_record, naive_pruned_export
 from tasks.candidate_gate import applicability, cheaper, cheapest, gate_summary

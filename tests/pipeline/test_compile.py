@@ -12,9 +12,9 @@ from tiny_models import make_members, tiny_inputs
 
 from hydra_ops import compile as hc
 from hydra_ops.compile import auto
-from hydra_ops.merge import merge_members
-from hydra_ops.plans import HeadPlan
-from hydra_ops.serialization import save_hydra
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.hydra.serialization import save_hydra
 from tasks import compile as compile_stage
 from tasks.evaluate import compile_fields
 from tasks.gate import evaluate_check

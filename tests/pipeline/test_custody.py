@@ -311,7 +311,7 @@ def _digit_png(project: Path) -> Path:
 
 def test_text_preprocessing_comes_from_the_bundle_not_params(tmp_path):
     from hydra_ops.data import text_tokenizer
-    from hydra_ops.models import make_text_batches
+    from hydra_ops.models.factory import make_text_batches
     from tasks.preprocessing import load_preprocessing, write_preprocessing
 
     shipped = resolve_params("quick", sets={"model.max_length": 48})

@@ -22,8 +22,8 @@ from tiny_models import tiny_model
 
 from flows import dvcops
 from hydra_ops.atomic import leftovers
-from hydra_ops.checkpoints import TIMING_FIELDS, load_model, save_model, split_timings
-from hydra_ops.training import TrainReport
+from hydra_ops.models.checkpoints import TIMING_FIELDS, load_model, save_model, split_timings
+from hydra_ops.models.training import TrainReport
 
 
 @pytest.mark.parametrize(

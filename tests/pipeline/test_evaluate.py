@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from hydra_ops.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
+from hydra_ops.uq.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
 from tasks.params import OOD_METRICS, resolve_params
 
 SETS = {
@@ -119,7 +119,7 @@ def test_evaluate_reads_the_seed_baselines_logits_stage_baseline_logits_computed
     sizes = {s: len(prepared.split(root, s)) for s in EVAL_SPLITS}
     stored = load_baseline_logits(root, sizes)
     assert set(stored) == {"single", "deep_ensemble", "mc_dropout", *EFFICIENT}
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.models.runtime import Runtime
 
     # at the precision the stage resolved (auto may pick bf16 where it is native and faster)
     resolved = json.loads((root / "metrics" / "baseline_logits.json").read_text())["precision"]
@@ -232,10 +232,10 @@ def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(proje
     them all; a candidate rebuilt from its bundled files computes the logits it was scored on."""
     import torch
 
-    from hydra_ops.checkpoints import load_pruned
-    from hydra_ops.inference import logits
-    from hydra_ops.plans import load_plans
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.heads.plans import load_plans
+    from hydra_ops.models.checkpoints import load_pruned
+    from hydra_ops.models.inference import logits
+    from hydra_ops.models.runtime import Runtime
     from tasks.baseline_models import eval_batches, seed_baselines
     from tasks.candidate_bundle import write_candidate
     from tasks.candidate_export import source_hashes

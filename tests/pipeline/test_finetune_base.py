@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hydra_ops.checkpoints import load_model
 from hydra_ops.data import sources, split_labels
 from hydra_ops.data.spec import BUILTIN_CLASSES, DEFAULT_ID_CLASSES
-from hydra_ops.inference import logits
+from hydra_ops.models.checkpoints import load_model
+from hydra_ops.models.inference import logits
 from tasks import data, prepare_data
 from tasks.finetune_base import train_base
 from tasks.layout import BASE

@@ -85,7 +85,7 @@ def default_project(tmp_path_factory):
 def test_with_the_mechanisms_off_a_member_fine_tune_is_unchanged(default_project):
     """The default member recipe, its fingerprint inputs and (on the CPU kind that wrote them)
     the very weights of the code before the mechanisms."""
-    from hydra_ops.checkpoints import weights_hash
+    from hydra_ops.models.checkpoints import weights_hash
     from tasks.layout import BASE, MEMBERS
     from tasks.params import to_raw
 
@@ -116,7 +116,7 @@ def _seen(batches_fn) -> list[bytes]:
 
 
 def test_member_data_full_bootstrap_and_shards(default_project):
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.models.runtime import Runtime
     from tasks.data import split, train_batches
     from tasks.finetune_members import member_seed, member_train_batches
 
@@ -143,7 +143,7 @@ def test_member_data_full_bootstrap_and_shards(default_project):
 
 def test_each_mechanism_changes_the_member_fingerprint(default_project):
     """A member trained with a mechanism is never mistaken for a cached default member."""
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.models.runtime import Runtime
     from tasks.finetune_members import _unit_fingerprint
 
     _, root = default_project
@@ -226,9 +226,9 @@ def diverse_project(tmp_path_factory):
 
 
 def test_five_members_of_their_own_sizes_merge_exactly(diverse_project):
-    from hydra_ops.checkpoints import load_member
-    from hydra_ops.plans import load_plans
-    from hydra_ops.serialization import load_hydra
+    from hydra_ops.heads.plans import load_plans
+    from hydra_ops.hydra.serialization import load_hydra
+    from hydra_ops.models.checkpoints import load_member
     from tasks.data import batches, split
     from tasks.layout import BASE, MEMBERS, MERGED, PLANS
 
@@ -252,8 +252,8 @@ def test_five_members_of_their_own_sizes_merge_exactly(diverse_project):
 
 
 def test_evaluate_reports_member_diversity_for_every_multi_member_model(diverse_project):
-    from hydra_ops.diversity import pairwise_summary
-    from hydra_ops.runtime import Runtime
+    from hydra_ops.models.runtime import Runtime
+    from hydra_ops.uq.diversity import pairwise_summary
     from tasks.baseline_models import eval_batches
     from tasks.candidates import build_candidates
     from tasks.data import split

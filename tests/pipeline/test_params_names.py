@@ -31,7 +31,7 @@ def test_every_default_name_is_in_its_registry(key):
 
 def test_registry_names_come_from_the_library():
     from hydra_ops.compile.backends import BACKEND_REGISTRY
-    from hydra_ops.grouped import ATTENTION_IMPLEMENTATIONS
+    from hydra_ops.hydra.grouped import ATTENTION_IMPLEMENTATIONS
     from hydra_ops.scoring import SCORERS
 
     assert set(allowed_names("scoring.method")) == set(SCORERS)

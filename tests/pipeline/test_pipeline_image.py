@@ -7,8 +7,9 @@ plain ``dvc repro calibrate``.
 
 bf16 (issue 11: the quick profile passes with ``precision: bf16``) costs no extra run here: every
 model-running stage of the flow runs in it, training included (on the CPU only ``auto`` keeps
-training in fp32; an explicit ``bf16`` is honoured, :func:`hydra_ops.runtime.resolve_precision`).
-The text pipeline (``test_pipeline_text.py``) keeps the default ``auto`` (fp32 on the CPU)."""
+training in fp32; an explicit ``bf16`` is honoured,
+:func:`hydra_ops.models.runtime.resolve_precision`). The text pipeline (``test_pipeline_text.py``)
+keeps the default ``auto`` (fp32 on the CPU)."""
 
 from __future__ import annotations
 
@@ -218,7 +219,7 @@ def test_bf16_reached_every_model_stage_and_the_gate_passed(resumed):
 
 
 def test_corrupted_checkpoint_gets_a_clear_error(resumed, tmp_path):
-    from hydra_ops.checkpoints import load_member
+    from hydra_ops.models.checkpoints import load_member
 
     root = resumed["root"]
     member = root / "models" / "members" / "member_1"

@@ -110,7 +110,7 @@ def test_run_refuses_a_compile_precision_the_compile_stage_would_refuse_here(tmp
 def test_run_refuses_an_unknown_or_missing_allocator_before_anything(tmp_path, monkeypatch):
     """``HYDRA_ENS_MALLOC`` is checked before params.yaml is rewritten; the stage processes'
     environment carries the allocator asked for."""
-    from hydra_ops import allocators
+    from hydra_ops.perf import allocators
 
     params = tmp_path / "params.yaml"
     write_params(resolve_params("quick", {}), params)

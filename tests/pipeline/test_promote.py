@@ -13,8 +13,8 @@ import pytest
 import torch
 from tiny_models import make_members, member_plans
 
-from hydra_ops.merge import merge_members
-from hydra_ops.serialization import save_hydra
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.hydra.serialization import save_hydra
 from tasks import bundle, gate
 from tasks.params import GateCheck, resolve_params, write_params
 from tasks.promote import promote, rollback

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_models import tiny_inputs
 
-from hydra_ops.merge import merge_members
+from hydra_ops.hydra.merge import merge_members
 from tasks.params import resolve_params
 
 
@@ -17,9 +17,9 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path, me
     the trunk, or overlap-penalised top-k); such members merge with a 2-layer trunk, exactly."""
     from tiny_models import NUM_HEADS, NUM_LAYERS, tiny_model
 
-    from hydra_ops.plans import load_plans
+    from hydra_ops.heads.plans import load_plans
+    from hydra_ops.heads.surgery import prune_heads
     from hydra_ops.scoring import random_scores, score_heads
-    from hydra_ops.surgery import prune_heads
     from tasks import select_members
     from tasks.layout import PLANS, SCORES
 

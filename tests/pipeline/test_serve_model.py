@@ -24,8 +24,8 @@ from tiny_models import make_members, member_plans
 
 from flows.serve_model import PredictionService
 from flows.service_client import SERVICE_FILE, find_service
-from hydra_ops.merge import merge_members
-from hydra_ops.serialization import save_hydra
+from hydra_ops.hydra.merge import merge_members
+from hydra_ops.hydra.serialization import save_hydra
 from tasks.custody import scored_record, source_record
 from tasks.params import load_params
 from tasks.predict import ROW_FIELDS
@@ -235,7 +235,7 @@ def test_the_single_model_is_served_as_one_member(project):
     member, so no disagreement and no mutual information; never reloaded."""
     from tiny_models import tiny_model
 
-    from hydra_ops.checkpoints import save_model
+    from hydra_ops.models.checkpoints import save_model
     from tasks.prod_model import load_single_snapshot
 
     save_model(tiny_model("bert", 0, **TOKENIZER_SHAPE), project / "models" / "base")

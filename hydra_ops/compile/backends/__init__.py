@@ -1,4 +1,5 @@
-"""The compile backends, registered by name (as ``hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS``).
+"""The compile backends, registered by name (as
+``hydra_ops.hydra.grouped.ATTENTION_IMPLEMENTATIONS``).
 
 ``BACKEND_REGISTRY`` maps a name to its :class:`Backend` (builder, loader, artifact file,
 availability check): ``tensorrt`` (:mod:`.tensorrt`), ``inductor`` and ``export``

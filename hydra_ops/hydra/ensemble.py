@@ -3,15 +3,15 @@
 Streams are laid out member-major, ``[M, B, T, D]``, from the embedding to the classifier, so every
 per-member projection, MLP and norm reads the previous one's output as it is (no transposed copies).
 Per layer, every member's q/k/v and output projections run as ONE grouped op (see
-:mod:`hydra_ops.grouped`); attention never mixes members; one forward returns member logits
+:mod:`hydra_ops.hydra.grouped`); attention never mixes members; one forward returns member logits
 ``[B, M, C]``.
 
 The network is built from its ``architecture`` description alone (what
-:func:`~hydra_ops.merge.merge_members` writes and ``hydra.json`` stores): per block, the attention
-head counts and implementation and whether each norm / MLP layer is per member; the embedding
-stage(s); the head. A per-member layer holds ``[M, ...]`` parameters; a shared one is stored once
-and run once per stream. With a shared trunk (``shared_layers = k``) the first ``k`` blocks run
-once on ``[1, B, T, D]`` and the streams fork after them (an expanded view, no copy).
+:func:`~hydra_ops.hydra.merge.merge_members` writes and ``hydra.json`` stores): per block, the
+attention head counts and implementation and whether each norm / MLP layer is per member; the
+embedding stage(s); the head. A per-member layer holds ``[M, ...]`` parameters; a shared one is
+stored once and run once per stream. With a shared trunk (``shared_layers = k``) the first ``k``
+blocks run once on ``[1, B, T, D]`` and the streams fork after them (an expanded view, no copy).
 
 The network is for inference: it has no dropout.
 """
@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .adapters import ACTIVATIONS, embedding_stage_from_config
+from hydra_ops.adapters import ACTIVATIONS, embedding_stage_from_config
+from hydra_ops.heads.plans import HeadPlan
+
 from .grouped import (
     GroupedAttention,
     GroupedLayerNorm,
@@ -32,7 +34,6 @@ from .grouped import (
     GroupedMLP,
     attention_implementation,
 )
-from .plans import HeadPlan
 
 
 class HydraBlock(nn.Module):
@@ -103,8 +104,8 @@ class HydraEnsemble(nn.Module):
     ``inputs`` is ``input_ids [B, T]`` (text) or ``pixel_values [B, C, H, W]`` (images) and
     ``attention_mask [B, T]`` marks real tokens with 1.
 
-    Build it with :func:`hydra_ops.merge.merge_members`, or from a saved directory with
-    :func:`hydra_ops.serialization.load_hydra`.
+    Build it with :func:`hydra_ops.hydra.merge.merge_members`, or from a saved directory with
+    :func:`hydra_ops.hydra.serialization.load_hydra`.
     """
 
     def __init__(self, architecture: dict[str, Any], embeddings: nn.Module | None = None) -> None:
@@ -184,7 +185,7 @@ class HydraEnsemble(nn.Module):
         token_type_ids: Tensor | None = None,
     ) -> Tensor:
         mask = None if attention_mask is None else attention_mask.to(torch.bool)
-        # streams [M, B, T, D] (member-major, see hydra_ops.grouped)
+        # streams [M, B, T, D] (member-major, see hydra_ops.hydra.grouped)
         if isinstance(self.embeddings, nn.ModuleList):
             x = torch.stack(
                 [stage(inputs, attention_mask, token_type_ids) for stage in self.embeddings]
@@ -220,7 +221,7 @@ class HydraEnsemble(nn.Module):
         """Per-example uncertainty ``[B]`` tensors: ``total_entropy``, ``expected_entropy``,
         ``mutual_information``, ``disagreement`` (from the member softmaxes) and ``confidence``
         (max calibrated ensemble probability)."""
-        from .uncertainty import decompose
+        from hydra_ops.uq.uncertainty import decompose
 
         member_logits = self(inputs, attention_mask, token_type_ids)
         result = decompose(member_logits.softmax(dim=-1))
@@ -232,8 +233,9 @@ class HydraEnsemble(nn.Module):
 
 def ensemble_probabilities(member_logits: Tensor, temperature: float = 1.0) -> Tensor:
     """``[B, M, C]`` member logits -> ``[B, C]``: ``softmax(log(mean_m softmax(z_m)) / T)``, the
-    log of the mean from :func:`hydra_ops.calibration.ensemble_log_probs` (which validates it)."""
-    from .calibration import ensemble_log_probs
+    log of the mean from :func:`hydra_ops.uq.calibration.ensemble_log_probs` (which validates
+    it)."""
+    from hydra_ops.uq.calibration import ensemble_log_probs
 
     log_mean = ensemble_log_probs(member_logits)
     if temperature == 1.0:

@@ -1,4 +1,5 @@
-"""Saving and loading a :class:`~hydra_ops.ensemble.HydraEnsemble` with no network or base weights.
+"""Saving and loading a :class:`~hydra_ops.hydra.ensemble.HydraEnsemble` with no network or base
+weights.
 
 A saved model is a directory with two files:
 
@@ -19,7 +20,7 @@ file, before it builds anything:
   (``expected_config_sha256`` / ``expected_weights_sha256``, e.g. recorded in a bundle);
 * weights whose SHA-256 differs from the one ``hydra.json`` records (truncated or tampered);
 * a ``hydra.json`` inconsistent with itself or with the weights (:func:`check_hydra_config`,
-  defined with the format's names in :mod:`hydra_ops.hydra_config`).
+  defined with the format's names in :mod:`hydra_ops.hydra.format`).
 
 The model computes with the ``temperature`` buffer in the weights; ``hydra.json``'s ``temperature``
 field only describes it, so the two must be the same value bit for bit or the file is refused.
@@ -39,10 +40,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_write_bytes, atomic_write_file
-from .ensemble import HydraEnsemble
-from .hashing import sha256_file, state_dict_sha256
-from .hydra_config import (
+from hydra_ops.atomic import atomic_write_bytes, atomic_write_file
+from hydra_ops.hashing import sha256_file, state_dict_sha256
+from hydra_ops.hydra.format import (
     CLASSIFIER_WEIGHT_KEY,
     CONFIG_FILE,
     FORMAT,
@@ -52,7 +52,9 @@ from .hydra_config import (
     _one_line,
     check_hydra_config,
 )
-from .versions import library_versions as _library_versions
+from hydra_ops.versions import library_versions as _library_versions
+
+from .ensemble import HydraEnsemble
 
 __all__ = [
     "CLASSIFIER_WEIGHT_KEY",

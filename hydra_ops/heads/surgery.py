@@ -2,7 +2,7 @@
 
 ``prune_heads(model, plan)`` edits ``model`` in place (and returns it). Afterwards the model
 computes exactly what the unpruned model computes with the pruned heads gated to 0 (see
-:mod:`hydra_ops.gating`), up to float rounding (tested to 1e-6 in fp32).
+:mod:`hydra_ops.heads.gating`), up to float rounding (tested to 1e-6 in fp32).
 
 The plan's indices refer to the model's *current* heads. The cumulative plan relative to the
 original model is kept on the model as ``model.hydra_head_plan`` (a :class:`HeadPlan`), so a pruned
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .adapters import get_adapter
+from hydra_ops.adapters import get_adapter
+
 from .plans import HeadPlan
 
 PLAN_ATTRIBUTE = "hydra_head_plan"

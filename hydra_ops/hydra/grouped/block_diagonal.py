@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..adapters.base import AttentionWeights
+from hydra_ops.adapters.base import AttentionWeights
+
 from .base import GroupedAttention, _bias_or_zeros, _member_attention
 
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..adapters.base import ACTIVATIONS
+from hydra_ops.adapters.base import ACTIVATIONS
 
 #: In-place twins of ``ACTIVATIONS`` (the same kernels: bit-identical results).
 _INPLACE_ACTIVATIONS = {

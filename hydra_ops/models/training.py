@@ -145,22 +145,22 @@ def fine_tune(
             batches give the same weights, and the caller's RNG is untouched.
         progress: show a tqdm bar per epoch. ``log_fn`` gets one line per epoch (None: silent).
         frozen_layers: see :func:`freeze_layers`.
-        device: where to train (:func:`hydra_ops.runtime.resolve_device` spec or a device); the
-            model is moved there in place and stays there, each batch is moved per step
+        device: where to train (:func:`hydra_ops.models.runtime.resolve_device` spec or a device);
+            the model is moved there in place and stays there, each batch is moved per step
             (non-blocking from pinned memory).
         precision: ``fp32`` (no autocast: the default CPU fp32 result is unchanged), ``bf16`` or
             ``fp16``: the forward runs under ``torch.autocast``, the loss in float32; fp16 adds a
             ``torch.amp.GradScaler`` (its skipped steps still advance the schedule).
         loss_term: ``(logits [B, C] float32, batch on the device) -> scalar`` added to each
-            step's cross-entropy (e.g. :func:`hydra_ops.diversity_loss.anchored_ncl_term`); the
-            reported losses include it. None: cross-entropy alone, as before.
+            step's cross-entropy (e.g. :func:`hydra_ops.models.diversity_loss.anchored_ncl_term`);
+            the reported losses include it. None: cross-entropy alone, as before.
 
     Returns:
         :class:`TrainReport` with per-epoch mean loss and wall time. The model is left in eval mode.
     """
     from tqdm.auto import tqdm
 
-    from hydra_ops.runtime import autocast, grad_scaler, move_batch, resolve_device
+    from hydra_ops.models.runtime import autocast, grad_scaler, move_batch, resolve_device
 
     dev = resolve_device(device)
     forward_context = functools.partial(autocast, dev, precision)
@@ -288,7 +288,7 @@ def evaluate_logits(
         ``(logits [N, C] float32 on the CPU, labels [N] long on the CPU)``; labels is None when
         the batches carry none. The model's train/eval mode is restored afterwards.
     """
-    from hydra_ops.runtime import autocast, model_device, move_batch, resolve_device
+    from hydra_ops.models.runtime import autocast, model_device, move_batch, resolve_device
 
     dev = model_device(model) if device is None else resolve_device(device)
     forward_context = functools.partial(autocast, dev, precision)

@@ -1,8 +1,8 @@
 """MC Dropout (Gal & Ghahramani, 2016): one model, dropout kept on at inference, S passes.
 
 The ``S`` stochastic forward passes of one input are treated as an S-member ensemble: their
-logits ``[B, S, C]`` go wherever member logits go (``hydra_ops.calibration``,
-``hydra_ops.uncertainty``, ``hydra_ops.ood_criteria``).
+logits ``[B, S, C]`` go wherever member logits go (``hydra_ops.uq.calibration``,
+``hydra_ops.uq.uncertainty``, ``hydra_ops.uq.ood_criteria``).
 
 - :func:`mc_dropout` switches on *only* the model's ``nn.Dropout`` modules (subclasses included);
   every other module stays in eval mode (no batch-norm statistics move, no other train-time
@@ -232,14 +232,14 @@ def mc_dropout_logits(
 
     Args:
         model: a classifier of a supported family (or any module
-            :func:`hydra_ops.training.model_logits` runs) with at least one ``nn.Dropout``.
+            :func:`hydra_ops.models.training.model_logits` runs) with at least one ``nn.Dropout``.
         batches: one contract batch or an iterable of them (``labels`` ignored).
         samples: S >= 1 passes per batch.
         seed: pass ``s`` draws its masks from its own generator (:func:`pass_generators`, from
             ``seed`` >= 0), restarted on every call; the global random state is not used.
         rate: the dropout rate, or None (see :func:`dropout_setting`).
-        device, precision: as :func:`hydra_ops.inference.logits` (None: where the model is; the
-            model moves there in place; ``fp32`` / ``bf16`` / ``fp16``).
+        device, precision: as :func:`hydra_ops.models.inference.logits` (None: where the model is;
+            the model moves there in place; ``fp32`` / ``bf16`` / ``fp16``).
         passes_per_forward: how many passes one forward stacks (None: as many as
             :func:`passes_per_forward_for` allows per batch; 1: one forward per pass). Pass ``s``
             gets the same masks whatever this is (:func:`pass_masks`), so the
@@ -251,8 +251,8 @@ def mc_dropout_logits(
         depends on how the examples are batched (fixed by the caller). The model's modes are
         restored afterwards.
     """
-    from hydra_ops.runtime import autocast, model_device, move_batch, resolve_device
-    from hydra_ops.training import model_logits
+    from hydra_ops.models.runtime import autocast, model_device, move_batch, resolve_device
+    from hydra_ops.models.training import model_logits
 
     samples = _check_int(samples, "samples", 1)
     seed = _check_int(seed, "seed", 0)

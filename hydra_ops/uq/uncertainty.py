@@ -167,14 +167,14 @@ def calibrated_ood_score(member_logits: Tensor, temperature: float, kind: str = 
         member_logits: [N, M, C] member logits.
         temperature: calibration temperature ``T > 0`` (1.0 = raw).
         kind: ``msp``, ``entropy``, ``mutual_information``, ``energy`` or ``disagreement``
-            (:data:`hydra_ops.ood_criteria.OOD_SCORE_KINDS`).
+            (:data:`hydra_ops.uq.ood_criteria.OOD_SCORE_KINDS`).
 
     Returns:
         [N] scores.
     """
-    # deferred: hydra_ops.metrics and hydra_ops.calibration import this module
-    from hydra_ops.calibration import ensemble_probs
-    from hydra_ops.ood_criteria import ood_scores
+    # deferred: hydra_ops.metrics and hydra_ops.uq.calibration import this module
+    from hydra_ops.uq.calibration import ensemble_probs
+    from hydra_ops.uq.ood_criteria import ood_scores
 
     probs = ensemble_probs(member_logits, temperature)
     return ood_scores(
@@ -249,8 +249,8 @@ def calibrated_uncertainty(
         :class:`CalibratedUncertainty` in ``member_logits``' dtype; definitions in the module
         docstring (the entropies are computed in float64, then cast).
     """
-    from hydra_ops.calibration import apply_temperature, ensemble_log_probs
-    from hydra_ops.ood_criteria import OOD_SCORE_KINDS
+    from hydra_ops.uq.calibration import apply_temperature, ensemble_log_probs
+    from hydra_ops.uq.ood_criteria import OOD_SCORE_KINDS
 
     if ood_score_kind not in OOD_SCORE_KINDS:
         raise ValueError(

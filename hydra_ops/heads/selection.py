@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from hydra_ops.plans import HeadPlan, plan_overlap
+from hydra_ops.heads.plans import HeadPlan, plan_overlap
 
 if TYPE_CHECKING:
     from hydra_ops.scoring import HeadScores

@@ -1,4 +1,5 @@
-"""The inference half of :mod:`hydra_ops.precision_probe`: bf16 against fp32 on a model's forward.
+"""The inference half of :mod:`hydra_ops.perf.precision_probe`: bf16 against fp32 on a model's
+forward.
 
 Apart from the training probe so that a training stage does not import the compile code (the
 agreement check is compile's :func:`~hydra_ops.compile.verify.compare_logits`).
@@ -12,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hydra_ops.precision_probe import DEFAULT_STEPS, Batch, Timings, alternating_timings
+from hydra_ops.perf.precision_probe import DEFAULT_STEPS, Batch, Timings, alternating_timings
 
 __all__ = ["time_inference"]
 
@@ -29,14 +30,14 @@ def time_inference(
     warmup: int = 1,
 ) -> tuple[Timings, dict[str, Any]]:
     """``(timings, check)``: seconds per forward of ``model`` on ``batches[0]`` in fp32 and bf16
-    (alternating; :func:`hydra_ops.inference.logits`: eval mode, no grad, a Hydra's ``[B, M, C]``
-    or a classifier's ``[B, C]``), and the agreement of bf16's logits with fp32's over every batch
-    (:func:`~hydra_ops.compile.verify.compare_logits`: max |dp| of the (ensemble) probabilities
-    <= ``tolerance``, argmax agreement >= ``min_agreement``). The model's mode is restored; it
-    moves to ``device`` in place (where the stage runs it anyway)."""
+    (alternating; :func:`hydra_ops.models.inference.logits`: eval mode, no grad, a Hydra's ``[B, M,
+    C]`` or a classifier's ``[B, C]``), and the agreement of bf16's logits with fp32's over every
+    batch (:func:`~hydra_ops.compile.verify.compare_logits`: max |dp| of the (ensemble)
+    probabilities <= ``tolerance``, argmax agreement >= ``min_agreement``). The model's mode is
+    restored; it moves to ``device`` in place (where the stage runs it anyway)."""
     from hydra_ops.compile.verify import compare_logits
-    from hydra_ops.inference import logits
-    from hydra_ops.runtime import move_batch
+    from hydra_ops.models.inference import logits
+    from hydra_ops.models.runtime import move_batch
 
     device = torch.device(device)
     if not batches:

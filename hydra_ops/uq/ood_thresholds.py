@@ -1,6 +1,6 @@
 """Verdict thresholds on an OOD score, fitted on in-distribution validation scores.
 
-Scores follow :func:`hydra_ops.ood_criteria.ood_scores`: higher = more OOD.
+Scores follow :func:`hydra_ops.uq.ood_criteria.ood_scores`: higher = more OOD.
 
 Fit (:func:`fit_ood_thresholds`): each threshold is the empirical ``q``-quantile of the ``N`` ID
 validation scores, inverted-CDF definition: the ``ceil(q * N)``-th smallest score. So at least a

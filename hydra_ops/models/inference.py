@@ -21,19 +21,19 @@ def logits(
     """Run ``model`` without grad, in eval mode (its mode is restored after), over ``batches``.
 
     ``device``: None runs where the model is (each batch is moved there); a
-    :func:`hydra_ops.runtime.resolve_device` spec or a device moves the model there, in place,
-    and it stays there. Batch copies from pinned memory are non-blocking. ``precision``: ``fp32``
-    (no autocast: the same numbers as without these arguments), ``bf16`` or ``fp16`` (the forward
-    under ``torch.autocast``).
+    :func:`hydra_ops.models.runtime.resolve_device` spec or a device moves the model there, in
+    place, and it stays there. Batch copies from pinned memory are non-blocking. ``precision``:
+    ``fp32`` (no autocast: the same numbers as without these arguments), ``bf16`` or ``fp16`` (the
+    forward under ``torch.autocast``).
 
     Returns float32 logits on the CPU, concatenated over the batches: ``[N, M, C]`` member logits
-    for a :class:`hydra_ops.merge.HydraEnsemble`, ``[N, C]`` for a classifier of a supported
-    family (through its adapter, :func:`hydra_ops.training.model_logits`). ``labels`` are
+    for a :class:`hydra_ops.hydra.merge.HydraEnsemble`, ``[N, C]`` for a classifier of a supported
+    family (through its adapter, :func:`hydra_ops.models.training.model_logits`). ``labels`` are
     ignored. ValueError when ``batches`` is empty or ``device`` / ``precision`` is not valid.
     """
-    from hydra_ops.merge import HydraEnsemble
-    from hydra_ops.runtime import autocast, model_device, move_batch, resolve_device
-    from hydra_ops.training import model_logits
+    from hydra_ops.hydra.merge import HydraEnsemble
+    from hydra_ops.models.runtime import autocast, model_device, move_batch, resolve_device
+    from hydra_ops.models.training import model_logits
 
     dev = model_device(model) if device is None else resolve_device(device)
     autocast(dev, precision)  # a bad precision fails before the model moves

@@ -8,8 +8,8 @@ Layout of a checkpoint folder::
                            "metadata"}
 
 ``head_plan`` (kept heads per layer, original indices) is set for a model pruned by
-:func:`hydra_ops.surgery.prune_heads`: loading rebuilds the unpruned architecture from ``config``,
-prunes it to that plan, then loads the weights.
+:func:`hydra_ops.heads.surgery.prune_heads`: loading rebuilds the unpruned architecture from
+``config``, prunes it to that plan, then loads the weights.
 
 ``family`` is an adapter family (``hydra_ops.adapters.ADAPTERS``); its adapter class writes
 ``config`` (:meth:`~hydra_ops.adapters.ModelAdapter.model_config`: ``model.config.to_dict()`` for
@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .atomic import atomic_write_dir
-from .hashing import sha256_file
+from hydra_ops.atomic import atomic_write_dir
+from hydra_ops.hashing import sha256_file
 
 if TYPE_CHECKING:
-    from .plans import HeadPlan
+    from hydra_ops.heads.plans import HeadPlan
 
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
@@ -56,14 +56,14 @@ class CheckpointError(ValueError):
 
 
 def _families() -> tuple[str, ...]:
-    from .adapters import ADAPTERS
+    from hydra_ops.adapters import ADAPTERS
 
     return tuple(ADAPTERS)
 
 
 def model_family(model: nn.Module) -> str:
     """``bert`` | ``hf_vit`` | ``timm_vit`` (ValueError naming the supported ones otherwise)."""
-    from .adapters import UnsupportedModelError, adapter_class
+    from hydra_ops.adapters import UnsupportedModelError, adapter_class
 
     try:
         return adapter_class(model).family
@@ -112,7 +112,7 @@ def _state_dict_for_save(model: nn.Module) -> dict[str, torch.Tensor]:
 def _portable_config(model: nn.Module) -> dict[str, Any]:
     """The adapter's :meth:`~hydra_ops.adapters.ModelAdapter.model_config`, taken with the Hugging
     Face config's ``_name_or_path`` emptied (and restored afterwards)."""
-    from .adapters import adapter_class
+    from hydra_ops.adapters import adapter_class
 
     config = getattr(model, "config", None)
     name_or_path = getattr(config, "_name_or_path", None)
@@ -127,7 +127,7 @@ def _portable_config(model: nn.Module) -> dict[str, Any]:
 
 def _head_plan_dict(model: nn.Module) -> dict[str, list[int]] | None:
     """The pruned model's kept heads (original indices), or None for an unpruned model."""
-    from .surgery import PLAN_ATTRIBUTE
+    from hydra_ops.heads.surgery import PLAN_ATTRIBUTE
 
     plan = getattr(model, PLAN_ATTRIBUTE, None)
     return None if plan is None else plan.to_dict()
@@ -215,7 +215,7 @@ def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Mod
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint file {str(weights)!r} cannot be read: {exc}") from None
-    from .adapters import ADAPTERS
+    from hydra_ops.adapters import ADAPTERS
 
     try:
         model = ADAPTERS[meta["family"]].build_model(dict(meta["config"]))
@@ -225,8 +225,8 @@ def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Mod
             f"{meta['family']} model: {exc}"
         ) from None
     if meta.get("head_plan") is not None:
-        from .plans import HeadPlan
-        from .surgery import prune_heads
+        from hydra_ops.heads.plans import HeadPlan
+        from hydra_ops.heads.surgery import prune_heads
 
         try:
             prune_heads(model, HeadPlan.from_dict(meta["head_plan"]))
@@ -260,7 +260,7 @@ def weights_hash(directory: str | os.PathLike[str]) -> str:
 
 def load_pruned(directory: str | os.PathLike[str], plan: HeadPlan) -> nn.Module:
     """The checkpoint's model with its heads pruned to ``plan`` (a fresh copy each call)."""
-    from .surgery import prune_heads
+    from hydra_ops.heads.surgery import prune_heads
 
     model = load_model(directory)
     prune_heads(model, plan)

@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from hydra_ops.uncertainty import decompose, entropy, validate_probs
+from hydra_ops.uq.uncertainty import decompose, entropy, validate_probs
 
 OOD_SCORE_KINDS: tuple[str, ...] = (
     "msp",

@@ -1,7 +1,7 @@
 """What a saved ``hydra.json`` must hold: the format's names and :func:`check_hydra_config`.
 
 ``hydra.json`` describes the model whose tensors ``model.safetensors`` stores (see
-:mod:`hydra_ops.serialization`). Before anything is built from it, it must be consistent with
+:mod:`hydra_ops.hydra.serialization`). Before anything is built from it, it must be consistent with
 itself (members vs plans vs per-layer head counts, known family / mode / attention implementation,
 ``class_names`` vs ``num_classes``, nothing per member in ``average`` mode) and with the weights
 (``dtype``, the ``temperature`` buffer bit for bit, the classifier's class count, exactly the tensor
@@ -19,7 +19,8 @@ from typing import Any, NoReturn
 
 import torch
 
-from .adapters import ADAPTERS
+from hydra_ops.adapters import ADAPTERS
+
 from .ensemble import HydraEnsemble
 from .grouped import ATTENTION_IMPLEMENTATIONS
 from .merge import MERGE_MODES

@@ -2,7 +2,7 @@
 
 :func:`merge_members` reads each member's canonical weights through its adapter, decides per
 parameter whether it stays per member, writes the ``architecture`` description the network is
-built from (see :mod:`hydra_ops.ensemble`) and copies the weights in.
+built from (see :mod:`hydra_ops.hydra.ensemble`) and copies the weights in.
 
 Modes:
 
@@ -31,7 +31,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from .adapters import (
+from hydra_ops.adapters import (
     AttentionWeights,
     BlockWeights,
     ClassifierWeights,
@@ -40,9 +40,10 @@ from .adapters import (
     ModelAdapter,
     get_adapter,
 )
+from hydra_ops.heads.surgery import head_plan_of
+
 from .ensemble import HydraBlock, HydraClassifier, HydraEnsemble, ensemble_probabilities
 from .grouped import GroupedLayerNorm, GroupedLinear, attention_implementation
-from .surgery import head_plan_of
 
 __all__ = [
     "MERGE_MODES",
@@ -148,7 +149,7 @@ def merge_members(
             (any head count >= 1 per layer) and fine-tuned separately.
         mode: ``"stack"`` (exact ensemble) or ``"average"`` (non-attention parameters averaged).
         attention: grouped attention implementation, a key of
-            ``hydra_ops.grouped.ATTENTION_IMPLEMENTATIONS``.
+            ``hydra_ops.hydra.grouped.ATTENTION_IMPLEMENTATIONS``.
         shared_layers: number of leading layers computed once and shared by all streams.
         class_names: optional label names stored with the model.
 

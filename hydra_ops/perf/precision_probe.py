@@ -10,8 +10,8 @@ stage's metrics) and, when something was measured, the timings.
   CUDA): the stage then runs the exact fp32 code path it ran before this module.
 - With native bf16, ``auto`` times both precisions on the stage's real model and batch
   (:func:`time_training_steps`: a few full training steps, forward + backward + AdamW, on a copy of
-  the model; :func:`hydra_ops.inference_probe.time_inference`: forward passes without grad, plus
-  the agreement of the bf16 logits with the fp32 ones on the same batches,
+  the model; :func:`hydra_ops.perf.inference_probe.time_inference`: forward passes without grad,
+  plus the agreement of the bf16 logits with the fp32 ones on the same batches,
   :func:`hydra_ops.compile.verify.compare_logits`).
   The two precisions alternate step by step (and which goes first alternates too), so load from
   elsewhere on the machine falls on both. bf16 is chosen only when its median is faster by
@@ -72,8 +72,9 @@ class Bf16Support:
 
     @classmethod
     def of(cls, device: torch.device | str) -> Bf16Support:
-        """From :func:`hydra_ops.runtime.bf16_supported` (cpuinfo flags / CUDA capability)."""
-        from hydra_ops.runtime import bf16_supported
+        """From :func:`hydra_ops.models.runtime.bf16_supported` (cpuinfo flags / CUDA
+        capability)."""
+        from hydra_ops.models.runtime import bf16_supported
 
         native, why = bf16_supported(device)
         return cls(native, why)
@@ -225,8 +226,8 @@ def time_training_steps(
     ``batch["labels"]``, backward, fused AdamW) of a deep copy of ``model`` on ``device``, fp32
     and bf16 alternating. Only parameters with ``requires_grad`` train (frozen layers stay frozen,
     as in the real fine-tune). ``model`` and the random state are left untouched."""
-    from hydra_ops.runtime import autocast, move_batch
-    from hydra_ops.training import model_logits
+    from hydra_ops.models.runtime import autocast, move_batch
+    from hydra_ops.models.training import model_logits
 
     device = torch.device(device)
     if "labels" not in batch:
@@ -286,13 +287,13 @@ def choose_precision(
     ``auto`` on a device with native bf16 (``support``, default :meth:`Bf16Support.of`) calls
     ``measure() -> (timings, check)``; without one, training times :func:`time_training_steps`
     of ``model`` on the first of ``batches`` (inference needs ``measure``: e.g.
-    :func:`hydra_ops.inference_probe.time_inference`, which checks bf16 against fp32 as compile
+    :func:`hydra_ops.perf.inference_probe.time_inference`, which checks bf16 against fp32 as compile
     does; kept apart so a training stage does not depend on the compile code). The result is
     kept in ``cache`` keyed by the machine, ``use``, the model's and the first batch's signature,
     the margin and the tolerance; a cached result is reused as is, so the same machine and shape
     always get the same answer.
     """
-    from hydra_ops.runtime import resolve_precision
+    from hydra_ops.models.runtime import resolve_precision
 
     device = torch.device(device)
     if spec != "auto":

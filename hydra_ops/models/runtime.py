@@ -10,7 +10,7 @@
 ``precision: auto`` in :func:`resolve_precision` is the rule without a measurement: inference
 (``training=False``) runs ``fp32``; training (``training=True``) runs ``bf16`` on a CUDA device
 that supports it, else ``fp32``. The pipeline's model stages resolve ``auto`` by measuring instead
-(:mod:`hydra_ops.precision_probe`: fp32 without a probe where bf16 is not native, else a short
+(:mod:`hydra_ops.perf.precision_probe`: fp32 without a probe where bf16 is not native, else a short
 timed probe of both precisions on the stage's model and batch; compile measures the precision it
 ships on its own). CPU fp32 is bit-identical to running
 without this module: no autocast context, no scaler, ``.to`` of a tensor already on the device is

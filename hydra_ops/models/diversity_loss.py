@@ -52,7 +52,7 @@ def anchored_ncl_term(
     anchor: nn.Module, strength: float, precision: str = "fp32"
 ) -> Callable[[Tensor, Batch], Tensor]:
     """The loss term ``strength * anchored_ncl_penalty(logits, softmax(anchor(batch)))`` for
-    :func:`hydra_ops.training.fine_tune`'s ``loss_term``.
+    :func:`hydra_ops.models.training.fine_tune`'s ``loss_term``.
 
     ``anchor`` runs in eval mode without grad (no dropout, no RNG drawn), on the batch's device
     (moved there on first use), in ``precision`` (the fine-tune's: ``fp32``, or ``bf16`` /
@@ -60,8 +60,8 @@ def anchored_ncl_term(
     """
     if not (isinstance(strength, int | float) and strength >= 0):
         raise ValueError(f"strength must be a number >= 0, got {strength!r}")
-    from hydra_ops.runtime import autocast
-    from hydra_ops.training import model_logits
+    from hydra_ops.models.runtime import autocast
+    from hydra_ops.models.training import model_logits
 
     anchor.eval().requires_grad_(False)
 

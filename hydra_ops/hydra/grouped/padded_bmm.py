@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..adapters.base import AttentionWeights
+from hydra_ops.adapters.base import AttentionWeights
+
 from .base import GroupedAttention, _bias_or_zeros, _member_attention
 
 

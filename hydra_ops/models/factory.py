@@ -9,7 +9,7 @@
   format (``input_ids``/``attention_mask``/``token_type_ids``/``labels``, or
   ``pixel_values``/``labels``).
 
-Checkpoint IO lives in :mod:`hydra_ops.checkpoints`.
+Checkpoint IO lives in :mod:`hydra_ops.models.checkpoints`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydra_ops.shapes import (  # noqa: F401 (VitShape, TEXT_MODEL_TYPES re-exported)
+from hydra_ops.models.shapes import (  # noqa: F401 (VitShape, TEXT_MODEL_TYPES re-exported)
     TEXT_MODEL_TYPES,
     VIT_DEFAULTS,
     VitShape,
@@ -47,7 +47,7 @@ NEW_WEIGHT_PREFIXES = ("classifier.", "bert.pooler.")
 
 def check_text_model_folder(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``path``'s ``config.json`` as a dict; ValueError (one line naming the folder) unless it is a
-    local BERT folder (:func:`hydra_ops.shapes.read_text_model_config`)."""
+    local BERT folder (:func:`hydra_ops.models.shapes.read_text_model_config`)."""
     try:
         return read_text_model_config(path)
     except ValueError as err:
@@ -128,7 +128,7 @@ def timm_vit_kwargs(
 ) -> dict[str, Any]:
     """Validated constructor kwargs of :class:`timm.models.vision_transformer.VisionTransformer`.
 
-    These kwargs are what :mod:`hydra_ops.checkpoints` stores to rebuild the model.
+    These kwargs are what :mod:`hydra_ops.models.checkpoints` stores to rebuild the model.
     """
     checks = {
         "image_size": image_size,
@@ -172,7 +172,7 @@ def build_timm_vit(
     Input ``pixel_values`` [B, in_chans, image_size, image_size] -> logits [B, num_classes].
     ``seed`` (optional) makes the initialisation reproducible without touching the global RNG.
     ``shape``: ``depth``, ``embed_dim``, ``num_heads``, ``patch_size``, ``mlp_ratio`` (defaults:
-    :data:`hydra_ops.shapes.VIT_DEFAULTS`, see :func:`timm_vit_kwargs`).
+    :data:`hydra_ops.models.shapes.VIT_DEFAULTS`, see :func:`timm_vit_kwargs`).
     """
     from timm.models.vision_transformer import VisionTransformer
 
@@ -183,7 +183,7 @@ def build_timm_vit(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed))
             model = VisionTransformer(**kwargs)
-    model.hydra_init_kwargs = kwargs  # what hydra_ops.checkpoints stores to rebuild it
+    model.hydra_init_kwargs = kwargs  # what hydra_ops.models.checkpoints stores to rebuild it
     return model
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hydra_ops.checks import validate_labels
+from hydra_ops.uq.checks import validate_labels
 
 __all__ = [
     "DEFAULT_BOUNDS",

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..adapters.base import AttentionWeights
+from hydra_ops.adapters.base import AttentionWeights
 
 
 def _zeros_like_bias(weight: Tensor) -> Tensor:

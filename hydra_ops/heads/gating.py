@@ -18,7 +18,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from .adapters import get_adapter
+from hydra_ops.adapters import get_adapter
+
 from .plans import HeadPlan
 
 
