@@ -25,7 +25,8 @@ from hydra_ops.heads.surgery import prune_heads
 from hydra_ops.hydra.merge import merge_members
 from hydra_ops.metrics import classification_metrics, ood_metrics, ood_scores
 from hydra_ops.models.factory import load_text_classifier, make_text_batches
-from hydra_ops.models.training import evaluate_logits, fine_tune
+from hydra_ops.models.inference import logits
+from hydra_ops.models.training import fine_tune
 from hydra_ops.scoring import score_heads
 
 
@@ -86,8 +87,8 @@ def run_demo(
                 outs.append(hydra(batch["input_ids"], batch["attention_mask"]))
         return torch.cat(outs)
 
-    single_test, labels = evaluate_logits(model, batches(test))
-    single_near, _ = evaluate_logits(model, batches(near))
+    single_test, labels = logits(model, batches(test)), torch.as_tensor(test.labels)
+    single_near = logits(model, batches(near))
     hydra_test, hydra_near = hydra_logits(test), hydra_logits(near)
     results: dict[str, Any] = {}
     for name, test_probs, near_probs, members_test, members_near in (

@@ -199,6 +199,22 @@ class HydraEnsemble(nn.Module):
             x = block(x, mask)
         return self.head(x).transpose(0, 1).contiguous()
 
+    def batch_logits(self, batch: dict[str, Tensor]) -> Tensor:
+        """Member logits ``[B, M, C]`` of one contract batch (``pixel_values``, or ``input_ids``
+        with optional ``attention_mask`` / ``token_type_ids``; ``labels`` ignored): what
+        :func:`hydra_ops.models.inference.logits` calls."""
+        if "pixel_values" in batch:
+            return self(batch["pixel_values"])
+        if "input_ids" not in batch:
+            raise ValueError(
+                f"batch must hold 'input_ids' or 'pixel_values', got keys {sorted(batch)}"
+            )
+        return self(
+            batch["input_ids"],
+            attention_mask=batch.get("attention_mask"),
+            token_type_ids=batch.get("token_type_ids"),
+        )
+
     @torch.no_grad()
     def predict_proba(
         self,

@@ -1,11 +1,22 @@
-"""Logits of a model over contract batches: one call for a plain classifier and a Hydra model."""
+"""Logits of a model over contract batches: one call for a plain classifier and a Hydra model.
+
+A model that reads a contract batch itself has a ``batch_logits(batch)`` method
+(:class:`~hydra_ops.hydra.ensemble.HydraEnsemble`: ``[B, M, C]`` member logits); any other goes
+through :func:`hydra_ops.models.training.model_logits` (``[B, C]``). The check is by that method,
+not by class, so this module imports nothing of the merge: a stage that only trains does not
+depend on the merge, the ensemble or the UQ code.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import torch
 from torch import Tensor, nn
+
+from hydra_ops.models.runtime import autocast, model_device, move_batch, resolve_device
+from hydra_ops.models.training import model_logits
 
 Batch = dict[str, Tensor]
 
@@ -27,41 +38,26 @@ def logits(
     forward under ``torch.autocast``).
 
     Returns float32 logits on the CPU, concatenated over the batches: ``[N, M, C]`` member logits
-    for a :class:`hydra_ops.hydra.merge.HydraEnsemble`, ``[N, C]`` for a classifier of a supported
-    family (through its adapter, :func:`hydra_ops.models.training.model_logits`). ``labels`` are
-    ignored. ValueError when ``batches`` is empty or ``device`` / ``precision`` is not valid.
+    for a model with ``batch_logits`` (a :class:`~hydra_ops.hydra.ensemble.HydraEnsemble`),
+    ``[N, C]`` for a classifier of a supported family (through its adapter,
+    :func:`hydra_ops.models.training.model_logits`). ``labels`` are ignored. ValueError when
+    ``batches`` is empty or ``device`` / ``precision`` is not valid.
     """
-    from hydra_ops.hydra.merge import HydraEnsemble
-    from hydra_ops.models.runtime import autocast, model_device, move_batch, resolve_device
-    from hydra_ops.models.training import model_logits
-
     dev = model_device(model) if device is None else resolve_device(device)
     autocast(dev, precision)  # a bad precision fails before the model moves
     model.to(dev)
-    run = _hydra_logits if isinstance(model, HydraEnsemble) else model_logits
+    own = getattr(model, "batch_logits", None)
+    forward = own if callable(own) else functools.partial(model_logits, model)
     was_training = model.training
     model.eval()
     try:
         out = []
         for batch in batches:
             with autocast(dev, precision):
-                member_logits = run(model, move_batch(batch, dev))
+                member_logits = forward(move_batch(batch, dev))
             out.append(member_logits.float().cpu())
     finally:
         model.train(was_training)
     if not out:
         raise ValueError("batches is empty; pass at least one batch")
     return torch.cat(out)
-
-
-def _hydra_logits(hydra: nn.Module, batch: Batch) -> Tensor:
-    """``[B, M, C]``: ``hydra(inputs, attention_mask, token_type_ids)`` on one contract batch."""
-    if "pixel_values" in batch:
-        return hydra(batch["pixel_values"])
-    if "input_ids" not in batch:
-        raise ValueError(f"batch must hold 'input_ids' or 'pixel_values', got keys {sorted(batch)}")
-    return hydra(
-        batch["input_ids"],
-        attention_mask=batch.get("attention_mask"),
-        token_type_ids=batch.get("token_type_ids"),
-    )

@@ -1,4 +1,4 @@
-"""Fine-tuning loop (AdamW + linear warmup/decay) with a progress bar, and batched evaluation.
+"""Fine-tuning loop (AdamW + linear warmup/decay) with a progress bar; logits of one batch.
 
 Works for any model whose logits :func:`model_logits` can get from a contract batch: Hugging Face
 BERT / ViT classifiers (``model(**inputs).logits``) and timm ViTs (``model(pixel_values)``).
@@ -269,46 +269,3 @@ def fine_tune(
     report.total_seconds = time.perf_counter() - start_all
     model.eval()
     return report
-
-
-@torch.no_grad()
-def evaluate_logits(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    *,
-    device: str | torch.device | None = None,
-    precision: str = "fp32",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run ``model`` in eval mode without grad over ``batches``.
-
-    ``device``: None runs where the model is (batches moved there); a spec or device moves the
-    model there (in place). ``precision``: ``fp32`` (no autocast), ``bf16`` or ``fp16`` autocast.
-
-    Returns:
-        ``(logits [N, C] float32 on the CPU, labels [N] long on the CPU)``; labels is None when
-        the batches carry none. The model's train/eval mode is restored afterwards.
-    """
-    from hydra_ops.models.runtime import autocast, model_device, move_batch, resolve_device
-
-    dev = model_device(model) if device is None else resolve_device(device)
-    forward_context = functools.partial(autocast, dev, precision)
-    forward_context()  # a bad precision fails before the model moves
-    model.to(dev)
-    was_training = model.training
-    model.eval()
-    all_logits, all_labels = [], []
-    try:
-        for batch in batches:
-            with forward_context():
-                out = model_logits(model, move_batch(batch, dev))
-            all_logits.append(out.float().cpu())
-            if "labels" in batch:
-                all_labels.append(batch["labels"].long().cpu())
-    finally:
-        model.train(was_training)
-    if not all_logits:
-        raise ValueError("evaluate_logits: no batches")
-    logits = torch.cat(all_logits)
-    if all_labels and len(all_labels) != len(all_logits):
-        raise ValueError("evaluate_logits: some batches have 'labels' and some do not")
-    return logits, (torch.cat(all_labels) if all_labels else None)

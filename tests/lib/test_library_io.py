@@ -21,7 +21,7 @@ from hydra_ops.models.checkpoints import (
     save_model,
 )
 from hydra_ops.models.inference import logits
-from hydra_ops.models.training import evaluate_logits
+from hydra_ops.models.training import model_logits
 
 
 @pytest.mark.parametrize("family", ["bert", "timm_vit"])
@@ -30,7 +30,10 @@ def test_logits_of_a_classifier_and_of_a_hydra_model(family):
     model = tiny_model(family).train()
     single = logits(model, batches)
     assert single.shape == (5, 3) and single.dtype == torch.float32
-    assert torch.equal(single, evaluate_logits(model, batches)[0])
+    with torch.no_grad():
+        direct = torch.cat([model_logits(model.eval(), b) for b in batches])
+    model.train()
+    assert torch.equal(single, direct)
     assert model.training  # mode restored
     hydra = merge_members(make_members(family, member_plans(2), fine_tuned=True))
     members = logits(hydra, batches)

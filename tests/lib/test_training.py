@@ -14,7 +14,8 @@ from tiny_models import FAMILIES, NUM_LAYERS, tiny_inputs, tiny_model
 from transformers import BertConfig, BertForSequenceClassification
 
 from hydra_ops.models.factory import build_timm_vit, make_image_batches
-from hydra_ops.models.training import evaluate_logits, fine_tune, freeze_layers, model_logits
+from hydra_ops.models.inference import logits as model_outputs
+from hydra_ops.models.training import fine_tune, freeze_layers, model_logits
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -69,7 +70,8 @@ def test_fine_tune_reduces_loss_and_learns_bert():
     )
     assert report.epoch_losses[-1] < 0.5 * report.epoch_losses[0]
     assert report.steps == 12 * 4 and len(report.epoch_seconds) == 12 and len(lines) == 12
-    logits, labels = evaluate_logits(model, toy_text_batches(99))
+    batches = list(toy_text_batches(99))
+    logits, labels = model_outputs(model, batches), torch.cat([b["labels"] for b in batches])
     assert logits.shape == (64, 2) and labels.shape == (64,)
     assert (logits.argmax(-1) == labels).float().mean() > 0.9
     assert not model.training
@@ -94,7 +96,8 @@ def test_fine_tune_timm_vit_on_separable_images():
         log_fn=None,
     )
     assert report.epoch_losses[-1] < 0.5 * report.epoch_losses[0]
-    logits, y = evaluate_logits(model, make_image_batches(imgs.numpy(), labels.tolist(), 16))
+    logits = model_outputs(model, make_image_batches(imgs.numpy(), labels.tolist(), 16))
+    y = labels
     assert (logits.argmax(-1) == y).float().mean() == 1.0
 
 
@@ -239,10 +242,10 @@ def test_bad_arguments_and_batches():
         model_logits(model, {"labels": torch.zeros(2)})
 
 
-def test_evaluate_logits_restores_mode_and_handles_unlabelled():
+def test_logits_restores_mode_and_handles_unlabelled():
     model = tiny_bert().train()
     batches = [{k: v for k, v in b.items() if k != "labels"} for b in toy_text_batches(0)]
-    logits, labels = evaluate_logits(model, batches)
-    assert logits.shape == (64, 2) and labels is None and model.training
-    a, _ = evaluate_logits(model, batches)
+    logits = model_outputs(model, batches)
+    assert logits.shape == (64, 2) and model.training
+    a = model_outputs(model, batches)
     assert torch.equal(a, logits)  # eval mode: no dropout
