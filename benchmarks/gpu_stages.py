@@ -108,9 +108,9 @@ def check_stages(args: argparse.Namespace) -> dict[str, Any]:
     from hydra_ops.models.mc_dropout import mc_dropout_logits
     from hydra_ops.models.training import fine_tune
     from hydra_ops.scoring import get_scorer
+    from hydra_ops.uq.calibrated import calibrated_ood_score
     from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
     from hydra_ops.uq.ood_thresholds import fit_ood_thresholds
-    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     device = resolve_device(args.device)
     precision, tolerance = args.precision, DEFAULT_TOLERANCES[args.precision]

@@ -53,8 +53,8 @@ def compare(
     from hydra_ops.hydra.serialization import load_hydra
     from hydra_ops.metrics.bootstrap import paired_bootstrap, paired_bootstrap_ood
     from hydra_ops.models.runtime import Runtime
+    from hydra_ops.uq.calibrated import calibrated_ood_score
     from hydra_ops.uq.calibration import ensemble_probs
-    from hydra_ops.uq.uncertainty import calibrated_ood_score
     from tasks import data as prepared
     from tasks.baseline_models import eval_batches
     from tasks.candidates import shipped_logits

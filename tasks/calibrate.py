@@ -65,9 +65,9 @@ def stage_precisions(cfg: CoreConfig, root: Path, rt: Runtime) -> dict[str, Any]
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.hydra.serialization import load_hydra, read_hydra_config, save_hydra
+    from hydra_ops.uq.calibrated import calibrated_ood_score
     from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature, nll_at_temperature
     from hydra_ops.uq.ood_thresholds import fit_ood_thresholds
-    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     hydra = load_hydra(root / MERGED)
     val = split(root, "val")

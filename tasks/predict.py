@@ -1,7 +1,7 @@
 """``hydra-ens predict``: the prod model, resolved through the registry, on texts or image files.
 
 One row per input, every number from the ONE calibrated prediction the gates judged
-(``hydra_ops.uq.uncertainty.calibrated_uncertainty``) on inputs prepared with the bundle's own
+(``hydra_ops.uq.calibrated.calibrated_uncertainty``) on inputs prepared with the bundle's own
 preprocessing (:mod:`tasks.preprocessing`: tokenizer and ``max_length``, or image size, channels
 and normalisation; a workspace ``params.yaml`` that disagrees is ignored, and every row says
 which preprocessing and version answered): the predicted class, its probability, the
@@ -109,7 +109,7 @@ def rows_from_member_logits(
     Returns:
         N dicts with the keys :data:`ROW_FIELDS` (types and units in docs/pipeline.md).
     """
-    from hydra_ops.uq.uncertainty import calibrated_uncertainty
+    from hydra_ops.uq.calibrated import calibrated_uncertainty
 
     if member_logits.ndim != 3 or member_logits.shape[0] != len(inputs):
         raise ValueError(

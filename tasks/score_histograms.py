@@ -45,7 +45,7 @@ def score_histograms(
     """One row per (model, score, split, bin): ``{model, score, kind, split, lo, hi, center,
     count, fraction}``, ``fraction`` = count / examples of the split (each split's fractions
     sum to 1). ``outputs[model][split]`` are ``[N, M, C]`` member logits."""
-    from hydra_ops.uq.uncertainty import calibrated_ood_score
+    from hydra_ops.uq.calibrated import calibrated_ood_score
 
     rows: list[dict[str, Any]] = []
     for name, out in outputs.items():

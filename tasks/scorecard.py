@@ -4,7 +4,7 @@ Every function takes ``out``: ``{split: member logits [N, M, C]}`` for the evalu
 (``val``, ``test``, ``shift``, ``near_ood``, ``far_ood``) and a temperature ``t`` (1.0 = raw).
 Probabilities are :func:`hydra_ops.uq.calibration.ensemble_probs` (the mean member softmax,
 temperature-scaled); OOD scores are
-:func:`hydra_ops.uq.uncertainty.calibrated_ood_score`, the one definition shared with calibrate's
+:func:`hydra_ops.uq.calibrated.calibrated_ood_score`, the one definition shared with calibrate's
 thresholds and ``hydra-ens predict`` (higher = more likely OOD; OOD is the positive class).
 Metric keys use ``id_test`` for the ``test`` split.
 """
@@ -39,7 +39,7 @@ VERDICT_SPLITS = (("test", "id_test"), ("near_ood", "near_ood"), ("far_ood", "fa
 
 def ood_scores(cfg: CoreConfig, member_logits: torch.Tensor, t: float) -> torch.Tensor:
     """``[N]`` OOD scores of ``evaluate.ood_score`` kind at temperature ``t``."""
-    from hydra_ops.uq.uncertainty import calibrated_ood_score
+    from hydra_ops.uq.calibrated import calibrated_ood_score
 
     return calibrated_ood_score(member_logits, t, cfg.evaluate.ood_score)
 
@@ -67,8 +67,8 @@ def ood_by_score(
     kind of ``OOD_SCORE_KINDS``; ``None`` for an ensemble-only kind when ``members == 1`` (the
     score is 0 for every input: there is nothing to detect with, and 0.5 would look like data)."""
     from hydra_ops.metrics import ood_metrics
+    from hydra_ops.uq.calibrated import calibrated_ood_score
     from hydra_ops.uq.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
-    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     result: dict[str, dict[str, dict[str, float] | None]] = {s: {} for s in OOD_SPLITS}
     for kind in OOD_SCORE_KINDS:
@@ -141,8 +141,8 @@ def hydra_verdicts(
     so the verdicts are those ``hydra-ens predict`` gives). Returns (counts, fractions,
     thresholds as stored)."""
     from hydra_ops.hydra.serialization import read_hydra_config
+    from hydra_ops.uq.calibrated import calibrated_ood_score
     from hydra_ops.uq.ood_thresholds import OodThresholds, verdict_counts
-    from hydra_ops.uq.uncertainty import calibrated_ood_score
 
     stored = read_hydra_config(root / HYDRA).get("metadata", {}).get("ood_thresholds")
     if stored is None:

@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from hydra_ops.metrics import OOD_SCORE_KINDS, ood_scores
+from hydra_ops.uq.calibrated import calibrated_ood_score, calibrated_uncertainty
 from hydra_ops.uq.calibration import apply_temperature, ensemble_log_probs
 from hydra_ops.uq.ood_thresholds import (
     VERDICTS,
@@ -23,7 +24,7 @@ from hydra_ops.uq.ood_thresholds import (
     verdict_counts,
     verdicts,
 )
-from hydra_ops.uq.uncertainty import calibrated_ood_score, calibrated_uncertainty, decompose
+from hydra_ops.uq.uncertainty import decompose
 from tasks.params import ConfigError, resolve_params, validate_params
 from tasks.predict import ROW_FIELDS, legend, rows_from_member_logits, validate_inputs
 
