@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from hydra_ops.heads.plans import HeadPlan, plan_overlap
-
-if TYPE_CHECKING:
-    from hydra_ops.scoring import HeadScores
+from hydra_ops.heads.scores import HeadScores
 
 STRATEGIES = ("topk", "gumbel_topk", "overlap_penalty", "circuits")
 #: The overlap penalty of each penalised strategy when none is given, in units of a layer's score

@@ -24,10 +24,11 @@ and works on unpruned models only: every layer must have the same number of head
 
 from __future__ import annotations
 
+from hydra_ops.heads.scores import HeadScores
+
 from .base import (
     SCORERS,
     HeadImportance,
-    HeadScores,
     ScorerArguments,
     get_scorer,
     register_scorer,

@@ -17,9 +17,10 @@ from tqdm.auto import tqdm
 
 from hydra_ops.adapters import get_adapter
 from hydra_ops.heads.plans import HeadPlan, plan_overlap
+from hydra_ops.heads.scores import HeadScores
 from hydra_ops.heads.selection import DEFAULT_PENALTIES, resolve_penalty
 
-from .base import HeadImportance, HeadScores
+from .base import HeadImportance
 from .inputs import Batch, eval_mode, materialise, model_device, uniform_heads
 from .objectives import EvalSet, Objective, objective_list
 from .replay import recording, replaying

@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from hydra_ops.adapters import get_adapter
+from hydra_ops.heads.scores import HeadScores
 
-from .base import HeadImportance, HeadScores
+from .base import HeadImportance
 from .inputs import uniform_heads
 
 

@@ -12,8 +12,9 @@ from tqdm.auto import tqdm
 
 from hydra_ops.adapters import get_adapter
 from hydra_ops.heads.gating import head_gates
+from hydra_ops.heads.scores import HeadScores
 
-from .base import HeadImportance, HeadScores
+from .base import HeadImportance
 from .inputs import Batch, batch_size, eval_mode, materialise, model_device, uniform_heads
 
 
