@@ -7,7 +7,7 @@ source with :mod:`ast`: every ``import``/``from ... import`` of a project module
 or inside a function (a lazy import still runs), plus the ``__init__.py`` of every package on the
 way. Imports by name count too: ``from pkg import name`` where ``pkg/__init__.py`` exports ``name``
 lazily (its ``_EXPORTS = {name: module}`` table) imports that module, and a ``".module:Attr"``
-string (a :class:`~hydra_ops.adapters.LazyRegistry` path) imports ``module``, relative to the
+string (a lazy :class:`~hydra_ops.registry.Registry` entry) imports ``module``, relative to the
 string's package. ``tests/pipeline/test_stage_deps.py`` fails when ``dvc.yaml`` misses a file of
 a closure; ``python -m tasks.stage_deps`` prints each stage's closure; ``--write`` puts it in
 ``dvc.yaml``.

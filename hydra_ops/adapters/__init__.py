@@ -9,11 +9,9 @@ Supported families (``SUPPORTED_FAMILIES``):
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator, Mapping
-from typing import Generic, TypeVar
-
 from torch import nn
+
+from hydra_ops.registry import Registry
 
 from .base import (
     ACTIVATIONS,
@@ -28,41 +26,32 @@ from .base import (
     UnsupportedModelError,
 )
 
-T = TypeVar("T")
+
+def _lazy(kind: str, paths: dict[str, str]) -> Registry:
+    registry: Registry = Registry(kind, package=__name__)
+    for family, path in paths.items():
+        registry.register_lazy(family, path)
+    return registry
 
 
-class LazyRegistry(Mapping[str, T], Generic[T]):
-    """``family -> class``, each class imported from its ``"module:Class"`` path (relative to this
-    package) on first access: a family's library (transformers, timm) is imported only when a
-    model of that family is used, so a text pipeline's stages never import timm."""
-
-    def __init__(self, paths: Mapping[str, str]) -> None:
-        self._paths = dict(paths)
-
-    def __getitem__(self, family: str) -> T:
-        module, _, name = self._paths[family].partition(":")
-        return getattr(importlib.import_module(module, __name__), name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._paths)
-
-    def __len__(self) -> int:
-        return len(self._paths)
-
-
-ADAPTERS: Mapping[str, type[ModelAdapter]] = LazyRegistry(
+#: ``family -> adapter class``, each imported from its ``".module:Class"`` path on first use: a
+#: family's library (transformers, timm) is imported only when a model of that family is used, so
+#: a text pipeline's stages never import timm.
+ADAPTERS: Registry[type[ModelAdapter]] = _lazy(
+    "family",
     {
         "bert": ".bert:BertAdapter",
         "hf_vit": ".hf_vit:HFViTAdapter",
         "timm_vit": ".timm_vit:TimmViTAdapter",
-    }
+    },
 )
-EMBEDDING_STAGES: Mapping[str, type[EmbeddingStage]] = LazyRegistry(
+EMBEDDING_STAGES: Registry[type[EmbeddingStage]] = _lazy(
+    "family",
     {
         "bert": ".bert:BertEmbeddingStage",
         "hf_vit": ".hf_vit:HFViTEmbeddingStage",
         "timm_vit": ".timm_vit:TimmViTEmbeddingStage",
-    }
+    },
 )
 #: The top-level package each family's model classes come from: only the families whose library
 #: defines a class of a model's MRO are asked whether they match it (a model of a library that is
@@ -97,9 +86,7 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
 
 def embedding_stage_from_config(family: str, config: dict) -> EmbeddingStage:
     """Rebuild a family's (untrained) embedding stage from ``EmbeddingStage.config()``."""
-    if family not in EMBEDDING_STAGES:
-        raise ValueError(f"family must be one of {sorted(EMBEDDING_STAGES)}, got {family!r}")
-    return EMBEDDING_STAGES[family].from_config(config)
+    return EMBEDDING_STAGES.get(family, "family").from_config(config)
 
 
 __all__ = [
@@ -114,7 +101,6 @@ __all__ = [
     "EmbeddingStage",
     "HuggingFaceAdapter",
     "LayerNormWeights",
-    "LazyRegistry",
     "MLPWeights",
     "ModelAdapter",
     "UnsupportedModelError",

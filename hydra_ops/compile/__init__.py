@@ -21,7 +21,7 @@ takes), :mod:`.backends` (one builder and loader per backend, registered by name
 ``compiled.json``), :mod:`.precision` (dtypes, casting, the fast-bf16 check), :mod:`.auto` (the
 measured choice), :mod:`.verify`, :mod:`.latency`.
 
-Backends (``BACKENDS``):
+Backends (:func:`backend_names`: ``auto`` and every registered one):
 
 * ``tensorrt``: Torch-TensorRT, dynamo path, dynamic batch, saved as an ExportedProgram; attention
   must stay in TensorRT (:mod:`.backends.tensorrt`). Imported lazily, only when CUDA is present;
@@ -60,7 +60,6 @@ from .artifact import (
 )
 from .auto import note_precision, precision_reason
 from .backends import (
-    ARTIFACT_FILES,
     ATTENTION_OPS,
     BACKEND_REGISTRY,
     Backend,
@@ -72,7 +71,7 @@ from .backends import (
     register_backend,
     tensorrt_unavailable_reason,
 )
-from .compiler import BACKENDS, CPU_BACKENDS, PRECISIONS_ALLOWED, compile_model
+from .compiler import CPU_BACKENDS, PRECISIONS_ALLOWED, backend_names, compile_model
 from .inputs import IMAGE_INPUTS, TEXT_INPUTS, arrange_inputs, input_names_of
 from .latency import median_latency_ms
 from .precision import (
@@ -89,9 +88,7 @@ from .precision import (
 from .verify import compare_logits, default_tolerance, verify_compiled, verify_compiled_by_split
 
 __all__ = [
-    "ARTIFACT_FILES",
     "ATTENTION_OPS",
-    "BACKENDS",
     "BACKEND_REGISTRY",
     "CPU_BACKENDS",
     "DEFAULT_TOLERANCES",
@@ -111,6 +108,7 @@ __all__ = [
     "arrange_inputs",
     "attention_fallback_report",
     "available_backends",
+    "backend_names",
     "cast_batch",
     "cast_model",
     "compare_logits",

@@ -244,7 +244,8 @@ def _try(
     for name, precision in candidates:
         key = trial_key(name, precision)
         trial: dict[str, Any] = {"backend": name, "precision": precision, "ok": False}
-        backend = BACKEND_REGISTRY.get(name)  # an unknown name fails in build() below
+        # an unknown name fails in build() below
+        backend = BACKEND_REGISTRY.get(name) if name in BACKEND_REGISTRY else None
         if backend is not None and (why := backend.unavailable_reason()) is not None:
             build.errors.append(f"{name}: {why}")
             continue

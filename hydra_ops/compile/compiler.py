@@ -29,13 +29,18 @@ from .precision import (
 
 log = logging.getLogger("hydra_ops.compile")
 
-BACKENDS = ("auto", *BACKEND_REGISTRY)
 #: The backends ``auto`` measures when TensorRT is unavailable; on a tie the earlier one wins.
 #: Read when :func:`compile_model` runs, so a test can narrow it here (``monkeypatch.setattr`` on
 #: this module, ``hydra_ops.compile.compiler``).
 CPU_BACKENDS: tuple[str, ...] = ("inductor", "export", "onnxruntime")
 #: ``compile_model``'s ``precision`` values.
 PRECISIONS_ALLOWED = ("fp32", "bf16", "fp16", "auto")
+
+
+def backend_names() -> tuple[str, ...]:
+    """``compile_model``'s ``backend`` values now: ``auto`` and every registered backend (read
+    from the registry at each call, so one added later with ``register_backend`` is in)."""
+    return ("auto", *BACKEND_REGISTRY.names())
 
 
 def compile_model(
@@ -60,9 +65,9 @@ def compile_model(
         model: a merged :class:`~hydra_ops.hydra.merge.HydraEnsemble` in eval mode (any module with
             the call signature ``(inputs, attention_mask=None, token_type_ids=None) -> Tensor``
             works).
-        backend: one of ``BACKENDS``. ``auto``: TensorRT when usable, else the fastest backend of
-            ``CPU_BACKENDS`` measured here (module docstring). ``tensorrt`` without CUDA /
-            Torch-TensorRT logs one line and falls back to ``auto``'s measured choice.
+        backend: one of :func:`backend_names`. ``auto``: TensorRT when usable, else the fastest
+            backend of ``CPU_BACKENDS`` measured here (module docstring). ``tensorrt`` without
+            CUDA / Torch-TensorRT logs one line and falls back to ``auto``'s measured choice.
         example_inputs: one contract batch (mapping) or the model's positional tensors; sets the
             input names and the non-batch shape (TensorRT), is the export trace input and what
             ``auto`` times the backends on (use a batch of the size you will serve).
@@ -95,8 +100,8 @@ def compile_model(
         CompileError: the (explicitly requested) backend or precision failed or cannot run here,
             or no candidate compiled and agreed.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if backend != "auto" and backend not in BACKEND_REGISTRY:
+        raise ValueError(BACKEND_REGISTRY.unknown(backend, "backend", also=("auto",)))
     if precision not in PRECISIONS_ALLOWED:
         raise ValueError(f"precision must be one of {list(PRECISIONS_ALLOWED)}, got {precision!r}")
     if not isinstance(max_batch, int) or max_batch < 1:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 from torch import nn
 
 from hydra_ops.heads.scores import HeadScores
+from hydra_ops.registry import Registry
 
 
 # ----------------------------------------------------------------------------------------------
@@ -48,7 +49,7 @@ class HeadImportance(abc.ABC):
 # The registry
 # ----------------------------------------------------------------------------------------------
 #: Registered criteria, name -> class, in registration order (the built-ins first).
-SCORERS: dict[str, type[HeadImportance]] = {}
+SCORERS: Registry[type[HeadImportance]] = Registry("scorer")
 
 _C = TypeVar("_C", bound=type)
 
@@ -69,22 +70,19 @@ def register_scorer(name: str) -> Callable[[_C], _C]:
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if name in SCORERS:
-        raise ValueError(f"name={name!r} is already registered; taken: {', '.join(SCORERS)}")
+        raise ValueError(f"scorer {name!r} is already registered; registered: {', '.join(SCORERS)}")
 
     def register(cls: _C) -> _C:
         if not isinstance(cls, type) or not any("__call__" in vars(k) for k in cls.__mro__[:-1]):
             raise ValueError(f"register_scorer({name!r}) needs a class that defines __call__")
         cls.name = name  # type: ignore[attr-defined]
-        SCORERS[name] = cls  # type: ignore[assignment]
-        return cls
+        return SCORERS.register(name, cls)
 
     return register
 
 
 def _lookup(name: str, argument: str) -> type[HeadImportance]:
-    if name not in SCORERS:
-        raise ValueError(f"{argument}={name!r} is unknown; allowed: {', '.join(SCORERS)}")
-    return SCORERS[name]
+    return SCORERS.get(name, argument)
 
 
 def _keywords(params: list[inspect.Parameter]) -> tuple[str, ...]:

@@ -175,7 +175,7 @@ def test_mismatched_members_are_refused():
         merge_members([tiny_model("hf_vit"), tiny_model("timm_vit")])
     with pytest.raises(ValueError, match="mode must be one of"):
         merge_members([a], mode="concat")
-    with pytest.raises(ValueError, match="attention must be one of"):
+    with pytest.raises(ValueError, match="attention='loop' is unknown; registered: padded_bmm"):
         merge_members([a], attention="loop")
     with pytest.raises(ValueError, match="non-empty"):
         merge_members([])

@@ -649,7 +649,7 @@ def registered_mine():
             return HeadScores(self.scale * depth, self.name, meta=meta)
 
     yield LayerDepthImportance
-    del SCORERS["mine"]
+    SCORERS.unregister("mine")
 
 
 def test_a_user_criterion_is_usable_through_score_heads(model, registered_mine) -> None:

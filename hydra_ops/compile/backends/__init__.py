@@ -1,8 +1,9 @@
 """The compile backends, registered by name (as
 ``hydra_ops.hydra.grouped.ATTENTION_IMPLEMENTATIONS``).
 
-``BACKEND_REGISTRY`` maps a name to its :class:`Backend` (builder, loader, artifact file,
-availability check): ``tensorrt`` (:mod:`.tensorrt`), ``inductor`` and ``export``
+``BACKEND_REGISTRY`` (a :class:`~hydra_ops.registry.Registry`) maps a name to its
+:class:`Backend` (builder, loader, artifact file, availability check); ``auto`` is reserved (it
+chooses among them): ``tensorrt`` (:mod:`.tensorrt`), ``inductor`` and ``export``
 (:mod:`.export`, one shared ``torch.export`` program), ``onnxruntime`` (:mod:`.onnx_runtime`).
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
+from hydra_ops.registry import Registry
 
 from .base import Backend, CompileError, CompileRequest, Runner
 from .export import EXPORT, INDUCTOR
@@ -22,18 +25,13 @@ from .tensorrt import (
     tensorrt_unavailable_reason,
 )
 
-BACKEND_REGISTRY: dict[str, Backend] = {}
-#: Backend name -> its artifact file, kept in step with the registry by :func:`register_backend`.
-ARTIFACT_FILES: dict[str, str] = {}
+BACKEND_REGISTRY: Registry[Backend] = Registry("backend", reserved=("auto",))
 
 
 def register_backend(backend: Backend) -> Backend:
-    """Add ``backend`` to :data:`BACKEND_REGISTRY` under its name (ValueError if taken)."""
-    if backend.name in BACKEND_REGISTRY or backend.name == "auto":
-        raise ValueError(f"backend name {backend.name!r} is already taken")
-    BACKEND_REGISTRY[backend.name] = backend
-    ARTIFACT_FILES[backend.name] = backend.artifact_file
-    return backend
+    """Add ``backend`` to :data:`BACKEND_REGISTRY` under its name (ValueError if taken or
+    ``auto``); :func:`~hydra_ops.compile.compile_model` takes it from then on."""
+    return BACKEND_REGISTRY.register(backend.name, backend)
 
 
 for _backend in (TENSORRT, INDUCTOR, EXPORT, ONNXRUNTIME):
@@ -42,9 +40,7 @@ for _backend in (TENSORRT, INDUCTOR, EXPORT, ONNXRUNTIME):
 
 def get_backend(name: str) -> Backend:
     """The registered backend ``name`` (ValueError naming the registered ones otherwise)."""
-    if name not in BACKEND_REGISTRY:
-        raise ValueError(f"backend must be one of {list(BACKEND_REGISTRY)}, got {name!r}")
-    return BACKEND_REGISTRY[name]
+    return BACKEND_REGISTRY.get(name, "backend")
 
 
 def available_backends() -> dict[str, str | None]:
@@ -59,7 +55,6 @@ def load_runner(name: str, directory: Path, device: torch.device) -> Runner:
 
 
 __all__ = [
-    "ARTIFACT_FILES",
     "ATTENTION_OPS",
     "BACKEND_REGISTRY",
     "Backend",

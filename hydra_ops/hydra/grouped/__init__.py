@@ -32,6 +32,8 @@ linear, norm and MLP layers every implementation shares).
 
 from __future__ import annotations
 
+from hydra_ops.registry import Registry
+
 from .base import GroupedAttention
 from .block_diagonal import BlockDiagonalAttention
 from .layers import GroupedLayerNorm, GroupedLinear, GroupedMLP
@@ -51,17 +53,13 @@ __all__ = [
     "attention_implementation",
 ]
 
-#: The grouped attention implementations by name.
-ATTENTION_IMPLEMENTATIONS: dict[str, type[GroupedAttention]] = {
-    PaddedBmmAttention.name: PaddedBmmAttention,
-    BlockDiagonalAttention.name: BlockDiagonalAttention,
-    MemberGemmAttention.name: MemberGemmAttention,
-}
+#: The grouped attention implementations by name (``ATTENTION_IMPLEMENTATIONS.register(name,
+#: cls)`` adds one: a :class:`GroupedAttention` subclass).
+ATTENTION_IMPLEMENTATIONS: Registry[type[GroupedAttention]] = Registry("attention")
+for _implementation in (PaddedBmmAttention, BlockDiagonalAttention, MemberGemmAttention):
+    ATTENTION_IMPLEMENTATIONS.register(_implementation.name, _implementation)
 
 
 def attention_implementation(name: str) -> type[GroupedAttention]:
-    if name not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(
-            f"attention must be one of {sorted(ATTENTION_IMPLEMENTATIONS)}, got {name!r}"
-        )
-    return ATTENTION_IMPLEMENTATIONS[name]
+    """The grouped attention class registered as ``name`` (ValueError naming them otherwise)."""
+    return ATTENTION_IMPLEMENTATIONS.get(name, "attention")
