@@ -15,12 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import torch
 from torch import Tensor, nn
 
 from hydra_ops.adapters import get_adapter
-
-from .plans import HeadPlan
 
 
 def _as_layer_gates(gates: Tensor | Sequence[Tensor], heads_per_layer: list[int]) -> list[Tensor]:
@@ -93,14 +90,3 @@ def head_gates(model: nn.Module, gates: Tensor | Sequence[Tensor]) -> Iterator[N
     finally:
         for handle in handles:
             handle.remove()
-
-
-def plan_gates(plan: HeadPlan, heads_per_layer: Sequence[int]) -> list[Tensor]:
-    """0/1 gates that keep exactly ``plan``'s heads: a list of ``[H_l]`` float tensors."""
-    plan.validate_for(heads_per_layer)
-    gates = []
-    for layer, n in enumerate(heads_per_layer):
-        g = torch.zeros(n)
-        g[list(plan.heads(layer))] = 1.0
-        gates.append(g)
-    return gates

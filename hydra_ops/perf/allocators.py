@@ -115,13 +115,3 @@ def allocator_env(
     current = environ.get("LD_PRELOAD", "")
     preload = f"{library} {current}".strip() if library not in current else current
     return {"LD_PRELOAD": preload}, f"allocator: {spec} ({library})"
-
-
-def describe_process_allocator(environ: Mapping[str, str] | None = None) -> str:
-    """What this process started with, from its environment (for a stage's log)."""
-    environ = os.environ if environ is None else environ
-    if preloaded := _preloaded(environ):
-        return f"allocator: {os.path.basename(preloaded)}"
-    if tunables := environ.get("GLIBC_TUNABLES"):
-        return f"allocator: glibc malloc ({tunables})"
-    return "allocator: system malloc"

@@ -5,11 +5,22 @@ import torch
 from tiny_models import FAMILIES, NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
 
 from hydra_ops.adapters import get_adapter
-from hydra_ops.heads.gating import head_gates, plan_gates
+from hydra_ops.heads.gating import head_gates
 from hydra_ops.heads.plans import HeadPlan
 from hydra_ops.heads.surgery import head_plan_of, prune_heads
 
 PLAN = HeadPlan(((0, 3), (2,), (0, 1, 2)))
+
+
+def plan_gates(plan: HeadPlan, heads_per_layer: list[int]) -> list[torch.Tensor]:
+    """0/1 gates that keep exactly ``plan``'s heads: a list of ``[H_l]`` float tensors."""
+    plan.validate_for(heads_per_layer)
+    gates = []
+    for layer, n in enumerate(heads_per_layer):
+        g = torch.zeros(n)
+        g[list(plan.heads(layer))] = 1.0
+        gates.append(g)
+    return gates
 
 
 @pytest.mark.parametrize("family", FAMILIES)
