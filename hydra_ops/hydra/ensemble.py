@@ -21,11 +21,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hydra_ops.adapters import ACTIVATIONS, embedding_stage_from_config
 from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.uq.calibration import ensemble_probs
+from hydra_ops.uq.uncertainty import decompose
 
 from .grouped import (
     GroupedAttention,
@@ -223,9 +224,10 @@ class HydraEnsemble(nn.Module):
         token_type_ids: Tensor | None = None,
     ) -> Tensor:
         """Ensemble probabilities ``[B, C]``: mean of member softmax, then the calibration
-        temperature applied to its log (``softmax(log(mean_p) / T)``; identity at ``T = 1``)."""
+        temperature applied to its log (``softmax(log(mean_p) / T)``; identity at ``T = 1``), by
+        :func:`hydra_ops.uq.calibration.ensemble_probs`, the one definition."""
         member_logits = self(inputs, attention_mask, token_type_ids)
-        return ensemble_probabilities(member_logits, float(self.temperature))
+        return ensemble_probs(member_logits, float(self.temperature))
 
     @torch.no_grad()
     def uncertainty(
@@ -237,26 +239,10 @@ class HydraEnsemble(nn.Module):
         """Per-example uncertainty ``[B]`` tensors: ``total_entropy``, ``expected_entropy``,
         ``mutual_information``, ``disagreement`` (from the member softmaxes) and ``confidence``
         (max calibrated ensemble probability)."""
-        from hydra_ops.uq.uncertainty import decompose
-
         member_logits = self(inputs, attention_mask, token_type_ids)
         result = decompose(member_logits.softmax(dim=-1))
-        result["confidence"] = ensemble_probabilities(member_logits, float(self.temperature)).amax(
-            dim=-1
-        )
+        result["confidence"] = ensemble_probs(member_logits, float(self.temperature)).amax(dim=-1)
         return result
-
-
-def ensemble_probabilities(member_logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """``[B, M, C]`` member logits -> ``[B, C]``: ``softmax(log(mean_m softmax(z_m)) / T)``, the
-    log of the mean from :func:`hydra_ops.uq.calibration.ensemble_log_probs` (which validates
-    it)."""
-    from hydra_ops.uq.calibration import ensemble_log_probs
-
-    log_mean = ensemble_log_probs(member_logits)
-    if temperature == 1.0:
-        return log_mean.exp()
-    return F.softmax(log_mean / temperature, dim=-1)
 
 
 # ----- building from the architecture description ------------------------------------------

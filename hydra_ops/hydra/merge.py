@@ -42,7 +42,7 @@ from hydra_ops.adapters import (
 )
 from hydra_ops.heads.surgery import head_plan_of
 
-from .ensemble import HydraBlock, HydraClassifier, HydraEnsemble, ensemble_probabilities
+from .ensemble import HydraBlock, HydraClassifier, HydraEnsemble
 from .grouped import GroupedLayerNorm, GroupedLinear, attention_implementation
 
 __all__ = [
@@ -51,7 +51,6 @@ __all__ = [
     "HydraClassifier",
     "HydraEnsemble",
     "MergeMode",
-    "ensemble_probabilities",
     "merge_members",
 ]
 
