@@ -1,4 +1,4 @@
-"""SHA-256 digests: of a file's bytes and of a module's state dict (the one home of both).
+"""SHA-256 digests: of bytes, of a file's bytes, of a module's state dict (the one home of all).
 
 Importing this module does not import torch (``hydra_ops.data`` hashes files without it).
 """
@@ -13,6 +13,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+
+def sha256_bytes(*chunks: bytes) -> str:
+    """Hex SHA-256 of the chunks' concatenation (``sha256_bytes(a, b) == sha256_bytes(a + b)``)."""
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 
 from hydra_ops.atomic import atomic_write_bytes
+from hydra_ops.hashing import sha256_bytes
 
 log = logging.getLogger("hydra_ops.measurements")
 
@@ -87,7 +87,7 @@ def machine_key(device: torch.device | str = "cpu") -> dict[str, Any]:
 def entry_id(kind: str, machine: Mapping[str, Any], key: Mapping[str, Any]) -> str:
     """A short stable id of one measurement: sha256 of ``kind``, ``machine`` and ``key``."""
     blob = json.dumps({"kind": kind, "machine": machine, "key": key}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    return sha256_bytes(blob.encode())[:24]
 
 
 class MeasurementCache:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hydra_ops.hashing import sha256_file
+from hydra_ops.hashing import sha256_bytes, sha256_file
 from tasks.params.schema import PipelineConfig
 
 PREPROCESSING_FILE = "preprocessing.json"
@@ -90,7 +89,7 @@ class Preprocessing:
         if r["modality"] == "text":
             digest = json.dumps(r["tokenizer"]["sha256"], sort_keys=True).encode()
             return (
-                f"bundle tokenizer {sha256(digest).hexdigest()[:12]} "
+                f"bundle tokenizer {sha256_bytes(digest)[:12]} "
                 f"(from {r['tokenizer']['from']}), max_length {r['max_length']}"
             )
         channels = "grayscale" if r["channels"] == 1 else "RGB"

@@ -11,7 +11,6 @@ stage) lists the units that make up the output, and any other folder is removed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -19,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra_ops.hashing import sha256_file
+from hydra_ops.hashing import sha256_bytes, sha256_file
 from tasks.outputs import json_default, publish_dir, read_json, write_json
 
 log = logging.getLogger("hydra_ens")
@@ -28,21 +27,21 @@ DONE = "done.json"
 
 def dir_sha256(path: Path, exclude: tuple[str, ...] = ()) -> str:
     """Hash of every file's relative path and content under ``path`` (sorted, stable)."""
-    h = hashlib.sha256()
     root = Path(path)
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = f.relative_to(root).as_posix()
-        if rel in exclude:
-            continue
-        h.update(rel.encode() + b"\0" + sha256_file(f).encode() + b"\0")
-    return h.hexdigest()
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    named = [(f.relative_to(root).as_posix(), f) for f in files]
+    return sha256_bytes(
+        *(
+            rel.encode() + b"\0" + sha256_file(f).encode() + b"\0"
+            for rel, f in named
+            if rel not in exclude
+        )
+    )
 
 
 def fingerprint(obj: Any) -> str:
     """sha256 of a JSON-serialisable description (what a cached unit of work was computed from)."""
-    return hashlib.sha256(
-        json.dumps(obj, sort_keys=True, default=json_default).encode()
-    ).hexdigest()
+    return sha256_bytes(json.dumps(obj, sort_keys=True, default=json_default).encode())
 
 
 def unit_is_done(unit_dir: Path, fp: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import torch
 
 from hydra_ops.adapters import ADAPTERS
+from hydra_ops.messages import one_line
 
 from .ensemble import HydraEnsemble
 from .grouped import ATTENTION_IMPLEMENTATIONS
@@ -61,13 +62,9 @@ def check_hydra_config(
     _check_tensor_layout(check, config, state)
 
 
-def _one_line(value: Any) -> str:
-    return " ".join(str(value).split())
-
-
 def _shown(value: Any) -> str:
     """A value read from a file, as one short line."""
-    text = _one_line(repr(value))
+    text = one_line(repr(value))
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 
@@ -79,7 +76,7 @@ class _Checker:
 
     def fail(self, field: str, found: str, expected: str) -> NoReturn:
         raise HydraFormatError(
-            f"{self.source}: {field}: found {_one_line(found)}, expected {_one_line(expected)}"
+            f"{self.source}: {field}: found {one_line(found)}, expected {one_line(expected)}"
         )
 
     def get(self, mapping: Mapping[str, Any], key: str, field: str) -> Any:
@@ -323,7 +320,7 @@ def _check_tensor_layout(
             expected = HydraEnsemble(config["architecture"]).state_dict()
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         check.fail(
-            "architecture", _one_line(f"{type(error).__name__}: {error}"), "a buildable model"
+            "architecture", one_line(f"{type(error).__name__}: {error}"), "a buildable model"
         )
     weights = Path(check.source).with_name(WEIGHTS_FILE)
     missing = sorted(set(expected) - set(state))

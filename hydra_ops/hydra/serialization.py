@@ -28,7 +28,6 @@ field only describes it, so the two must be the same value bit for bit or the fi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -41,7 +40,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from hydra_ops.atomic import atomic_write_bytes, atomic_write_file
-from hydra_ops.hashing import sha256_file, state_dict_sha256
+from hydra_ops.hashing import sha256_bytes, sha256_file, state_dict_sha256
 from hydra_ops.hydra.format import (
     CLASSIFIER_WEIGHT_KEY,
     CONFIG_FILE,
@@ -49,9 +48,9 @@ from hydra_ops.hydra.format import (
     TEMPERATURE_KEY,
     WEIGHTS_FILE,
     HydraFormatError,
-    _one_line,
     check_hydra_config,
 )
+from hydra_ops.messages import one_line
 from hydra_ops.versions import library_versions as _library_versions
 
 from .ensemble import HydraEnsemble
@@ -83,7 +82,7 @@ def config_sha256(directory: str | os.PathLike[str]) -> str:
     Record it next to :func:`weights_sha256` and pass both to :func:`load_hydra` to refuse a
     config edited after the recording (``hydra.json`` cannot hold its own hash).
     """
-    return hashlib.sha256(_config_bytes(directory)).hexdigest()
+    return sha256_bytes(_config_bytes(directory))
 
 
 def weights_sha256(directory: str | os.PathLike[str]) -> str:
@@ -155,7 +154,7 @@ def _parse_config(data: bytes, path: Path) -> dict[str, Any]:
         config = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise HydraFormatError(
-            f"{path}: not valid JSON ({_one_line(error)}); the file is corrupt"
+            f"{path}: not valid JSON ({one_line(error)}); the file is corrupt"
         ) from error
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         found = config.get("format") if isinstance(config, dict) else None
@@ -201,7 +200,7 @@ def load_hydra(
     config_path = Path(directory) / CONFIG_FILE
     data = _config_bytes(directory)
     if expected_config_sha256 is not None:
-        actual = hashlib.sha256(data).hexdigest()
+        actual = sha256_bytes(data)
         if actual != expected_config_sha256:
             raise HydraFormatError(
                 f"{config_path}: SHA-256 {actual[:12]}... does not match the expected "
@@ -227,7 +226,7 @@ def load_hydra(
         state = load_file(weights, device=str(map_location))
     except (SafetensorError, OSError, ValueError) as error:
         raise HydraFormatError(
-            f"{weights}: unreadable safetensors file ({_one_line(error)})"
+            f"{weights}: unreadable safetensors file ({one_line(error)})"
         ) from error
     check_hydra_config(config, state, config_path)
     model = HydraEnsemble(config["architecture"])
@@ -236,7 +235,6 @@ def load_hydra(
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:  # pragma: no cover - the layout check above covers this
         raise HydraFormatError(
-            f"{weights}: weights do not match the architecture in {CONFIG_FILE} "
-            f"({_one_line(error)})"
+            f"{weights}: weights do not match the architecture in {CONFIG_FILE} ({one_line(error)})"
         ) from error
     return model.eval()

@@ -1,4 +1,4 @@
-"""hydra_ops.hashing: the one home of file and state-dict SHA-256."""
+"""hydra_ops.hashing: the one home of bytes, file and state-dict SHA-256."""
 
 import hashlib
 
@@ -23,6 +23,11 @@ def test_sha256_file_matches_hashlib_across_chunks(tmp_path):
     assert serialization_sha256 is data_sha256 is checkpoints_sha256 is hashing.sha256_file
     path.write_bytes(b"")
     assert hashing.sha256_file(path) == hashlib.sha256(b"").hexdigest()
+
+
+def test_sha256_bytes_hashes_the_concatenation_of_its_chunks():
+    assert hashing.sha256_bytes(b"ab", b"", b"c") == hashlib.sha256(b"abc").hexdigest()
+    assert hashing.sha256_bytes() == hashlib.sha256(b"").hexdigest()
 
 
 def test_state_dict_sha256_covers_names_dtypes_and_0_dim_tensors():
