@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hydra_ops.data import sources, transforms
+from hydra_ops.data import sources, transforms, user_sources
+from hydra_ops.data.groups import grouped_stratified_split
+from hydra_ops.data.raw import RawData, dedupe_texts
 from hydra_ops.data.spec import (
     DEFAULT_FAR_OOD,
     DEFAULT_ID_CLASSES,
@@ -16,7 +18,6 @@ from hydra_ops.data.spec import (
     DataSpec,
     OODSource,
 )
-from hydra_ops.data.groups import grouped_stratified_split
 from hydra_ops.data.splits import random_cap, stratified_cap, stratified_split
 
 ID_SPLITS = ("train", "val", "test", "shift")
@@ -58,7 +59,7 @@ class BuiltData:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def _load_raw(cfg: DataSpec) -> sources.RawData:
+def _load_raw(cfg: DataSpec) -> RawData:
     if cfg.name == "bbc-news":
         return sources.load_bbc_news()
     if cfg.name == "mnist5k":
@@ -71,13 +72,13 @@ def _load_raw(cfg: DataSpec) -> sources.RawData:
         return sources.load_fashion_mnist()
     assert cfg.path is not None
     if cfg.name in ("csv", "jsonl"):
-        return sources.load_table(
+        return user_sources.load_table(
             cfg.path, cfg.name, cfg.text_column, cfg.label_column, cfg.classes
         )
-    if sources.folder_is_images(cfg.path):
-        raw = sources.load_image_folder(cfg.path, cfg.channels, cfg.image_size)
+    if user_sources.folder_is_images(cfg.path):
+        raw = user_sources.load_image_folder(cfg.path, cfg.channels, cfg.image_size)
     else:
-        raw = sources.load_text_folder(cfg.path)
+        raw = user_sources.load_text_folder(cfg.path)
     if cfg.classes is not None:
         unknown = sorted(set(raw.names) - set(cfg.classes))
         if unknown:
@@ -88,13 +89,13 @@ def _load_raw(cfg: DataSpec) -> sources.RawData:
     return raw
 
 
-def _subset(raw: sources.RawData, idx: np.ndarray) -> tuple[list[str] | None, np.ndarray | None]:
+def _subset(raw: RawData, idx: np.ndarray) -> tuple[list[str] | None, np.ndarray | None]:
     texts = [raw.texts[i] for i in idx] if raw.texts is not None else None
     images = raw.images[idx] if raw.images is not None else None
     return texts, images
 
 
-def _class_ids(raw: sources.RawData, wanted: list[str], key: str) -> list[int]:
+def _class_ids(raw: RawData, wanted: list[str], key: str) -> list[int]:
     missing = [c for c in wanted if c not in raw.names]
     if missing:
         raise ValueError(f"{key}: class(es) {missing} not in the source's classes {raw.names}")
@@ -106,7 +107,7 @@ def _source(cfg: DataSpec) -> str:
 
 
 def check_trainable(
-    cfg: DataSpec, raw: sources.RawData, id_names: list[str], near_names: list[str]
+    cfg: DataSpec, raw: RawData, id_names: list[str], near_names: list[str]
 ) -> None:
     """ValueError (one line) unless the ID data can train and evaluate a classifier.
 
@@ -146,7 +147,7 @@ def build_splits(cfg: DataSpec) -> BuiltData:
     """All splits of ``cfg`` in memory, deterministic under ``cfg.seed``."""
     raw = _load_raw(cfg)
     if raw.modality == "text" and cfg.dedupe:
-        raw = sources.dedupe_texts(raw)
+        raw = dedupe_texts(raw)
     near_given = list(cfg.near_ood_classes) if cfg.near_ood_classes is not None else None
     if cfg.id_classes:
         id_names = list(cfg.id_classes)
@@ -223,7 +224,7 @@ def build_splits(cfg: DataSpec) -> BuiltData:
 
 def _ood_from_user(cfg: DataSpec, ood: OODSource, raw, key: str, seed_stream: str):
     image_size = raw.images.shape[1:3] if raw.images is not None else None
-    texts, images = sources.load_ood_source(
+    texts, images = user_sources.load_ood_source(
         ood.kind, ood.path, ood.text_column, raw.modality, cfg.channels, image_size, key
     )
     n = len(texts) if texts is not None else len(images)
@@ -258,7 +259,7 @@ def _near_ood(cfg, raw, near_ids, near_names) -> SplitData | None:
     )
 
 
-def _far_ood(cfg: DataSpec, raw: sources.RawData) -> SplitData:
+def _far_ood(cfg: DataSpec, raw: RawData) -> SplitData:
     if isinstance(cfg.far_ood, OODSource):
         return _ood_from_user(cfg, cfg.far_ood, raw, "far_ood", "far_ood")
     n = cfg.far_ood_size if cfg.max_per_split is None else min(cfg.far_ood_size, cfg.max_per_split)
@@ -298,7 +299,7 @@ def _far_ood(cfg: DataSpec, raw: sources.RawData) -> SplitData:
     return SplitData("far_ood", np.full(n, -1, dtype=np.int64), images=images, description=desc)
 
 
-def _ood_val(cfg: DataSpec, raw: sources.RawData, val: SplitData) -> SplitData:
+def _ood_val(cfg: DataSpec, raw: RawData, val: SplitData) -> SplitData:
     if isinstance(cfg.ood_val, OODSource):
         split = _ood_from_user(cfg, cfg.ood_val, raw, "ood_val", "ood_val")
         split.description = f"user OOD-validation set {cfg.ood_val.path!r} (not an OOD test set)"

@@ -25,7 +25,7 @@ def grouped_stratified_split(
     """
     labels = np.asarray(labels)
     groups = np.asarray(groups)
-    uniq, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
     group_label = labels[first]
     mixed = np.flatnonzero(group_label[inverse] != labels)
     if mixed.size:

@@ -18,6 +18,8 @@ from typing import Any, Literal
 BUILTIN_SOURCES = ("bbc-news", "mnist5k", "digits", "brown-genres", "fashion-mnist")
 USER_SOURCES = ("folder", "csv", "jsonl")
 ALL_SOURCES = BUILTIN_SOURCES + USER_SOURCES
+#: File suffixes read as images: a folder source holding such files is an image source.
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 TEXT_OOD_VAL = ("word_shuffle",)
 IMAGE_OOD_VAL = ("patch_shuffle", "pixel_shuffle")
 FAR_OOD_BUILTINS = ("kaomoji", "sample_images", "noise", "mnist")
