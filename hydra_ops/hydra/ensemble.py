@@ -171,9 +171,9 @@ class HydraEnsemble(nn.Module):
 
     def set_attention_implementation(self, name: str) -> HydraEnsemble:
         """Switch every layer's grouped attention to implementation ``name`` (in place)."""
-        attention_implementation(name)
+        impl = attention_implementation(name)
         for block in [*self.trunk, *self.blocks]:
-            block.attention = block.attention.to_implementation(name)
+            block.attention = block.attention.to_implementation(impl)
         for block_arch in [*self.architecture["trunk"], *self.architecture["blocks"]]:
             block_arch["attention"]["implementation"] = name
         return self

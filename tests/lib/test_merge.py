@@ -234,7 +234,9 @@ def test_padded_bmm_block_makes_no_activation_copies():
     (x, mask), _ = _block_inputs(hydra, batch)[1]
     for block_attention in ("padded_bmm", "member_gemm"):
         block = hydra.blocks[1]
-        block.attention = block.attention.to_implementation(block_attention)
+        block.attention = block.attention.to_implementation(
+            ATTENTION_IMPLEMENTATIONS[block_attention]
+        )
         log = _CopyLog()
         with torch.no_grad(), log:
             block(x, mask)

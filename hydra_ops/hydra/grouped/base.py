@@ -88,11 +88,9 @@ class GroupedAttention(nn.Module, abc.ABC):
         per_head = 3 * dh * (d + 1) + dh * d
         return sum(h * per_head for h in self.head_counts) + self.num_members * d
 
-    def to_implementation(self, name: str) -> GroupedAttention:
-        """The same attention in implementation ``name`` (self if already so)."""
-        from . import attention_implementation  # the registry imports this module
-
-        impl = attention_implementation(name)
+    def to_implementation(self, impl: type[GroupedAttention]) -> GroupedAttention:
+        """The same attention in implementation ``impl`` (self if already so); the class by name
+        is :func:`hydra_ops.hydra.grouped.attention_implementation`."""
         if isinstance(self, impl):
             return self
         return impl.from_members(self.member_weights())
