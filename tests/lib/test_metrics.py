@@ -1,4 +1,4 @@
-"""Metrics and uncertainty decomposition: hand-computed values, sklearn cross-checks, validation."""
+"""hydra_ops.metrics: hand-computed values, sklearn and torch-uncertainty checks, validation."""
 
 from __future__ import annotations
 
@@ -10,76 +10,12 @@ import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from hydra_ops import metrics as hm
-from hydra_ops.uq.uncertainty import decompose, entropy
 
 
 def _two_class(top: list[float]) -> torch.Tensor:
     """[N, 2] probs whose class-0 probability is ``top``."""
     p0 = torch.tensor(top, dtype=torch.float64)
     return torch.stack([p0, 1 - p0], dim=1)
-
-
-# ---------------------------------------------------------------- uncertainty
-
-
-def test_entropy_hand_values_and_zero_log_zero() -> None:
-    probs = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
-    expected = torch.tensor([0.0, math.log(2), math.log(3)])
-    torch.testing.assert_close(entropy(probs), expected)
-
-
-def test_decompose_hand_values() -> None:
-    # Example 0: two confident members that disagree. Example 1: identical members.
-    member_probs = torch.tensor(
-        [
-            [[0.9, 0.1], [0.1, 0.9], [0.8, 0.2]],
-            [[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]],
-        ],
-        dtype=torch.float64,
-    )
-    out = decompose(member_probs)
-    assert set(out) == {"total_entropy", "expected_entropy", "mutual_information", "disagreement"}
-
-    def h(p: float) -> float:
-        return -(p * math.log(p) + (1 - p) * math.log(1 - p))
-
-    mean0 = (0.9 + 0.1 + 0.8) / 3  # 0.6
-    total0, expected0 = h(mean0), (h(0.9) + h(0.1) + h(0.8)) / 3
-    torch.testing.assert_close(
-        out["total_entropy"], torch.tensor([total0, math.log(2)], dtype=torch.float64)
-    )
-    torch.testing.assert_close(
-        out["expected_entropy"], torch.tensor([expected0, math.log(2)], dtype=torch.float64)
-    )
-    torch.testing.assert_close(
-        out["mutual_information"], torch.tensor([total0 - expected0, 0.0], dtype=torch.float64)
-    )
-    # Ensemble argmax of example 0 is class 0; member 1 picks class 1 -> 1/3. Example 1: all ties
-    # resolve to class 0 for members and ensemble -> 0.
-    torch.testing.assert_close(out["disagreement"], torch.tensor([1 / 3, 0.0], dtype=torch.float64))
-
-
-def test_mutual_information_non_negative_on_random_data() -> None:
-    g = torch.Generator().manual_seed(0)
-    member_probs = torch.softmax(torch.randn(64, 4, 5, generator=g) * 3, dim=-1)
-    out = decompose(member_probs)
-    assert bool((out["mutual_information"] >= 0).all())
-    assert bool((out["disagreement"] <= 3 / 4).all())
-
-
-@pytest.mark.parametrize(
-    ("bad", "match"),
-    [
-        (torch.full((2, 3), 0.5), "member_probs"),  # wrong ndim
-        (torch.full((2, 3, 2), 0.7), "sum to 1"),
-        (torch.tensor([[[float("nan"), 1.0]]]), "NaN"),
-        (torch.ones(2, 3, 2, dtype=torch.long), "floating"),
-    ],
-)
-def test_decompose_rejects_bad_input(bad: torch.Tensor, match: str) -> None:
-    with pytest.raises(ValueError, match=match) as info:
-        decompose(bad)
-    assert "member_probs" in str(info.value)
 
 
 # ---------------------------------------------------------------- classification metrics
@@ -358,61 +294,3 @@ def test_ood_metrics_reject_bad_input() -> None:
         hm.ood_metrics(torch.tensor([1.0]), torch.tensor([float("nan")]))
     with pytest.raises(ValueError, match="ood_scores"):
         hm.ood_metrics(torch.tensor([1.0]), torch.ones(2, 2))
-
-
-def test_ood_scores_kinds() -> None:
-    member_probs = torch.tensor([[[0.9, 0.1], [0.1, 0.9]], [[0.8, 0.2], [0.8, 0.2]]])
-    probs = member_probs.mean(dim=1)
-    logits = torch.tensor([[2.0, 0.0], [0.0, 0.0]])
-    torch.testing.assert_close(hm.ood_scores(probs), torch.tensor([-0.5, -0.8]))
-    torch.testing.assert_close(hm.ood_scores(probs, kind="entropy"), entropy(probs))
-    mi = hm.ood_scores(probs, member_probs=member_probs, kind="mutual_information")
-    assert mi[0] > 0 and mi[1] == pytest.approx(0.0, abs=1e-6)
-    energy = hm.ood_scores(probs, logits=logits, kind="energy")
-    torch.testing.assert_close(energy, torch.tensor([-math.log(math.exp(2) + 1), -math.log(2)]))
-    # [N, M, C] logits: mean member energy.
-    stacked = torch.stack([logits, logits * 0], dim=1)
-    expected = (energy + torch.tensor(-math.log(2.0))) / 2
-    torch.testing.assert_close(hm.ood_scores(probs, logits=stacked, kind="energy"), expected)
-
-
-def test_ood_scores_disagreement_hand_values() -> None:
-    """1 - (fraction of members voting for the ensemble's argmax class)."""
-    member_probs = torch.tensor(
-        [
-            [[0.6, 0.3, 0.1], [0.5, 0.2, 0.3], [0.2, 0.7, 0.1]],  # votes 0, 0, 1; ensemble 0
-            [[0.1, 0.1, 0.8], [0.2, 0.2, 0.6], [0.3, 0.0, 0.7]],  # all vote 2
-            [[0.55, 0.45, 0.0], [0.0, 0.45, 0.55], [0.3, 0.4, 0.3]],  # ensemble 1: one vote
-        ]
-    )
-    probs = member_probs.mean(dim=1)
-    scores = hm.ood_scores(probs, member_probs=member_probs, kind="disagreement")
-    torch.testing.assert_close(scores, torch.tensor([1 / 3, 0.0, 2 / 3]))
-    torch.testing.assert_close(scores, decompose(member_probs)["disagreement"])
-    # the ensemble's class is the argmax of ``probs`` (e.g. calibrated): class 1 for row 0
-    shifted = probs.clone()
-    shifted[0] = torch.tensor([0.2, 0.7, 0.1])
-    again = hm.ood_scores(shifted, member_probs=member_probs, kind="disagreement")
-    assert again[0].item() == pytest.approx(2 / 3)
-    # one member always agrees with itself
-    one = hm.ood_scores(probs, member_probs=probs[:, None], kind="disagreement")
-    assert torch.equal(one, torch.zeros(3))
-    assert "disagreement" in hm.OOD_SCORE_KINDS
-
-
-def test_ood_scores_reject_bad_input() -> None:
-    probs = torch.full((2, 2), 0.5)
-    with pytest.raises(ValueError, match="kind"):
-        hm.ood_scores(probs, kind="odin")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="member_probs"):
-        hm.ood_scores(probs, kind="mutual_information")
-    with pytest.raises(ValueError, match="member_probs"):
-        hm.ood_scores(probs, member_probs=torch.full((3, 2, 2), 0.5), kind="mutual_information")
-    with pytest.raises(ValueError, match="member_probs"):
-        hm.ood_scores(probs, kind="disagreement")
-    with pytest.raises(ValueError, match="member_probs"):
-        hm.ood_scores(probs, member_probs=torch.full((2, 2, 3), 1 / 3), kind="disagreement")
-    with pytest.raises(ValueError, match="logits"):
-        hm.ood_scores(probs, kind="energy")
-    with pytest.raises(ValueError, match="logits"):
-        hm.ood_scores(probs, logits=torch.zeros(2, 3), kind="energy")

@@ -1,17 +1,17 @@
-"""Member selection: plan validity, the strategies' defining properties, bad input."""
+"""hydra_ops.heads.selection: plan validity, the strategies' defining properties, per-member
+budgets, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import NUM_HEADS, NUM_LAYERS
 
 from hydra_ops.heads.plans import HeadPlan, plan_overlap
 from hydra_ops.heads.selection import (
-    DEFAULT_PENALTIES,
     STRATEGIES,
     default_heads_per_layer,
     diversity_report,
-    resolve_penalty,
     select_members,
 )
 from hydra_ops.scoring import HeadScores
@@ -177,26 +177,6 @@ def test_circuits_default_penalty_is_the_old_hard_coded_one(circuit_runs) -> Non
     assert select_members(default, 2, 2, "circuits", penalty=None) == old
 
 
-def test_resolve_penalty_and_the_pipeline_default(scores: torch.Tensor) -> None:
-    from tasks.params import validate_params
-
-    assert DEFAULT_PENALTIES == {"overlap_penalty": 1.0, "circuits": 0.5}
-    assert resolve_penalty("overlap_penalty", None) == 1.0
-    assert resolve_penalty("circuits", None) == 0.5
-    assert resolve_penalty("circuits", 2) == 2.0
-    for bad in (-1.0, float("nan"), True, "0.5"):
-        with pytest.raises(ValueError, match="penalty must be a finite number"):
-            resolve_penalty("circuits", bad)
-    with pytest.raises(ValueError, match=r"strategy='topk'.*overlap_penalty, circuits"):
-        resolve_penalty("topk", None)
-    taylor = validate_params({"scoring": {"method": "taylor"}})
-    assert taylor.members.overlap_penalty is None and taylor.strategy == "overlap_penalty"
-    assert select_members(
-        scores, 3, 4, taylor.strategy, penalty=taylor.members.overlap_penalty
-    ) == select_members(scores, 3, 4, "overlap_penalty", penalty=1.0)
-    assert validate_params({"members": {"overlap_penalty": 2.0}}).members.overlap_penalty == 2.0
-
-
 def test_accepts_head_scores(scores: torch.Tensor) -> None:
     assert select_members(HeadScores(scores, "taylor"), 1, 4, "topk") == select_members(
         scores, 1, 4, "topk"
@@ -248,3 +228,17 @@ def test_diversity_report_values() -> None:
         diversity_report([])
     with pytest.raises(ValueError):
         diversity_report(plans, 2)
+
+
+# ----- per-member head budgets -------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["overlap_penalty", "gumbel_topk"])
+def test_per_member_budgets_give_plans_of_the_given_sizes(strategy):
+    scores = torch.rand(NUM_LAYERS, NUM_HEADS, generator=torch.Generator().manual_seed(0))
+    budgets = [[4, 1, 1], [4, 2, 2], [4, 3, 3]]
+    plans = select_members(scores, 3, budgets, strategy, seed=0)
+    assert [p.num_kept() for p in plans] == budgets
+    # the same budget for every member, nested or not, gives the same plans as before
+    same = select_members(scores, 3, [[4, 2, 2]] * 3, strategy, seed=0)
+    assert same == select_members(scores, 3, [4, 2, 2], strategy, seed=0)
+    with pytest.raises(ValueError, match="2 per-member budgets but num_members=3"):
+        select_members(scores, 3, budgets[:2], strategy)

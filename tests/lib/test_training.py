@@ -1,5 +1,5 @@
-"""hydra_ops.models.training: loss goes down on a separable task, determinism, freezing,
-evaluation."""
+"""hydra_ops.models.training: loss goes down on a separable task, determinism, freezing, reduced
+precision, model_logits."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import math
 
 import pytest
 import torch
@@ -249,3 +251,56 @@ def test_logits_restores_mode_and_handles_unlabelled():
     assert logits.shape == (64, 2) and model.training
     a = model_outputs(model, batches)
     assert torch.equal(a, logits)  # eval mode: no dropout
+
+
+# ---- training ----
+def _labelled(seed: int = 1) -> dict[str, torch.Tensor]:
+    return {**tiny_inputs("bert", 6, seed=seed), "labels": torch.tensor([0, 1, 2, 0, 1, 2])}
+
+
+def _train(precision: str | None, steps: int = 1) -> tuple[torch.nn.Module, list, list]:
+    """A tiny BERT fine-tuned ``steps`` steps; returns it, the loss curve, the dtypes of the
+    first encoder layer's query projection seen during training."""
+    model = tiny_model("bert")
+    seen: list[torch.dtype] = []
+    query = model.bert.encoder.layer[0].attention.self.query
+    hook = query.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    batches = [_labelled(s) for s in range(1, steps + 1)]
+    kwargs = {} if precision is None else {"device": "cpu", "precision": precision}
+    report = fine_tune(
+        model, lambda _e: batches, epochs=1, lr=1e-3, progress=False, log_fn=None, **kwargs
+    )
+    hook.remove()
+    return model, report.epoch_losses, seen
+
+
+def test_fine_tune_fp32_with_runtime_is_bit_identical_to_without():
+    plain, plain_loss, plain_dtypes = _train(None, steps=2)
+    fp32, fp32_loss, fp32_dtypes = _train("fp32", steps=2)
+    assert plain_loss == fp32_loss and plain_dtypes == fp32_dtypes == [torch.float32] * 2
+    for (name, a), b in zip(plain.state_dict().items(), fp32.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_fine_tune_one_step_in_reduced_precision_on_cpu(precision):
+    before = tiny_model("bert")
+    model, losses, dtypes = _train(precision)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    assert dtypes == [dtype]  # the forward ran under autocast
+    assert len(losses) == 1 and math.isfinite(losses[0])
+    # master weights stay float32 and the step moved them
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    changed = [
+        not torch.equal(a, b) for a, b in zip(before.parameters(), model.parameters(), strict=True)
+    ]
+    assert any(changed)
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_fine_tune_refuses_bad_runtime_before_training():
+    model = tiny_model("bert")
+    with pytest.raises(ValueError, match="precision: unknown value 'fp64'"):
+        fine_tune(model, lambda _e: [_labelled()], precision="fp64", progress=False, log_fn=None)
+    with pytest.raises(ValueError, match="device: unknown spec 'gpu'"):
+        fine_tune(model, lambda _e: [_labelled()], device="gpu", progress=False, log_fn=None)

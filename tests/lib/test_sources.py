@@ -1,6 +1,7 @@
-"""The built-in sources brown-genres and fashion-mnist on slices of the real installed assets:
-passages split by document, held-out genres and classes absent from training, a corrupted shift
-split, MNIST as far-OOD, and one-line errors for a missing or malformed asset."""
+"""hydra_ops.data.sources: the built-in sources brown-genres and fashion-mnist on slices of the
+real installed assets: passages split by document, held-out genres and classes absent from
+training, a corrupted shift split, MNIST as far-OOD, one-line errors for a missing or malformed
+asset."""
 
 from __future__ import annotations
 

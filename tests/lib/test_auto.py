@@ -1,6 +1,5 @@
-"""compile auto measures fewer losers: a candidate that lost by SKIP_RATIO on this machine and
-shape before is skipped, said so in the metadata and the log, and measured again if nothing else
-agrees."""
+"""hydra_ops.compile.auto: a candidate that lost by SKIP_RATIO on this machine and shape before is
+skipped, said so in the metadata and the log, and measured again if nothing else agrees."""
 
 from __future__ import annotations
 

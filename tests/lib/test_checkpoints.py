@@ -1,32 +1,49 @@
-"""hydra_ops.models.factory and hydra_ops.models.checkpoints: offline loading, batches, bit-exact
-round trips."""
+"""hydra_ops.models.checkpoints: base and member checkpoints, bit-exact round trips, refused when
+tampered with or cut from another base."""
 
 from __future__ import annotations
 
 import json
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-import numpy as np
 import pytest
 import torch
+from tiny_models import FAMILIES, member_plans, tiny_inputs, tiny_model
 from transformers import BertConfig, BertForSequenceClassification
 
+from hydra_ops.adapters import get_adapter
+from hydra_ops.heads.plans import HeadPlan
+from hydra_ops.heads.surgery import head_plan_of, prune_heads
 from hydra_ops.models.checkpoints import (
     CheckpointError,
+    load_member,
     load_model,
+    load_pruned,
     read_checkpoint_metadata,
+    save_member,
     save_model,
 )
 from hydra_ops.models.factory import (
     build_timm_vit,
-    default_text_model_path,
-    load_text_classifier,
-    make_image_batches,
-    make_text_batches,
 )
+from hydra_ops.models.inference import logits
+
+PLAN = HeadPlan(((0, 3), (2,), (0, 1, 2)))
+
+
+def test_a_member_loads_only_against_the_base_it_was_cut_from(tmp_path):
+    save_model(tiny_model("bert", seed=0), tmp_path / "base")
+    save_model(tiny_model("bert", seed=1), tmp_path / "other")
+    plan = member_plans(1)[0]
+    member = load_pruned(tmp_path / "base", plan)
+    save_member(member, tmp_path / "member", tmp_path / "base", {"member": 0})
+    loaded = load_member(tmp_path / "member", tmp_path / "base")
+    batch = tiny_inputs("bert", 2)
+    assert torch.equal(logits(loaded, [batch]), logits(member, [batch]))
+    with pytest.raises(CheckpointError, match="cut from a different base model"):
+        load_member(tmp_path / "member", tmp_path / "other")
+    (tmp_path / "member" / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="truncated or tampered"):
+        load_member(tmp_path / "member", tmp_path / "base")
 
 
 def tiny_bert(num_labels: int = 3) -> BertForSequenceClassification:
@@ -131,81 +148,15 @@ def test_save_rejects_unknown_model(tmp_path):
         save_model(torch.nn.Linear(2, 2), tmp_path / "x")
 
 
-def test_minilm_loads_offline_with_class_names():
-    model, tok = load_text_classifier(4, class_names=["w", "x", "y", "z"])
-    cfg = model.config
-    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size) == (6, 12, 384)
-    assert cfg.id2label == {0: "w", 1: "x", 2: "y", 3: "z"}
-    batches = list(
-        make_text_batches(
-            ["a short text", "another " * 100], [1, 3], tok, max_length=16, batch_size=2
-        )
-    )
-    assert len(batches) == 1
-    b = batches[0]
-    assert b["input_ids"].shape == b["attention_mask"].shape == (2, 16)
-    assert b["labels"].tolist() == [1, 3] and b["attention_mask"][0].sum() < 16
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pruned_member_checkpoint_round_trip(tmp_path, family):
+    from hydra_ops.models.checkpoints import load_model, save_model
+
+    pruned = prune_heads(tiny_model(family), PLAN)
+    save_model(pruned, tmp_path / "member")
+    loaded = load_model(tmp_path / "member")
+    assert head_plan_of(loaded) == PLAN
+    assert get_adapter(loaded).heads_per_layer() == [2, 1, 3]
+    batch = tiny_inputs(family, 3)
     with torch.no_grad():
-        logits = model(**{k: v for k, v in b.items() if k != "labels"}).logits
-    assert logits.shape == (2, 4)
-    assert default_text_model_path().is_dir()
-
-
-def test_load_text_classifier_bad_input(tmp_path):
-    with pytest.raises(ValueError, match="num_labels"):
-        load_text_classifier(1)
-    with pytest.raises(ValueError, match="not a local model folder"):
-        load_text_classifier(3, model_path=tmp_path)
-    with pytest.raises(ValueError, match="class_names"):
-        load_text_classifier(3, class_names=["a"])
-
-
-def test_text_batches_shuffle_is_seeded():
-    class Tok:
-        def __call__(self, texts, **kw):
-            ids = torch.tensor([[len(t), 1] for t in texts])
-            return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-
-    texts = [str(i) * (i + 1) for i in range(10)]
-    order = lambda seed: torch.cat(  # noqa: E731
-        [b["labels"] for b in make_text_batches(texts, list(range(10)), Tok(), 8, 3, True, seed)]
-    ).tolist()
-    assert order(1) == order(1) and order(1) != order(2) and sorted(order(1)) == list(range(10))
-
-
-def test_image_batches_shapes_and_normalisation():
-    imgs = np.full((5, 8, 8), 255, dtype=np.uint8)
-    batches = list(make_image_batches(imgs, [0, 1, 2, 0, 1], batch_size=2, image_size=16))
-    assert [b["pixel_values"].shape for b in batches] == [(2, 1, 16, 16)] * 2 + [(1, 1, 16, 16)]
-    assert torch.allclose(batches[0]["pixel_values"], torch.ones(2, 1, 16, 16))
-    rgb = np.zeros((3, 8, 8, 3), dtype=np.uint8)
-    assert next(make_image_batches(rgb, None, 4))["pixel_values"].shape == (3, 3, 8, 8)
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        next(make_image_batches(np.full((2, 8, 8), 16.0), None))
-    with pytest.raises(ValueError, match="labels has 2 entries"):
-        next(make_image_batches(imgs, [0, 1]))
-
-
-def test_build_timm_vit_validates_and_is_seeded():
-    a, b = tiny_vit(), tiny_vit()
-    assert _same_state(a, b)
-    assert a(torch.rand(3, 1, 8, 8)).shape == (3, 3)
-    with pytest.raises(ValueError, match="patch_size 3 must divide image_size 8"):
-        build_timm_vit(8, 1, 3, patch_size=3)
-    with pytest.raises(ValueError, match="num_heads"):
-        build_timm_vit(8, 1, 3, embed_dim=10, num_heads=4, patch_size=2)
-
-
-def test_importing_the_library_leaves_the_process_environment_alone():
-    # a library import must not switch a user's process offline (the loaders pass
-    # local_files_only=True themselves)
-    import subprocess
-    import sys
-
-    code = (
-        "import os; os.environ.pop('HF_HUB_OFFLINE', None); "
-        "os.environ.pop('TRANSFORMERS_OFFLINE', None); import hydra_ops.models.factory; "
-        "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('TRANSFORMERS_OFFLINE'))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["None", "None"]
+        assert torch.equal(get_adapter(loaded).logits(batch), get_adapter(pruned).logits(batch))
