@@ -140,7 +140,7 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
     from hydra_ops.hydra.merge import merge_members
     from hydra_ops.hydra.serialization import read_hydra_config, save_hydra
     from tasks import calibrate, report, scorecard
-    from tasks.common import HYDRA, MERGED
+    from tasks.layout import HYDRA, MERGED
 
     save_hydra(
         merge_members(make_members("bert", member_plans(2), fine_tuned=True)), tmp_path / MERGED
