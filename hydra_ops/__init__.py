@@ -4,6 +4,13 @@ M members cut from one fine-tuned transformer by pruning different attention hea
 network whose attention runs as grouped (block-diagonal) projections: one forward pass, M
 predictions. This package imports neither Prefect nor DVC.
 
+Packages by job, imports pointing one way (docs/architecture.md): ``adapters`` (model
+families), ``uq`` (uncertainty, OOD scores, calibration), ``heads`` (head plans, gates, surgery,
+selection), ``metrics``, ``scoring`` (head importance), ``models`` (build, train, run, save a
+classifier), ``data``, ``hydra`` (the merged model and its saved form), ``compile``, ``perf``;
+the top-level modules (``atomic``, ``hashing``, ``messages``, ``registry``, ``versions``,
+``measurements``) are the foundation they share.
+
 The public API is re-exported here and imported lazily (``import hydra_ops`` is cheap):
 
 * models and heads: :func:`get_adapter`, :func:`head_gates`, :func:`prune_heads`, :class:`HeadPlan`
