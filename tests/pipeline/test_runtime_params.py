@@ -121,6 +121,14 @@ def test_model_stages_run_in_reduced_precision(tmp_path, caplog, precision, memb
     assert all(f", precision {precision} (as configured" in line for line in lines)
 
 
+L, H = 6, 12
+
+
+@pytest.fixture
+def scores() -> torch.Tensor:
+    return torch.rand(L, H, generator=torch.Generator().manual_seed(0))
+
+
 def test_resolve_penalty_and_the_pipeline_default(scores: torch.Tensor) -> None:
     from tasks.params import validate_params
 
