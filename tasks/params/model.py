@@ -9,8 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer
 
-from hydra_ops.data.spec import IMAGE_EXTENSIONS
-from hydra_ops.data.spec import DataSpec
+from hydra_ops.data.spec import IMAGE_EXTENSIONS, DataSpec
 from hydra_ops.models.shapes import VIT_DEFAULTS, text_model_shape
 from tasks.params.base import Strict
 
