@@ -147,7 +147,8 @@ def project(tmp_path_factory) -> Path:
 
 
 def test_every_candidate_is_judged_and_the_summary_names_a_cheaper_one(project):
-    from flows.cli import _print_summary, console
+    from flows.cli import console
+    from flows.render import print_run_summary
 
     _set_candidates(project, ["hydra"])
 
@@ -186,7 +187,7 @@ def test_every_candidate_is_judged_and_the_summary_names_a_cheaper_one(project):
     # the run's summary line says a cheaper candidate passes
     summary = {"stages": [], "seconds": 1.0, "gate": gate_summary(verdict), "promotion": {}}
     with console.capture() as captured:
-        _print_summary(summary)
+        print_run_summary(console, summary, "run.log")
     line = next(x for x in captured.get().splitlines() if x.startswith("gate:"))
     assert "PASSED" in line and "cheaper candidate passes the same checks: naive_pruned" in line
     assert "0.60x" in line and "promote.candidates" in line

@@ -139,7 +139,8 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
 
     from hydra_ops.hydra.merge import merge_members
     from hydra_ops.hydra.serialization import read_hydra_config, save_hydra
-    from tasks import calibrate, report, scorecard
+    from tasks import calibrate, scorecard
+    from tasks import evaluate_markdown as report
     from tasks.layout import HYDRA, MERGED
 
     save_hydra(
