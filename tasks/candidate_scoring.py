@@ -92,9 +92,9 @@ def fit_thresholds(
     ``[N, K, C]`` at its temperature with the score kind and quantiles calibrate used for the
     Hydra (``like``: the Hydra's stored thresholds); None when that score is ensemble-only and
     the candidate is one model (every score 0: nothing to threshold)."""
+    from hydra_ops.uq.calibrated import calibrated_ood_score
     from hydra_ops.uq.ood_criteria import ENSEMBLE_ONLY_KINDS
     from hydra_ops.uq.ood_thresholds import fit_ood_thresholds
-    from hydra_ops.uq.calibrated import calibrated_ood_score
 
     if members == 1 and like["score"] in ENSEMBLE_ONLY_KINDS:
         return None

@@ -28,7 +28,8 @@ from tasks import gate
 from tasks.candidate_export import export_record, naive_pruned_export
 from tasks.candidate_gate import applicability, cheaper, cheapest, gate_summary
 from tasks.custody import scored_record, source_record
-from tasks.params import CANDIDATES, ConfigError, GateCheck, resolve_params, validate_params
+from tasks.params import ConfigError, GateCheck, resolve_params, validate_params
+from tasks.params.promote import SHIPPABLE
 from tasks.predict import ROW_FIELDS
 from tasks.predict import predict as local_predict
 from tasks.promote import promote
@@ -278,7 +279,8 @@ def test_cost_ties_inside_the_interval_fall_to_flops_then_parameters():
 @pytest.mark.parametrize(
     ("value", "words"),
     [
-        (["hydra", "naive"], "unknown candidate 'naive'; allowed: " + ", ".join(CANDIDATES)),
+        (["hydra", "naive"], "unknown candidate 'naive'; allowed: " + ", ".join(SHIPPABLE)),
+        (["hydra", "lora_ensemble"], "'lora_ensemble' is judged but cannot ship (no export yet)"),
         ([], "name at least one candidate"),
         (["hydra", "hydra"], "a candidate is named twice"),
     ],

@@ -120,7 +120,11 @@ def test_a_missing_project_folder_is_named_as_such(tmp_path, command):
     ("key", "suggestion"),
     [
         ("finetune.epoch", "(did you mean 'epochs'?)"),
-        ("train.epoch", "(did you mean 'finetune.epochs' or 'members.finetune.epochs'?)"),
+        (
+            "train.epoch",
+            "(did you mean 'finetune.epochs' or 'members.finetune.epochs' or "
+            "'baselines.lora_ensemble.epochs'?)",
+        ),
         ("gates.0.metrik", "(did you mean 'metric'?)"),
         ("runtime.devise", "(did you mean 'device'?)"),
     ],
