@@ -32,6 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from hydra_ops.baselines.batching import count_parameters, member_logits, repeat_batch
+from hydra_ops.baselines.config import read_config as _read_config
+from hydra_ops.baselines.config import write_config
 
 __all__ = [
     "BatchEnsemble",
@@ -212,7 +214,6 @@ def save_batch_ensemble(
     """Write the fast weights (safetensors) and ``batch_ensemble.json`` into the existing folder
     ``directory`` (the caller makes the write atomic). The base itself is not written: loading
     needs it and checks its hash."""
-    import json
     from pathlib import Path
 
     from safetensors.torch import save_file
@@ -228,22 +229,12 @@ def save_batch_ensemble(
         "base_sha256": ensemble.base_sha256,
         "metadata": dict(metadata or {}),
     }
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_config(out, CONFIG_FILE, config)
 
 
 def read_config(directory: Any) -> dict[str, Any]:
     """The parsed ``batch_ensemble.json`` of ``directory`` (ValueError when missing or not one)."""
-    import json
-    from pathlib import Path
-
-    path = Path(directory) / CONFIG_FILE
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a saved BatchEnsemble ({err})") from None
-    if config.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {config.get('format')!r}, expected {FORMAT!r}")
-    return config
+    return _read_config(directory, CONFIG_FILE, FORMAT, "BatchEnsemble")
 
 
 def load_batch_ensemble(directory: Any, base: nn.Module) -> BatchEnsemble:

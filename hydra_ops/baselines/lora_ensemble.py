@@ -26,7 +26,6 @@ class and is run through its family adapter (:func:`hydra_ops.models.training.mo
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from hydra_ops.baselines.batching import count_parameters, member_logits, repeat_batch
+from hydra_ops.baselines.config import read_config as _read_config
+from hydra_ops.baselines.config import write_config
 
 __all__ = [
     "LoRAEnsemble",
@@ -293,19 +294,12 @@ def save_lora_ensemble(
         "base_sha256": ensemble.base_sha256,
         "metadata": dict(metadata or {}),
     }
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_config(out, CONFIG_FILE, config)
 
 
 def read_config(directory: Any) -> dict[str, Any]:
     """The parsed ``lora_ensemble.json`` of ``directory`` (ValueError when missing or not one)."""
-    path = Path(directory) / CONFIG_FILE
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a saved LoRA-Ensemble ({err})") from None
-    if config.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {config.get('format')!r}, expected {FORMAT!r}")
-    return config
+    return _read_config(directory, CONFIG_FILE, FORMAT, "LoRA-Ensemble")
 
 
 def load_lora_ensemble(directory: Any, base: nn.Module, batched: bool = False) -> LoRAEnsemble:

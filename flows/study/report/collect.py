@@ -9,19 +9,12 @@ from typing import Any
 
 from flows.study.report.results import OOD_SPLITS, PointResult
 from flows.study.report.stats import seed_stats
+from tasks.params.gates import BASELINES
 
 #: Baselines that depend on the variant (pruned with its heads / given its member fine-tune).
 PER_VARIANT_BASELINES = ("naive_pruned", "control")
-#: Report order of the baselines; others found in evaluate.json follow, sorted.
-BASELINE_ORDER = (
-    "single",
-    "naive_pruned",
-    "deep_ensemble",
-    "mc_dropout",
-    "lora_ensemble",
-    "batch_ensemble",
-    "control",
-)
+#: Report order of the baselines (the gates' order); others found in evaluate.json follow, sorted.
+BASELINE_ORDER = tuple(b for b in BASELINES if b != "prod")
 #: Two runs' metrics of one model at one seed are "the same" within these tolerances.
 _ISCLOSE = {"rel_tol": 1e-9, "abs_tol": 1e-12}
 
