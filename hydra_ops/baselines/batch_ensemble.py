@@ -32,8 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from hydra_ops.baselines.batching import count_parameters, member_logits, repeat_batch
+from hydra_ops.baselines.config import copy_state_into, write_config
 from hydra_ops.baselines.config import read_config as _read_config
-from hydra_ops.baselines.config import write_config
 
 __all__ = [
     "BatchEnsemble",
@@ -181,21 +181,7 @@ class BatchEnsemble(nn.Module):
     def load_fast_weights(self, state: Mapping[str, Tensor]) -> None:
         """Copy ``state`` (as :meth:`fast_weights` gives it) in; ValueError naming the first
         missing, unexpected or misshapen key."""
-        own = self.fast_weights()
-        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-        if missing or unexpected:
-            raise ValueError(
-                f"fast weights do not fit this model: missing {missing[:1]}, unexpected "
-                f"{unexpected[:1]} ({len(missing)} missing, {len(unexpected)} unexpected)"
-            )
-        with torch.no_grad():
-            for key, t in own.items():
-                if tuple(state[key].shape) != tuple(t.shape):
-                    raise ValueError(
-                        f"fast weight {key}: shape {tuple(state[key].shape)}, the model needs "
-                        f"{tuple(t.shape)}"
-                    )
-                t.copy_(state[key])
+        copy_state_into(self.fast_weights(), state, "fast weights")
 
     def num_parameters(self) -> int:
         """Parameters the ensemble holds: the base's once, plus every member's fast weights."""

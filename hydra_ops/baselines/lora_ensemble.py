@@ -34,8 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from hydra_ops.baselines.batching import count_parameters, member_logits, repeat_batch
+from hydra_ops.baselines.config import copy_state_into, write_config
 from hydra_ops.baselines.config import read_config as _read_config
-from hydra_ops.baselines.config import write_config
 
 __all__ = [
     "LoRAEnsemble",
@@ -254,21 +254,7 @@ class LoRAEnsemble(nn.Module):
     def load_adapter_state(self, state: Mapping[str, Tensor]) -> None:
         """Copy ``state`` (as :meth:`adapter_state` gives it) in; ValueError naming the first
         missing, unexpected or misshapen key."""
-        own = self.adapter_state()
-        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-        if missing or unexpected:
-            raise ValueError(
-                f"adapters do not fit this model: missing {missing[:1]}, unexpected "
-                f"{unexpected[:1]} ({len(missing)} missing, {len(unexpected)} unexpected)"
-            )
-        with torch.no_grad():
-            for key, t in own.items():
-                if tuple(state[key].shape) != tuple(t.shape):
-                    raise ValueError(
-                        f"adapter weight {key}: shape {tuple(state[key].shape)}, the model needs "
-                        f"{tuple(t.shape)}"
-                    )
-                t.copy_(state[key])
+        copy_state_into(self.adapter_state(), state, "adapters")
 
 
 def save_lora_ensemble(

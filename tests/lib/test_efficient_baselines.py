@@ -201,3 +201,19 @@ def test_repeat_batch_is_member_major():
     out = repeat_batch(batch, 2)
     assert out["input_ids"].tolist() == [[0, 1], [2, 3], [4, 5]] * 2
     assert out["labels"].tolist() == [0, 1, 2, 0, 1, 2] and out["x"] == 1
+
+
+def test_a_saved_state_that_does_not_fit_is_refused_in_one_line():
+    """hydra_ops.baselines.config.copy_state_into: keys and shapes checked before anything is
+    copied in; a fitting state is copied exactly."""
+    from hydra_ops.baselines.config import copy_state_into
+
+    own = {"a": torch.zeros(2), "b": torch.zeros(3)}
+    with pytest.raises(ValueError, match=r"missing \['b'\], unexpected \['c'\]") as err:
+        copy_state_into(own, {"a": torch.ones(2), "c": torch.ones(3)}, "adapters")
+    assert "\n" not in str(err.value) and torch.equal(own["a"], torch.zeros(2))
+    with pytest.raises(ValueError, match=r"adapters b: shape \(4,\), the model needs \(3,\)"):
+        copy_state_into(own, {"a": torch.ones(2), "b": torch.ones(4)}, "adapters")
+    assert torch.equal(own["a"], torch.zeros(2))  # nothing copied before the refusal
+    copy_state_into(own, {"a": torch.ones(2), "b": torch.full((3,), 2.0)}, "adapters")
+    assert torch.equal(own["b"], torch.full((3,), 2.0))
