@@ -35,7 +35,7 @@ EVAL_SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
 class Candidate:
     """A model under evaluation: ``logits(batch) -> [B, K, C]`` (K members; 1 for a single
     model). ``split_logits``, when given, computes a whole split's ``[N, K, C]`` instead (so shared
-    models can reuse cached outputs); latency always times ``fn``."""
+    models can reuse cached outputs); the cost comparison (:mod:`tasks.cost`) times ``fn``."""
 
     def __init__(
         self,
@@ -55,12 +55,6 @@ class Candidate:
         if self.split_logits is not None:
             return self.split_logits(data_batches)
         return torch.cat([self.fn(b).float() for b in data_batches])
-
-    def latency_ms(self, batch: dict, repeats: int, device: torch.device | None = None) -> float:
-        """Median ms of ``fn(batch)`` (synchronised on a CUDA ``device``)."""
-        from hydra_ops.compile import median_latency_ms
-
-        return median_latency_ms(lambda: self.fn(batch), repeats, device)[1]
 
 
 def independent_models(

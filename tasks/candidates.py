@@ -53,7 +53,9 @@ def shipped_logits(
 
 class ShippedHydra(Candidate):
     """The Hydra candidate: ``fn`` runs what ships; ``eager`` (None when the eager model is what
-    ships) runs the fp32 eager model it was compiled from; ``scored_by`` says which ran."""
+    ships) runs the fp32 eager model it was compiled from, the reference of evaluate's check;
+    ``timed_eager`` the same eager model at the stage's precision, the Hydra's row of the cost
+    comparison (every model eager, like with like); ``scored_by`` says which ran."""
 
     def __init__(
         self,
@@ -62,9 +64,11 @@ class ShippedHydra(Candidate):
         k: int,
         scored_by: str,
         eager: Callable[[dict], torch.Tensor] | None,
+        timed_eager: Callable[[dict], torch.Tensor] | None = None,
     ):
         super().__init__("hydra", fn, parameters, k)
         self.scored_by, self.eager = scored_by, eager
+        self.timed_eager = timed_eager or eager
 
     @torch.no_grad()
     def eager_logits(self, data_batches: list[dict]) -> torch.Tensor | None:
@@ -94,7 +98,10 @@ def shipped_hydra(
     def eager(b: dict) -> torch.Tensor:
         return run_logits(hydra, [b], device=runtime.device, precision="fp32")
 
-    return ShippedHydra(lambda b: artifact(b).float(), params, k, scored_by, eager)
+    def timed_eager(b: dict) -> torch.Tensor:
+        return run_logits(hydra, [b], device=runtime.device, precision=runtime.precision)
+
+    return ShippedHydra(lambda b: artifact(b).float(), params, k, scored_by, eager, timed_eager)
 
 
 def build_candidates(

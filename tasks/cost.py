@@ -18,7 +18,8 @@ models (the text study saw one model at 875-1,221 ms across runs).
 
 Every model is timed as an eager module at the stage's precision (the Hydra too: its eager
 model); a compiled artifact that ships is timed in the same rounds and reported under
-``shipped`` only (:func:`measure_candidates`).
+``shipped`` only (:func:`measure_candidates`). A model's ``median_ms`` is its ``latency_ms``
+(``metrics/latency.json``; the Hydra's is the shipped artifact's): one timing per model and run.
 
 Like ``metrics/latency.json`` it is a fact of this run on this machine, kept out of
 ``metrics/evaluate.json`` (the evaluation a gate verdict is bound to).
@@ -36,7 +37,14 @@ import torch
 from hydra_ops.perf.cost import count_flops, interleaved_ms, ratio_interval
 from tasks.outputs import COST_FILE
 
-__all__ = ["COST_FILE", "REFERENCE", "SHIPPED", "measure_candidates", "measure_cost"]
+__all__ = [
+    "COST_FILE",
+    "REFERENCE",
+    "SHIPPED",
+    "latency_from_cost",
+    "measure_candidates",
+    "measure_cost",
+]
 
 log = logging.getLogger("hydra_ens")
 
@@ -118,7 +126,7 @@ def measure_candidates(
     shipped: tuple[str, Callable[[], Any], int] | None = None
     artifact = None
     for c in candidates:
-        eager = getattr(c, "eager", None)
+        eager = getattr(c, "timed_eager", None) or getattr(c, "eager", None)
         run = eager if eager is not None else c.fn
         timed.append((c.name, lambda run=run: run(batch), c.parameters))
         if eager is not None:
@@ -130,3 +138,12 @@ def measure_candidates(
     if shipped is not None:
         cost["shipped"] = {"model": "hydra", "artifact": artifact, **cost["models"].pop(SHIPPED)}
     return cost
+
+
+def latency_from_cost(cost: dict[str, Any]) -> dict[str, float]:
+    """``metrics/latency.json``: each model's median ms from ``cost``'s rounds; the Hydra's is its
+    shipped artifact's where one was timed (what a user of the Hydra waits for)."""
+    latency = {name: entry["median_ms"] for name, entry in cost["models"].items()}
+    if "shipped" in cost:
+        latency[cost["shipped"]["model"]] = cost["shipped"]["median_ms"]
+    return latency

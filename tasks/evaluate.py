@@ -10,11 +10,16 @@ plus ``models/baselines``), ``mc_dropout`` (the base with dropout on at inferenc
 ``baselines.mc_dropout.samples`` seeded passes as members; when enabled) and, when members were
 fine-tuned, ``control`` (M unpruned copies of the base given the same member fine-tune). Metrics:
 all of ``hydra_ops.metrics`` (OOD = positive class, score ``evaluate.ood_score``), parameters,
-latency (median ms per batch of ``evaluate.latency_batch``, timed on ``runtime.device``; for
-``mc_dropout`` all its passes), and the paired bootstrap interval of Hydra minus each baseline.
-Every model runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32). The logits of
-``single``, ``deep_ensemble`` and ``mc_dropout`` are read from stage ``baseline_logits`` (the same
-for every variant of a seed, computed once); their latency is timed here, beside the Hydra's.
+latency, and the paired bootstrap interval of Hydra minus each baseline. Every model the stage
+runs itself (``naive_pruned``, ``control``) runs on ``runtime.device`` in the precision
+``runtime.precision`` resolves to for inference (:mod:`tasks.precision`; ``auto``: the probe
+stage ``baseline_logits`` ran on the base, read back from the measurement cache, so every
+baseline runs at one precision); the Hydra is scored as it ships and checked against its fp32
+eager model. The logits of ``single``, ``deep_ensemble`` and ``mc_dropout`` are read from stage
+``baseline_logits`` (the same for every variant of a seed, computed once). Every model is timed
+here, side by side (:mod:`tasks.cost`, ``evaluate.cost_rounds`` interleaved rounds on one batch
+of ``evaluate.latency_batch``): ``metrics/cost.json``, and each model's median in
+``metrics/latency.json`` (for ``mc_dropout`` all its passes; for the Hydra its shipped artifact).
 Besides: ``ood_by_score``, the calibrated near-/far-OOD metrics under every OOD score of
 ``hydra_ops.uq.ood_criteria.OOD_SCORE_KINDS`` (``null`` for the ensemble-only scores of a one-member
 model), so the detectors can be compared beyond the one score the gates read.
@@ -41,20 +46,23 @@ from typing import Any
 import torch
 
 from hydra_ops.data import split_labels
-from hydra_ops.models.runtime import Runtime, describe_device, move_batch
+from hydra_ops.models.checkpoints import load_model
+from hydra_ops.models.runtime import Runtime, describe_device, move_batch, resolve_device
+from hydra_ops.perf.inference_probe import time_inference
 from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
 from tasks.baseline_models import EVAL_SPLITS, eval_batches
 from tasks.candidate_scoring import candidate_bootstrap, candidate_exports
 from tasks.candidates import ShippedHydra, build_candidates
-from tasks.cost import COST_FILE, measure_candidates
+from tasks.cost import COST_FILE, latency_from_cost, measure_candidates
 from tasks.custody import check_compiled_source, scored_record
 from tasks.evaluate_markdown import latency_setup, render_report
 from tasks.key_metrics import key_metrics, write_key_metrics
-from tasks.layout import COMPILED, HYDRA, METRICS, PLOTS, REPORTS
+from tasks.layout import BASE, COMPILED, HYDRA, METRICS, PLOTS, REPORTS
 from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.outputs import LATENCY_FILE, read_json, write_json, write_text
 from tasks.params.baselines import BaselinesStageConfig
+from tasks.precision import check_batches, precision_record, stage_runtime
 from tasks.score_histograms import score_histograms
 from tasks.scorecard import (
     COMPARED_SPLITS,
@@ -103,11 +111,19 @@ def compile_fields(
 def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature
 
-    rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
-    log.info(rt.describe())
     data = {s: prepared.split(root, s) for s in EVAL_SPLITS}
     labels = {s: split_labels(data[s]) for s in ("val", "test", "shift")}
-    batched = eval_batches(cfg, root, rt)
+    batched = eval_batches(cfg, root, Runtime(resolve_device(cfg.runtime.device)))
+    # the probe baseline_logits ran (same model, batches and machine): a cache hit, not a rerun
+    rt, choice = stage_runtime(
+        cfg,
+        root,
+        "evaluate",
+        "inference",
+        lambda: load_model(root / BASE),
+        lambda: check_batches(batched["val"], cfg.compile.check_examples),
+        time_inference,
+    )
     # on the device already: latency times the model (and its logits' copy back), not the input
     latency_batch = move_batch(
         prepared.batches(cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False)[0],
@@ -145,7 +161,6 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
             "members": cand.members,
             "temperature": temps[cand.name],
             "parameters": cand.parameters,
-            "latency_ms": cand.latency_ms(latency_batch, cfg.evaluate.latency_repeats, rt.device),
             "calibrated": split_metrics(cfg, outputs[cand.name], labels, temps[cand.name]),
             "raw": split_metrics(cfg, outputs[cand.name], labels, 1.0),
             "ood_by_score": ood_by_score(outputs[cand.name], temps[cand.name], cand.members),
@@ -201,6 +216,7 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
         "ood_score": cfg.evaluate.ood_score,
         "ood_validation_set": manifest.ood_val_provenance,
         "counts": {s: len(d) for s, d in data.items()},
+        "runtime": precision_record(cfg, rt),
         "plan_overlap": plan_overlap_summary(cfg, root),
         "models": models,
         "bootstrap": bootstrap,
@@ -209,12 +225,7 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     }
     # latency is a fact of this run on this machine: kept beside the evaluation, not in it, so
     # the evaluation a gate verdict is bound to hashes the same for the same models
-    write_json(
-        root / METRICS / "evaluate.json",
-        {**result, "models": {n: _without_latency(e) for n, e in models.items()}},
-    )
-    latency = {n: e["latency_ms"] for n, e in models.items()}
-    write_json(root / METRICS / LATENCY_FILE, latency)
+    write_json(root / METRICS / "evaluate.json", result)
     ev_cfg = cfg.evaluate
     cost = measure_candidates(
         candidates,
@@ -224,7 +235,12 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
         ev_cfg.latency_batch,
         rt.precision,
     )
+    cost["precision_choice"] = choice.to_dict()
     write_json(root / METRICS / COST_FILE, cost)
+    latency = latency_from_cost(cost)
+    for name, ms in latency.items():
+        models[name]["latency_ms"] = ms
+    write_json(root / METRICS / LATENCY_FILE, latency)
     # the few numbers per model that decide; the Hydra's are the DVC metrics (tasks.key_metrics)
     write_key_metrics(root / METRICS, key_metrics(models, latency))
     report_extra = {
@@ -269,10 +285,6 @@ def _shipped_fields(
             min(c["argmax_agreement"] for c in compared.values()),
         )
     return {**compile_fields(compiled, compared), **fields}
-
-
-def _without_latency(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in entry.items() if k != "latency_ms"}
 
 
 def main() -> None:

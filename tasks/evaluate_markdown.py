@@ -34,18 +34,23 @@ def latency_setup(
     models: dict[str, dict[str, Any]],
     compiled: dict[str, Any],
 ) -> dict[str, Any]:
-    """What ``latency_ms`` timed, for the report: ``{batch, repeats, device, timed: {model: how},
-    compiled: {backend, precision}}``. Every model runs eager in evaluate's process, one after the
-    other, on ``device`` in the runtime's ``precision``, except Hydra, which runs at the precision
-    its compiled artifact ships in (weights and inputs cast; compile checked the two agree); a
-    model of K independent members (Deep Ensemble, control) runs its K models in turn, MC Dropout
-    its K passes, BatchEnsemble its K members in one pass over the stacked batch, LoRA-Ensemble
-    likewise or one adapter at a time (``baselines.lora_ensemble.batched``)."""
+    """What ``latency_ms`` timed, for the report: ``{batch, rounds, device, timed: {model: how},
+    compiled: {backend, precision}}``. Every model runs in evaluate's process, in interleaved
+    rounds (:mod:`tasks.cost`), eager on ``device`` in the runtime's ``precision``, except Hydra,
+    whose latency is what ships: its compiled artifact, or with ``compile.backend: eager`` the
+    eager model at the precision it ships in (weights and inputs cast); a model of K independent
+    members (Deep Ensemble, control) runs its K models in turn, MC Dropout its K passes,
+    BatchEnsemble its K members in one pass over the stacked batch, LoRA-Ensemble likewise or one
+    adapter at a time (``baselines.lora_ensemble.batched``)."""
     shipped = _precision(compiled.get("precision"))
+    backend = compiled.get("backend")
     timed = {}
     for name, entry in models.items():
         if name == "hydra":
-            how = f"eager {shipped if shipped and shipped != 'fp32' else precision}"
+            if backend and backend != "eager":
+                how = f"compiled {backend} {shipped or precision}"
+            else:
+                how = f"eager {shipped if shipped and shipped != 'fp32' else precision}"
             how += f", {entry['members']} members in one pass"
         else:
             how = f"eager {precision}"
@@ -57,7 +62,7 @@ def latency_setup(
         timed[name] = how
     return {
         "batch": cfg.evaluate.latency_batch,
-        "repeats": cfg.evaluate.latency_repeats,
+        "rounds": cfg.evaluate.cost_rounds,
         "device": device,
         "timed": timed,
         "compiled": {"backend": compiled.get("backend"), "precision": shipped or None},
@@ -91,23 +96,25 @@ def latency_note(setup: dict[str, Any]) -> str:
     """One paragraph: what ``latency_ms`` is, and what it is not (the compiled artifact)."""
     compiled = setup["compiled"]
     note = (
-        f"`latency_ms`: the median of {setup['repeats']} timed calls of one forward pass over a "
-        f"batch of {setup['batch']} ID-test examples, on {setup['device']}, every model eager in "
-        "the same process one after the other (column `latency timed`: at which precision). "
+        f"`latency_ms`: the median of {setup['rounds']} interleaved timing rounds "
+        "(`metrics/cost.json`) of one forward pass over a "
+        f"batch of {setup['batch']} ID-test examples, on {setup['device']}, every model in "
+        "the same process (column `latency timed`: how and at which precision). "
         "A figure measured on another machine, precision or batch (the README's, `benchmarks/`) "
         "does not compare with these."
     )
     precisions = {how.split(",")[0] for how in setup["timed"].values()}
     if len(precisions) > 1:
         note += (
-            " The rows ran at different precisions (" + ", ".join(sorted(precisions)) + "): the "
-            "Hydra at the precision it ships in, the others at the runtime's, so a ratio between "
-            "them also measures the precision."
+            " The rows ran differently (" + ", ".join(sorted(precisions)) + "): the Hydra as it "
+            "ships, the others eager at the runtime's precision, so a ratio between them also "
+            "measures the backend and precision. `metrics/cost.json` compares like with like "
+            "(the Hydra's eager model among the others, its shipped artifact apart)."
         )
     if compiled.get("backend") and compiled["backend"] != "eager":
         note += (
-            f" The Hydra ships compiled ({compiled['backend']}, {compiled['precision']}); that "
-            "artifact's own timings are compile's (`metrics/compile.json`), not this column."
+            f" The Hydra ships compiled ({compiled['backend']}, {compiled['precision']}): its "
+            "row times that artifact."
         )
     return note
 

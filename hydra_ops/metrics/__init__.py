@@ -36,7 +36,8 @@ Conventions (also in ``docs/metrics.md``):
   precision is the step-wise sum over distinct thresholds (as sklearn's
   ``average_precision_score``, which compute them, in float64). :func:`auroc` computes the same
   AUROC by the rank-sum identity (equal up to float rounding, much cheaper: the paired bootstrap
-  calls it per resample); :func:`roc_points` thins the ROC curve for plots.
+  calls it per resample) and :func:`auroc_resampled` for many resamples at once;
+  :func:`roc_points` thins the ROC curve for plots.
 - OOD scores (:func:`ood_scores`): ``msp`` ``-max_c p``, ``entropy`` ``H[p]``,
   ``mutual_information`` from member probabilities, ``energy`` ``-logsumexp(logits)`` (for
   [N, M, C] logits the mean member energy).
@@ -70,7 +71,7 @@ from hydra_ops.metrics.classification import (
     nll,
     nll_resampled,
 )
-from hydra_ops.metrics.ood import auroc, ood_metrics, roc_points
+from hydra_ops.metrics.ood import auroc, auroc_resampled, ood_metrics, roc_points
 from hydra_ops.metrics.selective import augrc, aurc
 from hydra_ops.uq.ood_criteria import OOD_SCORE_KINDS, ood_scores
 
@@ -79,12 +80,14 @@ __all__ = [
     "NLL_EPS",
     "OOD_SCORE_KINDS",
     "RESAMPLED_METRICS",
+    "RESAMPLED_OOD_METRICS",
     "accuracy",
     "accuracy_resampled",
     "adaptive_ece",
     "augrc",
     "aurc",
     "auroc",
+    "auroc_resampled",
     "brier",
     "brier_resampled",
     "calibration_bins",
@@ -107,3 +110,7 @@ RESAMPLED_METRICS: dict[Callable[..., float], Callable[..., Tensor]] = {
     ece: ece_resampled,
 }
 """Vectorised twins ``(probs [N, C], labels [N], idx [R, N]) -> [R]``; the bootstrap uses them."""
+
+RESAMPLED_OOD_METRICS: dict[Callable[..., float], Callable[..., Tensor]] = {auroc: auroc_resampled}
+"""Vectorised twins ``(id [N], ood [K], id_idx [R, N], ood_idx [R, K]) -> [R]`` of OOD metrics;
+:func:`hydra_ops.metrics.bootstrap.paired_bootstrap_ood` uses them."""

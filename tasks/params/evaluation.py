@@ -4,7 +4,8 @@ every model stage's evaluation batch)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -63,6 +64,17 @@ class EvaluateConfig(Strict):
     """Also bootstrap the raw (uncalibrated) differences (the calibrated ones always are)."""
     batch_size: int = Field(default=64, ge=1)
     latency_batch: int = Field(default=32, ge=1)
-    latency_repeats: int = Field(default=5, ge=1)
     cost_rounds: int = Field(default=10, ge=1)
-    """Interleaved timing rounds of every model in ``metrics/cost.json`` (:mod:`tasks.cost`)."""
+    """Interleaved timing rounds of every model in ``metrics/cost.json`` (:mod:`tasks.cost`);
+    a model's ``latency_ms`` is the median of its rounds."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "latency_repeats" in data:
+            data = {k: v for k, v in data.items() if k != "latency_repeats"}
+            logging.getLogger("hydra_ens").warning(
+                "params: evaluate.latency_repeats is no longer used and was dropped: latency_ms "
+                "is the median of the evaluate.cost_rounds interleaved timing rounds"
+            )
+        return data

@@ -20,7 +20,6 @@ PROFILES: dict[str, dict[str, Any]] = {
         "compile": {"backend": "eager"},
         "evaluate": {
             "bootstrap_samples": 100,
-            "latency_repeats": 2,
             "latency_batch": 8,
             "cost_rounds": 3,
         },

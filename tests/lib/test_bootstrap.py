@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hydra_ops.metrics import accuracy, brier, ece, ece_resampled, nll, ood_metrics
+from hydra_ops.metrics import (
+    accuracy,
+    auroc,
+    auroc_resampled,
+    brier,
+    ece,
+    ece_resampled,
+    nll,
+    ood_metrics,
+)
 from hydra_ops.metrics.bootstrap import BootstrapResult, paired_bootstrap, paired_bootstrap_ood
 
 
@@ -108,3 +117,40 @@ def test_ece_resampled_matches_torchmetrics_ece_per_resample() -> None:
     fast = ece_resampled(a, y, idx)
     for r in range(5):
         assert float(fast[r]) == pytest.approx(ece(a[idx[r]], y[idx[r]]), abs=1e-6)
+
+
+def test_auroc_resampled_equals_sklearn_per_resample_with_ties() -> None:
+    g = torch.Generator().manual_seed(7)
+    # rounded scores: many tied ID/OOD pairs, which count 1/2
+    id_scores = (torch.randn(150, generator=g) * 2).round() / 2
+    ood_scores = (torch.randn(90, generator=g) * 2 + 1).round() / 2
+    id_idx = torch.randint(0, 150, (40, 150), generator=g)
+    ood_idx = torch.randint(0, 90, (40, 90), generator=g)
+    fast = auroc_resampled(id_scores, ood_scores, id_idx, ood_idx)
+    assert fast.shape == (40,)
+    for r in range(40):
+        expected = ood_metrics(id_scores[id_idx[r]], ood_scores[ood_idx[r]])["auroc"]
+        assert float(fast[r]) == pytest.approx(expected, abs=1e-12)
+
+
+def test_auroc_resampled_refuses_bad_indices() -> None:
+    scores = torch.arange(5.0)
+    with pytest.raises(ValueError, match="idx must index"):
+        auroc_resampled(scores, scores, torch.full((2, 5), 5), torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="same number of resamples"):
+        auroc_resampled(
+            scores, scores, torch.zeros(2, 5, dtype=torch.long), torch.zeros(3, 5, dtype=torch.long)
+        )
+
+
+def test_ood_bootstrap_vectorised_path_matches_per_resample_loop() -> None:
+    g = torch.Generator().manual_seed(2)
+    a_id, a_ood = torch.randn(300, generator=g), torch.randn(120, generator=g) + 1.0
+    b_id, b_ood = torch.randn(300, generator=g), torch.randn(120, generator=g) + 0.7
+    fast = paired_bootstrap_ood(auroc, a_id, a_ood, b_id, b_ood, n_resamples=300, seed=5)
+    slow = paired_bootstrap_ood(
+        lambda i, o: auroc(i, o), a_id, a_ood, b_id, b_ood, n_resamples=300, seed=5
+    )
+    assert fast.point_difference == slow.point_difference
+    for field in ("low", "high", "mean_difference"):
+        assert getattr(fast, field) == pytest.approx(getattr(slow, field), abs=1e-12)

@@ -196,3 +196,11 @@ def test_measurement_cache_survives_corruption_and_separates_machines(tmp_path):
     path.write_text("{not json")
     assert cache.get("k", {"a": 1}, here) is None  # a cache: unreadable means re-measure
     assert MeasurementCache(None).get("k", {}, here) is None
+
+
+def test_speedup_compares_fastest_steps_so_one_busy_step_cannot_flip_the_choice() -> None:
+    # bf16's true step is 2x faster; two of its three steps were slowed by load elsewhere
+    timings = Timings(fp32=(1.0, 1.0, 1.1), bf16=(0.5, 3.0, 3.5))
+    assert timings.speedup == pytest.approx(2.0)
+    assert timings.to_dict()["bf16_best_ms"] == 500.0
+    assert timings.to_dict()["bf16_median_ms"] == 3000.0

@@ -64,3 +64,28 @@ def test_the_hydra_is_timed_as_its_eager_model_and_the_shipped_artifact_apart():
     assert {"artifact", "eager", "single"} <= set(calls)
     no_artifact = measure_candidates([single], x, rounds=2)
     assert "shipped" not in no_artifact
+
+
+def test_the_hydra_is_timed_at_the_stage_precision_and_its_latency_is_what_ships() -> None:
+    from types import SimpleNamespace
+
+    from tasks.candidates import ShippedHydra
+    from tasks.cost import latency_from_cost, measure_candidates
+
+    x = torch.randn(4, 16)
+    calls: list[str] = []
+
+    def run(name):
+        return lambda b: (calls.append(name), b)[1]
+
+    hydra = ShippedHydra(
+        run("artifact"), 1, 3, "compiled inductor (bf16 on cpu)", run("fp32 eager"), run("bf16")
+    )
+    single = SimpleNamespace(name="single", fn=run("single"), parameters=1)
+    cost = measure_candidates([hydra, single], x, rounds=3, batch_size=4, precision="bf16")
+    # the cost row times the eager model at the stage's precision, never the fp32 reference
+    assert "fp32 eager" not in calls and {"bf16", "artifact", "single"} <= set(calls)
+    latency = latency_from_cost(cost)
+    assert latency["hydra"] == cost["shipped"]["median_ms"]
+    assert latency["single"] == cost["models"]["single"]["median_ms"]
+    assert sorted(latency) == ["hydra", "single"]

@@ -138,7 +138,7 @@ def first_study(tmp_path_factory, cluster):
         root / "spec.yaml",
         {
             "circuit": {"scoring.method": "circuit"},
-            "taylor": {"scoring.method": "taylor", "evaluate.latency_repeats": 13},
+            "taylor": {"scoring.method": "taylor", "evaluate.cost_rounds": 13},
         },
     )
     proc = _study(project, spec, cluster["env"], "--cluster", cluster["address"])

@@ -1,7 +1,7 @@
 """Stub stages for the study engine's tests (see dvc.yaml here): real files, no models.
 
 ``evaluate`` perturbs a real evaluate.json (evaluate_template.json) by the point's variant and
-seed; ``gate`` judges it with the pipeline's own gate checks. ``evaluate.latency_repeats: 13``
+seed; ``gate`` judges it with the pipeline's own gate checks. ``evaluate.cost_rounds: 13``
 makes ``evaluate`` fail at seed 1 (a point that fails for a real reason);
 ``STUB_SLOW_SECONDS`` makes ``score_heads`` take that long (a window to kill a worker in).
 """
@@ -91,8 +91,8 @@ elif stage == "score_heads":
     time.sleep(float(os.environ.get("STUB_SLOW_SECONDS", "0")))
     write("artifacts/scores/scores.json", {"method": params["scoring"]["method"], "seed": seed})
 elif stage == "evaluate":
-    if params["evaluate"]["latency_repeats"] == 13 and seed == 1:
-        print("error: evaluate: the stub was asked to fail (latency_repeats 13)", file=sys.stderr)
+    if params["evaluate"]["cost_rounds"] == 13 and seed == 1:
+        print("error: evaluate: the stub was asked to fail (cost_rounds 13)", file=sys.stderr)
         sys.exit(1)
     ev = json.loads(Path("evaluate_template.json").read_text())
     variant = (params["scoring"]["method"], params["merge"]["shared_layers"])
