@@ -114,8 +114,9 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
     """End an interrupted run: no new stage starts and nothing is retried
     (:data:`flows.dvcops.INTERRUPTED`), the Prefect API is told (:func:`record_interrupt`), the
     processes the run started are stopped (:func:`flows.dvcops.stop_descendants`; after Ctrl-C
-    they got the signal too and are given a few seconds), ``line`` goes to the console (the
-    only one from here on) and the run log, and the process exits 130.
+    they got the signal too and are given a few seconds), logging is silenced
+    (:func:`silence_logging`: a study's task threads still log), ``line`` goes to the console (the
+    last line it shows) and the run log, and the process exits 130.
 
     ``os._exit``, not ``sys.exit``: a normal exit runs Prefect's at-exit work (draining its log
     and event workers to the API, joining the task threads), which waits minutes on a temporary
@@ -147,12 +148,25 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
             run_log.note(f"Prefect API: {recorded}")
         run_log.note(f"child processes at the interrupt, stopped: {stopped or 'none'}")
         run_log.handler.flush()
+    silence_logging()
     sys.stdout.flush()
     Console(file=stderr).print(
         f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True
     )
     stderr.flush()
     os._exit(130)
+
+
+def silence_logging(wait: float = 1.0) -> None:
+    """No log line after the interrupt's own: logging is disabled, then every handler's lock is
+    taken and kept until the process ends (a line another thread is writing finishes first; none
+    starts after). A lock held longer than ``wait`` s (a thread stuck writing) is skipped."""
+    logging.disable(logging.CRITICAL)
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if handler.lock is not None:
+                handler.lock.acquire(timeout=wait)
 
 
 def record_interrupt(

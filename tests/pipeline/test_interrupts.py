@@ -224,3 +224,43 @@ def test_ctrl_c_while_the_project_is_set_up_is_the_same_one_line_and_exit_130(tm
     assert proc.returncode == 130, (out + err)[-4000:]
     assert err.strip() == f"error: {INTERRUPTED_RUN}", (out + err)[-4000:]
     assert "Aborted" not in out + err and not (root / ".hydra-ens" / "logs").exists()
+
+
+def test_after_silence_logging_no_thread_writes_another_log_line() -> None:
+    import io
+    import logging
+    import threading
+
+    from flows.interrupts import silence_logging
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("hydra_ens.test_silence")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    stop = threading.Event()
+
+    def chatter() -> None:  # a study's task thread, still logging after the interrupt
+        while not stop.is_set():
+            logger.info("a task's line")
+
+    worker = threading.Thread(target=chatter, daemon=True)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 5
+        while "a task's line" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "a task's line" in stream.getvalue()
+        silence_logging(wait=1.0)
+        written = len(stream.getvalue())
+        time.sleep(0.3)
+        assert len(stream.getvalue()) == written
+    finally:
+        logging.disable(logging.NOTSET)
+        for each in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+            for h in getattr(each, "handlers", ()):
+                while h.lock is not None and h.lock._is_owned():  # taken by silence_logging
+                    h.lock.release()
+        stop.set()
+        worker.join(timeout=5)
+        logger.removeHandler(handler)
