@@ -25,14 +25,12 @@ from typing import Any
 
 import torch
 
-from hydra_ops.models.checkpoints import load_model
 from hydra_ops.models.runtime import Runtime, resolve_device
-from hydra_ops.perf.inference_probe import time_inference
-from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
-from tasks.layout import BASE, METRICS
+from tasks.baseline_models import EVAL_SPLITS, base_inference_runtime, eval_batches, seed_baselines
+from tasks.layout import METRICS
 from tasks.outputs import publish_dir, read_json, write_json
 from tasks.params.baselines import BaselinesStageConfig
-from tasks.precision import check_batches, precision_record, stage_runtime
+from tasks.precision import precision_record
 from tasks.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
@@ -48,15 +46,7 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
 
     device = Runtime(resolve_device(cfg.runtime.device))
     batched = eval_batches(cfg, root, device)
-    rt, choice = stage_runtime(
-        cfg,
-        root,
-        "baseline_logits",
-        "inference",
-        lambda: load_model(root / BASE),
-        lambda: check_batches(batched["val"], cfg.compile.check_examples),
-        time_inference,
-    )
+    rt, choice = base_inference_runtime(cfg, root, "baseline_logits", batched["val"])
     tensors: dict[str, torch.Tensor] = {}
     models: dict[str, dict[str, int]] = {}
     for cand in seed_baselines(cfg, root, rt):

@@ -20,11 +20,13 @@ import torch
 from hydra_ops.models.checkpoints import load_model
 from hydra_ops.models.inference import logits as run_logits
 from hydra_ops.models.runtime import Runtime
+from hydra_ops.perf.precision_probe import PrecisionChoice
 from tasks import data as prepared
 from tasks.candidate_export import deep_ensemble_export, mc_dropout_export, single_export
 from tasks.layout import BASE, BASELINES
 from tasks.outputs import read_json
 from tasks.params.baselines import BaselinesStageConfig
+from tasks.precision import check_batches, stage_runtime
 
 log = logging.getLogger("hydra_ens")
 
@@ -161,6 +163,27 @@ def efficient_models(cfg: BaselinesStageConfig, root: Path, runtime: Runtime) ->
         fn = lambda b, f=split_logits: f([b])  # noqa: E731
         out.append(Candidate(name, fn, module.num_parameters(), module.num_members, split_logits))
     return out
+
+
+def base_inference_runtime(
+    cfg: BaselinesStageConfig, root: Path, stage: str, val_batches: list[dict]
+) -> tuple[Runtime, PrecisionChoice]:
+    """``(runtime, choice)`` for the baselines' inference: what ``runtime.precision`` resolves to
+    for the seed's base on ``val_batches``' first ``compile.check_examples`` examples
+    (:func:`tasks.precision.stage_runtime`). Stage ``baseline_logits`` measures it; ``evaluate``
+    gets the same answer back from the measurement cache, so every baseline runs at one
+    precision."""
+    from hydra_ops.perf.inference_probe import time_inference
+
+    return stage_runtime(
+        cfg,
+        root,
+        stage,
+        "inference",
+        lambda: load_model(root / BASE),
+        lambda: check_batches(val_batches, cfg.compile.check_examples),
+        time_inference,
+    )
 
 
 def eval_batches(

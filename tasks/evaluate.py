@@ -46,23 +46,21 @@ from typing import Any
 import torch
 
 from hydra_ops.data import split_labels
-from hydra_ops.models.checkpoints import load_model
 from hydra_ops.models.runtime import Runtime, describe_device, move_batch, resolve_device
-from hydra_ops.perf.inference_probe import time_inference
 from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
-from tasks.baseline_models import EVAL_SPLITS, eval_batches
+from tasks.baseline_models import EVAL_SPLITS, base_inference_runtime, eval_batches
 from tasks.candidate_scoring import candidate_bootstrap, candidate_exports
 from tasks.candidates import ShippedHydra, build_candidates
 from tasks.cost import COST_FILE, latency_from_cost, measure_candidates
 from tasks.custody import check_compiled_source, scored_record
 from tasks.evaluate_markdown import latency_setup, render_report
 from tasks.key_metrics import key_metrics, write_key_metrics
-from tasks.layout import BASE, COMPILED, HYDRA, METRICS, PLOTS, REPORTS
+from tasks.layout import COMPILED, HYDRA, METRICS, PLOTS, REPORTS
 from tasks.member_diversity import model_diversity, plan_overlap_summary
 from tasks.outputs import LATENCY_FILE, read_json, write_json, write_text
 from tasks.params.baselines import BaselinesStageConfig
-from tasks.precision import check_batches, precision_record, stage_runtime
+from tasks.precision import precision_record
 from tasks.score_histograms import score_histograms
 from tasks.scorecard import (
     COMPARED_SPLITS,
@@ -115,15 +113,7 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     labels = {s: split_labels(data[s]) for s in ("val", "test", "shift")}
     batched = eval_batches(cfg, root, Runtime(resolve_device(cfg.runtime.device)))
     # the probe baseline_logits ran (same model, batches and machine): a cache hit, not a rerun
-    rt, choice = stage_runtime(
-        cfg,
-        root,
-        "evaluate",
-        "inference",
-        lambda: load_model(root / BASE),
-        lambda: check_batches(batched["val"], cfg.compile.check_examples),
-        time_inference,
-    )
+    rt, choice = base_inference_runtime(cfg, root, "evaluate", batched["val"])
     # on the device already: latency times the model (and its logits' copy back), not the input
     latency_batch = move_batch(
         prepared.batches(cfg, data["test"], cfg.evaluate.latency_batch, with_labels=False)[0],
