@@ -211,3 +211,14 @@ def test_switching_to_fashion_mnist_brings_its_data_sizes():
     kept = apply_sets(edited, {"data.name": "fashion-mnist"}).data
     assert (kept.shift_severity, kept.train_frac, kept.val_frac) == (0.3, 0.6, 0.2)
     assert kept.max_per_split == 15000
+
+
+def test_fashion_mnists_hydra_shares_three_of_four_layers_and_a_study_spec_can_pin_two():
+    """The fashion-mnist study's cheapest Hydra (docs/study.md) is the source's default; the
+    specs that ran before it pin the trunk they ran with."""
+    assert resolve_params("default", sets={"data.name": "fashion-mnist"}).shared_layers == 3
+    assert resolve_params("default").shared_layers == 3  # BBC News: L/2 of MiniLM's 6
+    pinned = resolve_params(
+        "default", sets={"data.name": "fashion-mnist", "merge.shared_layers": 2}
+    )
+    assert pinned.shared_layers == 2
