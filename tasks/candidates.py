@@ -79,11 +79,16 @@ class ShippedHydra(Candidate):
 
 
 def shipped_hydra(
-    cfg: BaselinesStageConfig, root: Path, hydra: nn.Module, runtime: Runtime
+    cfg: BaselinesStageConfig,
+    root: Path,
+    hydra: nn.Module,
+    runtime: Runtime,
+    timed_precision: str | None = None,
 ) -> ShippedHydra:
     """The Hydra candidate of ``root`` (module docstring). The compiled artifact is loaded with
     its hash verified and runs on the device it was compiled for; the eager model on
-    ``runtime``."""
+    ``runtime`` (what ships when compile kept the eager model, and the fp32 reference otherwise),
+    timed for the cost comparison at ``timed_precision`` (None: ``runtime``'s), the baselines'."""
     from hydra_ops.compile import load_compiled
 
     compiled = read_json(root / COMPILED / "compiled.json", "compile output")
@@ -99,23 +104,30 @@ def shipped_hydra(
         return run_logits(hydra, [b], device=runtime.device, precision="fp32")
 
     def timed_eager(b: dict) -> torch.Tensor:
-        return run_logits(hydra, [b], device=runtime.device, precision=runtime.precision)
+        precision = timed_precision or runtime.precision
+        return run_logits(hydra, [b], device=runtime.device, precision=precision)
 
     return ShippedHydra(lambda b: artifact(b).float(), params, k, scored_by, eager, timed_eager)
 
 
 def build_candidates(
-    cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
+    cfg: BaselinesStageConfig,
+    root: Path,
+    runtime: Runtime | None = None,
+    hydra_runtime: Runtime | None = None,
 ) -> tuple[list[Candidate], float]:
     """The candidates, every baseline on ``runtime`` (None: CPU fp32), and Hydra's temperature
-    (the first candidate is the :class:`ShippedHydra`)."""
+    (the first candidate is the :class:`ShippedHydra`). ``hydra_runtime`` (None: ``runtime``)
+    runs the Hydra's eager model: the gates judge what ships, so a measured inference precision
+    of the baselines never changes the precision an eager Hydra is scored at; its cost row is
+    timed at ``runtime``'s precision, like the baselines'."""
     from hydra_ops.hydra.serialization import load_hydra
     from tasks.merge import load_members
 
     rt = runtime or Runtime()
     hydra = load_hydra(root / HYDRA)
     temperature = float(hydra.temperature)
-    cands: list[Candidate] = [shipped_hydra(cfg, root, hydra, rt)]
+    cands: list[Candidate] = [shipped_hydra(cfg, root, hydra, hydra_runtime or rt, rt.precision)]
     shared = {c.name: c for c in seed_baselines(cfg, root, rt)}
     cands.append(shared.pop("single"))
     naive_plan = load_plans(root / PLANS / "naive_plan.json")[0]

@@ -123,7 +123,9 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     scored = scored_record(cfg, root)
     compiled = read_json(root / COMPILED / "compiled.json", "compile output")
     check_compiled_source(compiled, scored["model"]["sha256"], f"{COMPILED} <- {HYDRA}")
-    candidates, hydra_t = build_candidates(cfg, root, rt)
+    # the Hydra is scored as configured (auto: fp32 unless compile shipped another precision)
+    hydra_rt = Runtime.from_spec(cfg.runtime.device, cfg.runtime.precision)
+    candidates, hydra_t = build_candidates(cfg, root, rt, hydra_runtime=hydra_rt)
     stored = load_baseline_logits(root, {s: len(d) for s, d in data.items()})
 
     outputs: dict[str, dict[str, torch.Tensor]] = {}
