@@ -309,6 +309,10 @@ def study(
     gates_from: Annotated[
         Path | None, typer.Option(help="judge every point with the `gates` of this YAML")
     ] = None,
+    only: Annotated[
+        list[str],
+        typer.Option(help="run only the points matching this pattern (v-seed[34]); repeatable"),
+    ] = [],  # noqa: B006
 ) -> None:
     """Run a study: every (variant, seed) point a full pipeline run and a DVC experiment, as
     Prefect tasks on a Dask cluster; then the study report (Markdown + PNG)."""
@@ -323,7 +327,7 @@ def study(
     _check_allocator()
     # every point validated before anything starts; the one line on Ctrl-C, not a silent exit
     with interrupts_end_the_run(None, INTERRUPTED_STUDY), _exit_on(ConfigError, code=2):
-        gates = check_study(spec, root, gates_from)
+        gates = check_study(spec, root, gates_from, only)
         resources = parse_resources(resource)
     from flows import render
     from flows.launch import FlowFailed, run_study
@@ -343,6 +347,7 @@ def study(
             gates=gates,
             say=_say,
             note=_note,
+            only=only,
         )
     render.print_study(console, summary, report_only)
     if summary["failed"]:

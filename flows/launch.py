@@ -128,12 +128,14 @@ def run_study(
     gates: list[dict] | None,
     say: Callable[[str], None],
     note: Callable[[str], None],
+    only: list[str] | None = None,
 ) -> dict[str, Any]:
     """Run the study ``spec`` of the project in ``root`` (:func:`flows.study.hydra_study`) on
     ``workers`` local Dask workers or the scheduler ``cluster`` (``report_only``: no cluster, only
     the report of the points done), with a local Prefect API for local workers
     (:class:`flows.prefect_api.LocalPrefectApi`); its summary. ``threads``: torch threads per
-    point (None: the cores over the local workers). FlowFailed as :func:`run_flow` says."""
+    point (None: the cores over the local workers). ``only``: the points to run, by name pattern.
+    FlowFailed as :func:`run_flow` says."""
     import logging
 
     from flows.prefect_api import LocalPrefectApi
@@ -163,5 +165,6 @@ def run_study(
         resources=resources or None,
         report_only=report_only,
         gates=gates,
+        only=only or None,
     )
     return summary

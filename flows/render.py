@@ -227,11 +227,14 @@ def study_line(summary: dict[str, Any], report_only: bool) -> str:
             f"{len(summary['missing'])} missing (run without --report-only to compute them)"
         )
     reuse = summary["reuse"]
-    return (
+    line = (
         f"{reuse['points']} points shared {reuse['upstreams']} upstream(s); reuse saved "
         f"{reuse['saved_seconds'] / 60:.1f} min of compute; "
         f"wall {summary['seconds'] / 60:.1f} min"
     )
+    if summary.get("missing"):
+        line += f"; {len(summary['missing'])} points not selected by --only are missing"
+    return line
 
 
 def print_study(console: Console, summary: dict[str, Any], report_only: bool) -> None:

@@ -39,7 +39,7 @@ from flows.study.points import (
     run_upstream,
 )
 from flows.study.report import load_point, write_study_report
-from flows.study.spec import StudyPoint, load_study, study_points
+from flows.study.spec import StudyPoint, load_study, select_points, study_points
 from tasks.outputs import write_json
 from tasks.params import GateCheck
 from tasks.registry import git
@@ -160,11 +160,14 @@ def hydra_study(
     resources: dict[str, float] | None = None,
     report_only: bool = False,
     gates: list[dict[str, Any]] | None = None,
+    only: list[str] | None = None,
 ) -> dict[str, Any]:
     """Run the study ``spec_path`` in the project ``project_dir``; returns the summary.
     ``report_only``: run nothing, write the report of the points already done (the others are
-    listed as ``missing``). ``gates``: gate checks (``params.gates`` entries) the report judges
-    every point and baseline with, instead of each point's own."""
+    listed as ``missing``). ``only``: run only the points whose names match one of these shell
+    patterns (:func:`~flows.study.spec.select_points`); the others not done are ``missing``, and
+    the report covers every point done. ``gates``: gate checks (``params.gates`` entries) the
+    report judges every point and baseline with, instead of each point's own."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     root = Path(project_dir).resolve()
@@ -185,9 +188,9 @@ def hydra_study(
     fetch_experiments(root, job_base["git_url"])
     fresh = fresh_points(root, commit, {p.name: p.params for p in points})
     todo = [p for p in points if p.name not in fresh]
-    missing = [p.name for p in todo] if report_only else []
-    if report_only:
-        todo = []
+    selected = {p.name for p in select_points(points, only or [])}
+    missing = [p.name for p in todo if report_only or p.name not in selected]
+    todo = [] if report_only else [p for p in todo if p.name in selected]
     logger.info(
         "study %s at %s: %d points (%d variants x %d seeds), %d up to date, %d to run",
         spec.name,

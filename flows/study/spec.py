@@ -31,6 +31,7 @@ share one upstream: :func:`upstream_key` names it.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -217,13 +218,34 @@ def study_points(spec: StudySpec, spec_dir: Path, dvc_yaml: Path) -> list[StudyP
     return points
 
 
-def check_study(spec: Path, root: Path, gates_from: Path | None) -> list[dict] | None:
+def select_points(points: list[StudyPoint], only: list[str]) -> list[StudyPoint]:
+    """The ``points`` whose names match one of the shell patterns ``only`` (all of them when
+    ``only`` is empty), e.g. ``taylor-half-seed[345]``; ConfigError (one line) for a pattern that
+    matches no point, so a typo never runs an empty study."""
+    unmatched = [pat for pat in only if not any(fnmatch.fnmatchcase(p.name, pat) for p in points)]
+    if unmatched:
+        names = ", ".join(p.name for p in points[:4])
+        raise ConfigError(
+            f"--only {unmatched[0]!r} matches no point of the study (its points are named "
+            f"<variant>-seed<k>: {names}{', ...' if len(points) > 4 else ''})"
+        )
+    if not only:
+        return points
+    return [p for p in points if any(fnmatch.fnmatchcase(p.name, pat) for pat in only)]
+
+
+def check_study(
+    spec: Path, root: Path, gates_from: Path | None, only: list[str] | None = None
+) -> list[dict] | None:
     """ConfigError (one line) unless every point of the study ``spec`` resolves and names what the
-    library has; the ``gates`` of ``gates_from`` (validated), if given."""
+    library has, and every pattern of ``only`` names a point (:func:`select_points`); the
+    ``gates`` of ``gates_from`` (validated), if given."""
     from tasks.params.overrides import read_gates
     from tasks.params.schema import validate_params
     from tasks.preflight import check_names
 
-    for point in study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml"):
+    points = study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
+    select_points(points, only or [])
+    for point in points:
         check_names(validate_params(point.params, "params", root))
     return read_gates(gates_from) if gates_from else None

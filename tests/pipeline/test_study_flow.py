@@ -246,7 +246,7 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
     s = first_study
     # the failing override removed: the taylor points are stale (seed 0) or missing (seed 1);
     # a held-out confirmation seed 2 is new for both variants; this run uses the default local
-    # cluster: the same flow, another cluster
+    # cluster: the same flow, another cluster; --only leaves circuit-seed2 for the next run
     _spec(
         s["spec"],
         {"circuit": {"scoring.method": "circuit"}, "taylor": {"scoring.method": "taylor"}},
@@ -254,22 +254,19 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
     )
     env = {k: v for k, v in cluster["env"].items() if k != "STUB_SLOW_SECONDS"}
     env["HYDRA_ENS_STUDY_SCRATCH"] = str(s["root"] / "local-scratch")
-    proc = _study(s["project"], s["spec"], env, "--workers", "2")
+    proc = _study(s["project"], s["spec"], env, "--workers", "2", "--only", "taylor-*")
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out[-3000:]
     summary = _summary(s["project"])
-    assert sorted(summary["ran"]) == [
-        "circuit-seed2",
-        "taylor-seed0",
-        "taylor-seed1",
-        "taylor-seed2",
-    ]
+    assert sorted(summary["ran"]) == ["taylor-seed0", "taylor-seed1", "taylor-seed2"]
     assert sorted(summary["up_to_date"]) == ["circuit-seed0", "circuit-seed1"]
+    assert summary["missing"] == ["circuit-seed2"] and "not selected by --only" in out
     # seeds 0 and 1 reuse their upstreams; the confirmation seed's is new
     reused = sorted(bool(u.get("reused_from_earlier")) for u in summary["upstreams"].values())
     assert reused == [False, True, True]
 
-    # nothing to run; the report re-judged with gates that hold each Hydra against its twin
+    # the point left out runs now (its seed's upstream stored by the run above), and the report
+    # is re-judged with gates that hold each Hydra against its twin
     gates = [{"metric": "accuracy", "split": "id_test", "threshold": 0.0}]
     gates += [g for g in default_gates() if g.get("any_of") == TWIN_GROUP]
     (s["root"] / "gates.yaml").write_text(yaml.safe_dump({"gates": gates}))
@@ -278,8 +275,9 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out[-3000:]
     summary = _summary(s["project"])
-    assert summary["ran"] == [] and len(summary["up_to_date"]) == 6
-    assert summary["upstreams"] == {}
+    assert summary["ran"] == ["circuit-seed2"] and len(summary["up_to_date"]) == 5
+    assert summary["missing"] == []
+    assert [u["reused_from_earlier"] for u in summary["upstreams"].values()] == [True]
 
 
 def _exp_file(project: Path, name: str, rel: str) -> str:

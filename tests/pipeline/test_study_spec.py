@@ -57,6 +57,18 @@ def test_confirmation_seeds_are_run_and_must_be_held_out(tmp_path):
         load_study(_spec(tmp_path, confirm_seeds=[1, 4]))
 
 
+def test_only_selects_points_by_name_pattern_and_refuses_a_pattern_matching_none(tmp_path):
+    from flows.study.spec import load_study, select_points, study_points
+
+    points = study_points(load_study(_spec(tmp_path, confirm_seeds=[5])), tmp_path, STUB_DVC)
+    assert select_points(points, []) == points
+    assert [p.name for p in select_points(points, ["b-seed[15]"])] == ["b-seed1", "b-seed5"]
+    picked = select_points(points, ["a-seed5", "b-*"])
+    assert [p.name for p in picked] == ["a-seed5", "b-seed0", "b-seed1", "b-seed5"]
+    with pytest.raises(ConfigError, match="--only 'c-seed5' matches no point of the study"):
+        select_points(points, ["a-*", "c-seed5"])
+
+
 def test_real_prepare_data_draws_another_split_per_seed_unless_pinned(tmp_path):
     """The quick profile's real ``prepare_data`` for the points of seeds 0 and 1: train/val/
     test membership, the shift corruption and the far-OOD sample all differ (file hashes); a
