@@ -204,7 +204,8 @@ def print_registry(
 
 
 def study_table(summary: dict[str, Any]) -> Table:
-    """A study's points: up to date, ran (seconds), failed (why) or missing (``--report-only``)."""
+    """A study's points: up to date, ran (seconds), failed (why) or missing (``--report-only``,
+    or not selected by ``--only``)."""
     table = Table(title=f"study {summary['study']} at {summary['commit'][:8]}")
     for col in ("point", "result", "seconds"):
         table.add_column(col)
@@ -214,8 +215,9 @@ def study_table(summary: dict[str, Any]) -> Table:
         table.add_row(name, "ran", f"{info['seconds']:.0f}")
     for name, why in summary["failed"].items():
         table.add_row(name, f"[red]failed[/]: {escape(why)}", "-")
+    why = "not selected by --only" if summary.get("only") else "not run: --report-only"
     for name in summary["missing"]:
-        table.add_row(name, "[yellow]missing[/] (not run: --report-only)", "-")
+        table.add_row(name, f"[yellow]missing[/] ({why})", "-")
     return table
 
 

@@ -255,6 +255,7 @@ def hydra_study(
         ran=sorted(outcomes),
         up_to_date=sorted(fresh),
         missing=missing,
+        only=list(only or []),
         failed=failures,
         points={n: o for n, o in sorted(outcomes.items())},
         upstreams=upstream_results,

@@ -260,7 +260,8 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
     summary = _summary(s["project"])
     assert sorted(summary["ran"]) == ["taylor-seed0", "taylor-seed1", "taylor-seed2"]
     assert sorted(summary["up_to_date"]) == ["circuit-seed0", "circuit-seed1"]
-    assert summary["missing"] == ["circuit-seed2"] and "not selected by --only" in out
+    assert summary["missing"] == ["circuit-seed2"] and summary["only"] == ["taylor-*"]
+    assert "(not selected by --only)" in out and "not run: --report-only" not in out
     # seeds 0 and 1 reuse their upstreams; the confirmation seed's is new
     reused = sorted(bool(u.get("reused_from_earlier")) for u in summary["upstreams"].values())
     assert reused == [False, True, True]
