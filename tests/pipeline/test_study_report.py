@@ -650,11 +650,20 @@ def test_confirmation_seeds_are_reported_apart_and_never_change_the_choice(tmp_p
         ("fast", 12),
     }
     assert not any(g["passed"] for g in conf["gates"] if g["variant"] == "slow")
-    assert set(conf["paired"]) == {"slow"}  # the chosen variant's differences only
+    # every variant run on the held-out seeds (the chosen one first in study.md, below), each
+    # its own twin family
+    assert set(conf["paired"]) == set(conf["cost"]) == {"slow", "fast"}
+    assert [p["seed"] for p in conf["paired"]["fast"]["single"]["near_ood.auroc"]["per_seed"]] == [
+        10,
+        12,
+    ]
+    assert conf["twin"]["m"] == 4 and set(conf["twin"]["variants"]) == {"slow", "fast"}
     md = (tmp_path / "b" / "study.md").read_text()
     main, confirm = md.split("## 7. Confirmation on held-out seeds")
     assert "10" not in main.split("## 1.")[0].split("Confirmation seeds")[0]
     assert "| `slow` | 10 | FAILED |" in confirm and "| `slow` | 10 |" not in main
+    assert confirm.index("### `hydra[slow]` on the") < confirm.index("### `hydra[fast]` on the")
+    assert confirm.count("(Holm over 4 comparisons)") == 2
     with pytest.raises(ValueError, match="nothing to choose on"):
         write_study_report(held, tmp_path / "c", "t", confirm_seeds=[10, 11, 12])
 

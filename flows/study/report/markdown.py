@@ -424,11 +424,12 @@ def section_confirmation(confirm: Mapping[str, Any] | None) -> list[str]:
         f"Seeds {seeds} were run like the others but never used for choosing: the choice above "
         "was made on the choosing seeds alone. Here is what they say about "
         + (
-            f"the chosen variant `{confirm['variant']}`"
+            f"the chosen variant `{confirm['variant']}` (first) and every other variant run on them"
             if confirm["variant"]
-            else "every variant (none was chosen)"
+            else "every variant run on them (none was chosen)"
         )
-        + f" ({confirm['split']})"
+        + f" ({confirm['split']}); each variant's twin claim is tested on its own (Holm over "
+        + "its own metrics)."
     )
     if not confirm["points"]:
         lines += ["", "No confirmation point has a result yet."]

@@ -137,13 +137,15 @@ def confirmation(
     gates: Sequence[GateCheck] | None,
 ) -> dict[str, Any]:
     """What the held-out ``seeds`` say, computed from their ``points`` alone: the gates of every
-    point, and for the chosen variant (every variant when none was chosen) the paired
-    differences, the twin comparison and the cost. It never feeds back into ``rec``."""
+    point, and for every variant run on them (the chosen one first) the paired differences, the
+    twin comparison and the cost. Each variant's twin claim is its own Holm family (its
+    :data:`~flows.study.report.paired.TWIN_METRICS`): a confirmation asks one question per
+    variant, so a variant confirmed alongside others is not held to a larger family. It never
+    feeds back into ``rec``."""
     chosen = rec.get("variant")
-    focus = [p for p in points if p.variant == chosen] if chosen else list(points)
     out: dict[str, Any] = {
         "seeds": seeds,
-        "variant": rec.get("variant"),
+        "variant": chosen,
         "points": [{"variant": p.variant, "seed": p.seed} for p in points],
         "gates": [],
         "paired": {},
@@ -154,13 +156,17 @@ def confirmation(
     }
     if not points:
         return out
-    col = Collected(focus or points)
-    paired = paired_differences(col)
+    col = Collected(points)
+    for v in sorted(col.variants, key=lambda v: (v != chosen, v)):
+        one = Collected([p for p in points if p.variant == v])
+        paired = paired_differences(one)
+        twin = beats_twin(one, paired)
+        out["paired"][v] = paired[v]
+        out["twin"]["variants"][v] = twin["variants"][v]
+        out["twin"]["m"] = twin["m"]
+        out["cost"][v] = cost_of(one, f"hydra[{v}]")
     out.update(
         gates=[point_gate(p, gates) for p in sorted(points, key=lambda p: (p.variant, p.seed))],
-        paired=paired,
-        twin=beats_twin(col, paired),
-        cost={v: cost_of(col, f"hydra[{v}]") for v in col.variants},
         mark=col.mark,
         split=markdown.split_sentence(col),
     )
