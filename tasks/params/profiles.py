@@ -23,5 +23,8 @@ PROFILES: dict[str, dict[str, Any]] = {
             "latency_batch": 8,
             "cost_rounds": 3,
         },
+        # a smoke run (160 examples, 1 epoch) checks the Hydra's own path to a release; which
+        # of two barely trained models is cheaper-and-passing says nothing there
+        "promote": {"candidates": ["hydra"]},
     },
 }

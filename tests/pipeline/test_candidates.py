@@ -292,3 +292,4 @@ def test_promote_candidates_is_validated_in_one_line(value, words):
     assert len(msg.splitlines()) == 1 and msg.startswith("params.yaml: promote.candidates: ")
     assert words in msg
     assert resolve_params("quick").promote.candidates == ["hydra"]
+    assert resolve_params("default").promote.candidates == ["hydra", "naive_pruned"]
