@@ -114,7 +114,8 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
     """End an interrupted run: no new stage starts and nothing is retried
     (:data:`flows.dvcops.INTERRUPTED`), the Prefect API is told (:func:`record_interrupt`), the
     processes the run started are stopped (:func:`flows.dvcops.stop_descendants`; after Ctrl-C
-    they got the signal too and are given a few seconds), logging is silenced
+    they got the signal too and are given a few seconds; Dask nannies first stop restarting
+    workers, :func:`no_worker_restarts`), logging is silenced
     (:func:`silence_logging`: a study's task threads still log), ``line`` goes to the console (the
     last line it shows) and the run log, and the process exits 130.
 
@@ -142,6 +143,7 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
         ok, recorded = record_interrupt(_flow_run, said)
         if ok and _active_file is not None:  # else the next run marks it (mark_abandoned_runs)
             _active_file.unlink(missing_ok=True)
+    no_worker_restarts()
     stopped = dvcops.stop_descendants(forward=signum != signal.SIGINT)
     if run_log is not None:
         if recorded is not None:
@@ -155,6 +157,18 @@ def end_interrupted(run_log: RunLog | None, line: str, signum: int) -> NoReturn:
     )
     stderr.flush()
     os._exit(130)
+
+
+def no_worker_restarts() -> None:
+    """Tell every Dask nanny of this process (a study's local cluster) not to restart its
+    worker: stopping the workers would otherwise have each one restarted, and the scheduler
+    would rerun a finished upstream whose result died with the old worker, in a process started
+    after the interrupt. A process without ``distributed`` loaded has no nanny."""
+    nanny = sys.modules.get("distributed.nanny")
+    if nanny is None:
+        return
+    for each in list(nanny.Nanny._instances):
+        each.close_gracefully(reason="hydra-ens interrupted")
 
 
 def silence_logging(wait: float = 1.0) -> None:

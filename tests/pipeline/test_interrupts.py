@@ -264,3 +264,31 @@ def test_after_silence_logging_no_thread_writes_another_log_line() -> None:
         stop.set()
         worker.join(timeout=5)
         logger.removeHandler(handler)
+
+
+def test_after_no_worker_restarts_a_nanny_leaves_its_killed_worker_dead() -> None:
+    """A study's local cluster: once interrupted, a worker process that is stopped stays
+    stopped (its nanny would otherwise start a new one, and the scheduler would rerun finished
+    work in it, after the interrupt's line)."""
+    import psutil
+    from distributed import LocalCluster
+
+    from flows.interrupts import no_worker_restarts
+
+    me = psutil.Process()
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        (nanny,) = cluster.workers.values()
+        worker = psutil.Process(nanny.pid)
+        before = {p.pid for p in me.children(recursive=True)}
+        no_worker_restarts()
+        worker.kill()
+        worker.wait(timeout=10)
+        time.sleep(3)  # a nanny that restarts does so within a second
+        assert {p.pid for p in me.children(recursive=True) if p.is_running()} <= before
+        assert nanny.process is None or not nanny.is_alive()
