@@ -203,9 +203,9 @@ def print_registry(
             console.print(f"[dim]{escape(a['tag'])}: {escape(a['message'])}[/]", soft_wrap=True)
 
 
-def study_table(summary: dict[str, Any]) -> Table:
+def study_table(summary: dict[str, Any], report_only: bool = False) -> Table:
     """A study's points: up to date, ran (seconds), failed (why) or missing (``--report-only``,
-    or not selected by ``--only``)."""
+    which runs none, or not selected by ``--only``)."""
     table = Table(title=f"study {summary['study']} at {summary['commit'][:8]}")
     for col in ("point", "result", "seconds"):
         table.add_column(col)
@@ -215,7 +215,7 @@ def study_table(summary: dict[str, Any]) -> Table:
         table.add_row(name, "ran", f"{info['seconds']:.0f}")
     for name, why in summary["failed"].items():
         table.add_row(name, f"[red]failed[/]: {escape(why)}", "-")
-    why = "not selected by --only" if summary.get("only") else "not run: --report-only"
+    why = "not run: --report-only" if report_only else "not selected by --only"
     for name in summary["missing"]:
         table.add_row(name, f"[yellow]missing[/] ({why})", "-")
     return table
@@ -241,7 +241,7 @@ def study_line(summary: dict[str, Any], report_only: bool) -> str:
 
 def print_study(console: Console, summary: dict[str, Any], report_only: bool) -> None:
     """A study's end: its points (:func:`study_table`), the line under them, the report."""
-    console.print(study_table(summary))
+    console.print(study_table(summary, report_only))
     console.print(study_line(summary, report_only))
     if summary.get("report"):
         console.print(f"report: {summary['report']}", markup=False, soft_wrap=True)

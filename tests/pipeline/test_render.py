@@ -21,3 +21,28 @@ def test_the_prediction_table_shows_inputs_and_classes_as_written():
     text = console.export_text()
     for shown in ("[removed] by the editor", "[misc]", "prices [/x] rose", "hydra v0.0.1 [prod]"):
         assert shown in text, text
+
+
+def test_the_study_table_says_why_a_point_is_missing():
+    """--report-only runs nothing, so its missing points are "not run", with or without --only;
+    a run with --only misses only the points it did not select."""
+    from rich.console import Console
+
+    from flows.render import study_table
+
+    summary = {
+        "study": "s",
+        "commit": "0123456789",
+        "up_to_date": ["a-seed0"],
+        "points": {},
+        "failed": {},
+        "missing": ["b-seed0"],
+        "only": ["a-*"],
+    }
+    said = {}
+    for report_only in (True, False):
+        console = Console(width=120, record=True)
+        console.print(study_table(summary, report_only))
+        said[report_only] = console.export_text()
+    assert "not run: --report-only" in said[True] and "--only)" not in said[True]
+    assert "not selected by --only" in said[False] and "report-only" not in said[False]
