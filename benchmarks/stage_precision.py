@@ -10,7 +10,14 @@ rounds (so load from elsewhere on the machine falls on both):
   (:func:`hydra_ops.perf.inference_probe.time_inference`);
 - ``mc_dropout``: 8 MC Dropout passes of a batch of 64, one forward per pass vs all 8 stacked in
   one forward (:func:`hydra_ops.models.mc_dropout.mc_dropout_logits`, ``passes_per_forward`` 1 vs
-  8), in fp32, and the largest difference of their logits (the masks are the same).
+  8), in fp32, and the largest difference of their logits (the masks are the same);
+- ``train_masks``: one bf16 fine-tune step at batch 16 with each sampler drawing the
+  ``nn.Dropout`` masks (``dense`` vs ``gaps``, what ``fine_tune`` picks under ``auto`` for a
+  CPU training in bf16), alternating;
+- ``mc_masks``: the same 8 stacked passes with each mask sampler
+  (:mod:`hydra_ops.models.inverted_dropout`: ``dense``, nn.Dropout's per-element draw, vs
+  ``gaps``, only the dropped positions), beside one plain forward of the batch, all at the
+  fastest native precision (bf16 where the CPU has it), as ratios to that forward.
 
     python -m benchmarks.stage_precision --rounds 5 --out benchmarks/results/stage_precision.json
 """
@@ -26,6 +33,7 @@ from pathlib import Path
 import torch
 
 from hydra_ops.models.factory import build_base
+from hydra_ops.models.inference import logits as eval_logits
 from hydra_ops.models.mc_dropout import mc_dropout_logits
 from hydra_ops.perf.inference_probe import time_inference
 from hydra_ops.perf.precision_probe import Bf16Support, time_training_steps
@@ -64,10 +72,78 @@ def mc_dropout_pair(model: torch.nn.Module, batch: dict, rounds: int) -> dict[st
     }
 
 
+def mc_mask_samplers(
+    model: torch.nn.Module, batch: dict, rounds: int, precision: str
+) -> dict[str, object]:
+    """Median seconds of one plain forward and of 8 stacked MC Dropout passes per mask sampler,
+    in rotating order; each as a ratio to the plain forward."""
+    runs = {
+        "forward": lambda: eval_logits(model, [batch], precision=precision),
+        **{
+            name: (
+                lambda name=name: mc_dropout_logits(
+                    model, batch, 8, seed=0, precision=precision, implementation=name
+                )
+            )
+            for name in ("dense", "gaps")
+        },
+    }
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    names = list(runs)
+    for i in range(rounds + 1):
+        for name in names[i % 3 :] + names[: i % 3]:
+            t0 = time.perf_counter()
+            runs[name]()
+            if i:  # the first round warms up
+                times[name].append(time.perf_counter() - t0)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "precision": precision,
+        **{f"{k}_s": round(v, 3) for k, v in median.items()},
+        "dense_x_forward": round(median["dense"] / median["forward"], 2),
+        "gaps_x_forward": round(median["gaps"] / median["forward"], 2),
+        "gaps_speedup": round(median["dense"] / median["gaps"], 2),
+    }
+
+
+def train_mask_samplers(model: torch.nn.Module, batch: dict, rounds: int) -> dict[str, object]:
+    """Median seconds of one bf16 training step (forward, fp32 loss, backward, fused AdamW) of a
+    copy of ``model`` per dropout sampler, alternating; the ratio dense / gaps."""
+    import copy
+
+    from hydra_ops.models.inverted_dropout import sampled_dropout
+    from hydra_ops.models.runtime import autocast
+    from hydra_ops.models.training import model_logits
+
+    probe = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-7, fused=True)
+
+    def step(sampler: str) -> None:
+        with autocast(torch.device("cpu"), "bf16"), sampled_dropout(sampler):
+            logits = model_logits(probe, batch)
+        loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    times: dict[str, list[float]] = {"dense": [], "gaps": []}
+    for i in range(rounds + 2):
+        for name in ("dense", "gaps") if i % 2 == 0 else ("gaps", "dense"):
+            t0 = time.perf_counter()
+            step(name)
+            if i >= 2:  # two rounds warm up
+                times[name].append(time.perf_counter() - t0)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        **{f"{k}_s": round(v, 4) for k, v in median.items()},
+        "gaps_speedup": round(median["dense"] / median["gaps"], 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--parts", default="train,infer,mc_dropout")
+    parser.add_argument("--parts", default="train,train_masks,infer,mc_dropout,mc_masks")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -98,6 +174,15 @@ def main() -> None:
     if "mc_dropout" in parts:
         report["mc_dropout_b64_s8"] = mc_dropout_pair(model, _batch(64, 64, False), args.rounds)
         print("MC dropout 8 passes, batch 64:", report["mc_dropout_b64_s8"])
+    if "train_masks" in parts and support.native:
+        report["train_masks_b16"] = train_mask_samplers(model, _batch(16, 64, True), args.rounds)
+        print("bf16 train step, batch 16, dropout samplers:", report["train_masks_b16"])
+    if "mc_masks" in parts:
+        precision = "bf16" if support.native else "fp32"
+        report["mc_masks_b64_s8"] = mc_mask_samplers(
+            model, _batch(64, 64, False), args.rounds, precision
+        )
+        print("MC dropout mask samplers, batch 64:", report["mc_masks_b64_s8"])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -94,14 +94,21 @@ def mc_dropout_model(
 ) -> Candidate:
     """The base with its dropout on at inference, ``samples`` seeded passes (K = samples). The
     mask seed is ``baselines.mc_dropout.seed`` shifted like every other seed of the replicate, and
-    restarts on every call: each split's logits, and the latency batch's, are reproducible."""
+    restarts on every call: each split's logits, and the latency batch's, are reproducible. The
+    mask sampler is the device's fastest (``auto``), recorded in the export recipe so the
+    shipped candidate draws the same masks anywhere."""
+    from hydra_ops.models.inverted_dropout import resolve_implementation
     from hydra_ops.models.mc_dropout import dropout_setting, mc_dropout_logits
 
     rt = runtime or Runtime()
     mc = cfg.baselines.mc_dropout
     seed = mc.seed + cfg.replicate_offset
+    sampler = resolve_implementation("auto", rt.device)
     log.info(
-        "evaluate mc_dropout: %d samples; %s", mc.samples, dropout_setting(base, mc.rate).describe()
+        "evaluate mc_dropout: %d samples; %s; %s masks",
+        mc.samples,
+        dropout_setting(base, mc.rate).describe(),
+        sampler,
     )
 
     def split_logits(batches: list[dict]) -> torch.Tensor:
@@ -113,11 +120,12 @@ def mc_dropout_model(
             rate=mc.rate,
             device=rt.device,
             precision=rt.precision,
+            implementation=sampler,
         )
 
     params = sum(p.numel() for p in base.parameters())
     cand = Candidate("mc_dropout", lambda b: split_logits([b]), params, mc.samples, split_logits)
-    cand.export = mc_dropout_export(mc.samples, seed, mc.rate)
+    cand.export = mc_dropout_export(mc.samples, seed, mc.rate, sampler)
     return cand
 
 

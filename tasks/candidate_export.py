@@ -13,7 +13,9 @@ Ensemble or control checkpoints), ``sha256`` every file under them as the bundle
 - ``{"kind": "models", "models": [{"checkpoint": name, "plan": name?, "plan_index": i?,
   "base": name?}]}``: independent classifiers, one member each (a plan prunes the checkpoint's
   heads; ``base`` names the checkpoint a member was cut from, checked on load);
-- ``{"kind": "mc_dropout", "checkpoint": name, "samples": S, "seed": s, "rate": r}``.
+- ``{"kind": "mc_dropout", "checkpoint": name, "samples": S, "seed": s, "rate": r,
+  "sampler": "dense" | "gaps"}`` (the mask sampler, :mod:`hydra_ops.models.inverted_dropout`;
+  a recipe without it was written before the choice existed and drew ``dense`` masks).
 
 The verdict is bound to ``metrics/evaluate.json`` (its DVC md5), so these hashes bind the shipped
 files to what was scored: ``bundle`` copies the sources into ``candidate/`` and checks them,
@@ -50,9 +52,10 @@ def deep_ensemble_export(units: list[str]) -> dict[str, Any]:
     return {"recipe": checkpoints(list(sources)), "sources": sources}
 
 
-def mc_dropout_export(samples: int, seed: int, rate: float | None) -> dict[str, Any]:
+def mc_dropout_export(samples: int, seed: int, rate: float | None, sampler: str) -> dict[str, Any]:
     recipe = {"kind": "mc_dropout", "checkpoint": "base", "samples": samples, "seed": seed}
-    return {"recipe": {**recipe, "rate": rate}, "sources": {"base": BASE.as_posix()}}
+    recipe |= {"rate": rate, "sampler": sampler}
+    return {"recipe": recipe, "sources": {"base": BASE.as_posix()}}
 
 
 def naive_pruned_export() -> dict[str, Any]:

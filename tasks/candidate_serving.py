@@ -64,7 +64,12 @@ def candidate_logits(folder: Path, recipe: Mapping[str, Any]) -> Any:
 
         base = load_model(folder / recipe["checkpoint"])
         return lambda b: mc_dropout_logits(
-            base, [b], recipe["samples"], seed=recipe["seed"], rate=recipe["rate"]
+            base,
+            [b],
+            recipe["samples"],
+            seed=recipe["seed"],
+            rate=recipe["rate"],
+            implementation=recipe.get("sampler", "dense"),
         )
     if recipe["kind"] != "models":
         raise ValueError(f"unknown candidate recipe {recipe['kind']!r}; a newer release wrote it")

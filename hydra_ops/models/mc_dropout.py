@@ -19,8 +19,11 @@ logits ``[B, S, C]`` go wherever member logits go (``hydra_ops.uq.calibration``,
   :data:`MAX_STACKED_TOKENS`: the ratio to one forward per pass is measured by
   ``benchmarks/stage_precision.py``, docs/benchmarks.md). The masks come from forward hooks
   (:func:`pass_masks`) that draw pass ``s``'s rows from pass ``s``'s own generator, so a
-  pass's masks are the same however the passes are batched, and the dropout is exactly
-  ``nn.Dropout``'s in train mode (Bernoulli(1 - p) keep mask, scaled by 1 / (1 - p)).
+  pass's masks are the same however the passes are batched, and the dropout is
+  ``nn.Dropout``'s in train mode in distribution (Bernoulli(1 - p) keep mask, scaled by
+  1 / (1 - p)), drawn by :func:`hydra_ops.models.inverted_dropout.inverted_dropout`
+  (``implementation=``: on a CPU by default only the dropped positions are drawn, which is
+  several times cheaper than ``nn.Dropout``'s per-element draw).
 - Determinism: the per-pass generators (:func:`pass_generators`) restart from ``seed`` on every
   call: the same call gives bit-identical logits, and the global random state is not touched.
 """
@@ -34,6 +37,12 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
+
+from hydra_ops.models.inverted_dropout import (
+    DropoutImplementation,
+    inverted_dropout,
+    resolve_implementation,
+)
 
 __all__ = [
     "DEFAULT_RATE",
@@ -173,21 +182,23 @@ def pass_generators(samples: int, seed: int, device: torch.device) -> list[torch
 
 @contextlib.contextmanager
 def pass_masks(
-    model: nn.Module, setting: DropoutSetting, generators: list[torch.Generator]
+    model: nn.Module,
+    setting: DropoutSetting,
+    generators: list[torch.Generator],
+    implementation: DropoutImplementation = "auto",
 ) -> Iterator[list[torch.Generator]]:
     """``model`` in eval mode with every ``nn.Dropout`` of rate ``p > 0`` replaced (by a forward
     hook) with inverted dropout drawn pass by pass: the module's input is ``[P * B, ...]``, ``P``
     passes stacked pass-major along dim 0; rows ``[i * B, (i + 1) * B)`` get a Bernoulli(1 - p)
     mask from the i-th generator of the list the block sets (``yield``ed: assign its items before
-    each forward), scaled by ``1 / (1 - p)``, exactly as ``nn.Dropout`` in train mode does. Modes
-    are restored on exit."""
+    each forward), scaled by ``1 / (1 - p)``, as ``nn.Dropout`` in train mode does, by
+    :func:`~hydra_ops.models.inverted_dropout.inverted_dropout`'s ``implementation``. Modes are
+    restored on exit."""
     active: list[torch.Generator] = list(generators)
     modes = [(m, m.training) for m in model.modules()]
     dropouts = [m for _, m in model.named_modules() if isinstance(m, nn.Dropout)]
 
     def hook(p: float):
-        keep = 1.0 - p
-
         def apply(module: nn.Module, args: tuple, output: Tensor) -> Tensor:
             n = len(active)
             if output.shape[0] % n:
@@ -195,9 +206,7 @@ def pass_masks(
                     f"MC dropout: a dropout input of batch {output.shape[0]} is not {n} stacked "
                     "passes (dim 0 must be the batch)"
                 )
-            chunks = zip(output.chunk(n, dim=0), active, strict=True)
-            masks = [torch.empty_like(c).bernoulli_(keep, generator=g) for c, g in chunks]
-            return output * torch.cat(masks).div_(keep)
+            return inverted_dropout(output, p, active, implementation)
 
         return apply
 
@@ -226,6 +235,7 @@ def mc_dropout_logits(
     device: str | torch.device | None = None,
     precision: str = "fp32",
     passes_per_forward: int | None = None,
+    implementation: DropoutImplementation = "auto",
 ) -> Tensor:
     """``samples`` stochastic forward passes of ``model`` over contract ``batches``, run as
     forwards over ``passes_per_forward`` passes stacked along the batch dimension.
@@ -244,6 +254,9 @@ def mc_dropout_logits(
             :func:`passes_per_forward_for` allows per batch; 1: one forward per pass). Pass ``s``
             gets the same masks whatever this is (:func:`pass_masks`), so the
             results agree up to the rounding of a larger batch's matrix products.
+        implementation: how masks are drawn
+            (:func:`~hydra_ops.models.inverted_dropout.inverted_dropout`: ``auto``, ``dense``
+            or ``gaps``); the same distribution, different draws.
 
     Returns:
         float32 CPU logits ``[N, S, C]``, N = examples over all batches; sample ``s`` of batch
@@ -266,10 +279,11 @@ def mc_dropout_logits(
     dev = model_device(model) if device is None else resolve_device(device)
     autocast(dev, precision)  # a bad precision fails before the model moves
     setting = dropout_setting(model, rate)  # a bad rate or model fails before the model moves
+    resolve_implementation(implementation, dev)
     model.to(dev)
     out = []
     generators = pass_generators(samples, seed, dev)
-    with pass_masks(model, setting, generators) as active:
+    with pass_masks(model, setting, generators, implementation) as active:
         for batch in batches:
             moved = {k: v for k, v in move_batch(batch, dev).items() if k != "labels"}
             size = next(iter(moved.values())).shape[0]

@@ -6,16 +6,23 @@ BERT / ViT classifiers (``model(**inputs).logits``) and timm ViTs (``model(pixel
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hydra_ops.models.inverted_dropout import (
+    DropoutImplementation,
+    resolve_implementation,
+    sampled_dropout,
+    training_sampler,
+)
 
 Batch = dict[str, torch.Tensor]
 TEXT_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -60,7 +67,9 @@ def model_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 @dataclass
 class TrainReport:
-    """What :func:`fine_tune` did. ``epoch_losses[e]`` is the mean training loss of epoch ``e``."""
+    """What :func:`fine_tune` did. ``epoch_losses[e]`` is the mean training loss of epoch ``e``;
+    ``dropout_sampler`` how its dropout masks were drawn
+    (:mod:`hydra_ops.models.inverted_dropout`)."""
 
     epochs: int
     steps: int
@@ -70,6 +79,7 @@ class TrainReport:
     lr: float = 0.0
     seed: int = 0
     trainable_parameters: int = 0
+    dropout_sampler: str = "dense"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,6 +141,7 @@ def fine_tune(
     device: str | torch.device = "cpu",
     precision: str = "fp32",
     loss_term: Callable[[torch.Tensor, Batch], torch.Tensor] | None = None,
+    dropout: DropoutImplementation = "auto",
 ) -> TrainReport:
     """Train ``model`` in place with cross-entropy on ``batch["labels"]``.
 
@@ -154,6 +165,10 @@ def fine_tune(
         loss_term: ``(logits [B, C] float32, batch on the device) -> scalar`` added to each
             step's cross-entropy (e.g. :func:`hydra_ops.models.diversity_loss.anchored_ncl_term`);
             the reported losses include it. None: cross-entropy alone, as before.
+        dropout: how ``nn.Dropout`` draws its masks (:mod:`hydra_ops.models.inverted_dropout`):
+            ``auto`` is ``gaps`` where a CPU trains in bf16 / fp16 (the same distribution, a
+            fraction of the per-element draw's cost) and ``dense`` (``nn.Dropout``'s own draws:
+            an fp32 fine-tune's weights are unchanged) otherwise.
 
     Returns:
         :class:`TrainReport` with per-epoch mean loss and wall time. The model is left in eval mode.
@@ -163,7 +178,17 @@ def fine_tune(
     from hydra_ops.models.runtime import autocast, grad_scaler, move_batch, resolve_device
 
     dev = resolve_device(device)
-    forward_context = functools.partial(autocast, dev, precision)
+    sampler = (
+        training_sampler(dev, precision)
+        if dropout == "auto"
+        else resolve_implementation(dropout, dev)
+    )
+
+    @contextlib.contextmanager
+    def forward_context() -> Iterator[None]:
+        with autocast(dev, precision), sampled_dropout(sampler, dev):
+            yield
+
     scaler = grad_scaler(dev, precision)
     if int(epochs) < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -204,7 +229,10 @@ def fine_tune(
         lr=float(lr),
         seed=int(seed),
         trainable_parameters=sum(p.numel() for p in trainable),
+        dropout_sampler=sampler,
     )
+    if log_fn is not None and sampler != "dense":
+        log_fn(f"dropout masks: {sampler} sampler ({precision} training on {dev.type})")
     start_all = time.perf_counter()
     # fork (and so restore) the RNG of the device that draws the dropout masks as well
     if dev.type == "cuda":

@@ -230,7 +230,10 @@ def time_training_steps(
     """Seconds per training step (forward under the precision's autocast, fp32 cross-entropy on
     ``batch["labels"]``, backward, fused AdamW) of a deep copy of ``model`` on ``device``, fp32
     and bf16 alternating. Only parameters with ``requires_grad`` train (frozen layers stay frozen,
-    as in the real fine-tune). ``model`` and the random state are left untouched."""
+    as in the real fine-tune), and each precision draws dropout masks as the fine-tune would
+    (:func:`hydra_ops.models.inverted_dropout.training_sampler`). ``model`` and the random state
+    are left untouched."""
+    from hydra_ops.models.inverted_dropout import sampled_dropout, training_sampler
     from hydra_ops.models.runtime import autocast, move_batch
     from hydra_ops.models.training import model_logits
 
@@ -247,7 +250,8 @@ def time_training_steps(
         moved = move_batch(batch, device)
 
         def step(precision: str) -> None:
-            with autocast(device, precision):
+            sampler = training_sampler(device, precision)
+            with autocast(device, precision), sampled_dropout(sampler, device):
                 logits = model_logits(probe, moved)
             loss = F.cross_entropy(logits.float(), moved["labels"])
             optimizer.zero_grad(set_to_none=True)

@@ -304,3 +304,39 @@ def test_fine_tune_refuses_bad_runtime_before_training():
         fine_tune(model, lambda _e: [_labelled()], precision="fp64", progress=False, log_fn=None)
     with pytest.raises(ValueError, match="device: unknown spec 'gpu'"):
         fine_tune(model, lambda _e: [_labelled()], device="gpu", progress=False, log_fn=None)
+
+
+def _train_with(precision: str, dropout: str) -> tuple[torch.nn.Module, object]:
+    model = tiny_model("bert")
+    batches = [_labelled(s) for s in range(1, 3)]
+    report = fine_tune(
+        model,
+        lambda _e: batches,
+        epochs=1,
+        lr=1e-3,
+        progress=False,
+        log_fn=None,
+        precision=precision,
+        dropout=dropout,
+    )
+    return model, report
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    pairs = zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    return all(torch.equal(x, y) for x, y in pairs)
+
+
+def test_dropout_sampler_auto_keeps_fp32_on_nn_dropouts_draws_and_gaps_in_bf16():
+    fp32_auto, report = _train_with("fp32", "auto")
+    fp32_dense, _ = _train_with("fp32", "dense")
+    assert report.dropout_sampler == "dense" and report.to_dict()["dropout_sampler"] == "dense"
+    assert _same_weights(fp32_auto, fp32_dense)  # an fp32 fine-tune is unchanged, bit for bit
+    bf16_auto, report = _train_with("bf16", "auto")
+    bf16_gaps, _ = _train_with("bf16", "gaps")
+    bf16_dense, _ = _train_with("bf16", "dense")
+    assert report.dropout_sampler == "gaps"
+    assert _same_weights(bf16_auto, bf16_gaps)  # reproducible from the seed
+    assert not _same_weights(bf16_gaps, bf16_dense)  # other draws, so other weights
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        _train_with("fp32", "fast")
