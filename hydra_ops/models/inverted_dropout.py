@@ -19,11 +19,13 @@ Two implementations, chosen by ``implementation=``:
 
 Training reaches the sampler through :class:`DropoutSampler`, a torch-function mode that reroutes
 every training ``torch.nn.functional.dropout`` (so every ``nn.Dropout`` module) to
-:func:`inverted_dropout`; dropout inside a fused kernel (the attention probabilities of
-``scaled_dot_product_attention``) keeps torch's own sampler. :func:`training_sampler` is what a
-fine-tune uses under ``auto``: ``gaps`` only where a CPU trains in reduced precision, whose weights
-differ from an fp32 fine-tune's anyway, so an fp32 fine-tune stays bit-identical to one with
-``nn.Dropout``'s own sampler.
+:func:`inverted_dropout`, and every ``scaled_dot_product_attention`` with ``dropout_p > 0`` (the
+attention probabilities' dropout of Hugging Face BERT / ViT in training) to
+:func:`sampled_attention`: the computation torch's math kernel does there (in float32, as it
+does for reduced-precision inputs), with the probabilities' dropout drawn by the sampler.
+:func:`training_sampler` is what a fine-tune uses under ``auto``: ``gaps`` only where a CPU
+trains in reduced precision, whose weights differ from an fp32 fine-tune's anyway, so an fp32
+fine-tune stays bit-identical to one with torch's own sampler.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ __all__ = [
     "bernoulli_positions",
     "inverted_dropout",
     "resolve_implementation",
+    "sampled_attention",
     "sampled_dropout",
     "training_sampler",
 ]
@@ -169,6 +172,56 @@ def inverted_dropout(
     return kept.view(x.shape)
 
 
+def sampled_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    generator: torch.Generator | None = None,
+    implementation: DropoutImplementation = "gaps",
+) -> Tensor:
+    """``scaled_dot_product_attention`` as torch's math kernel computes it, with the attention
+    probabilities' dropout drawn by :func:`inverted_dropout`.
+
+    Shape:
+        - query: ``[..., Hq, L, E]``; key: ``[..., H, S, E]``; value: ``[..., H, S, Ev]``
+          (``Hq`` a multiple of ``H`` when ``enable_gqa``).
+        - attn_mask: broadcastable to ``[..., Hq, L, S]``; bool (True attends) or additive.
+        - output: ``[..., Hq, L, Ev]`` in ``query``'s dtype.
+
+    Computed in float32 with autocast off whatever the inputs' dtype (torch's math kernel upcasts
+    bf16 / fp16 inputs the same way); a query row that attends to nothing gets zeros, as torch's
+    safe softmax gives.
+    """
+    dtype = query.dtype
+    with torch.autocast(query.device.type, enabled=False):
+        q, k, v = query.float(), key.float(), value.float()
+        if enable_gqa:
+            k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
+            v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)
+        factor = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+        scores = (q @ k.transpose(-2, -1)) * factor
+        masked = is_causal or attn_mask is not None
+        if is_causal:
+            causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            else:
+                scores = scores + attn_mask.float()
+        weights = torch.softmax(scores, dim=-1)
+        if masked:
+            weights = weights.nan_to_num(0.0)
+        weights = inverted_dropout(weights, dropout_p, generator, implementation)
+        return (weights @ v).to(dtype)
+
+
 def training_sampler(device: torch.device, precision: str) -> str:
     """The sampler a fine-tune uses under ``auto``: ``gaps`` where a CPU trains in ``bf16`` or
     ``fp16``, ``dense`` otherwise (fp32 fine-tunes draw ``nn.Dropout``'s own masks)."""
@@ -178,8 +231,10 @@ def training_sampler(device: torch.device, precision: str) -> str:
 class DropoutSampler(TorchFunctionMode):
     """Within the mode, ``torch.nn.functional.dropout(x, p, training=True)`` with ``p > 0`` (and
     not in place) is :func:`inverted_dropout` with ``implementation``, drawn from ``generator``
-    (None: the default generator of ``x``'s device, as ``nn.Dropout`` draws). Gradients flow as
-    through ``nn.Dropout``: ``dx = dy * mask / (1 - p)``. Every other call runs unchanged."""
+    (None: the default generator of ``x``'s device, as ``nn.Dropout`` draws), and
+    ``scaled_dot_product_attention`` with ``dropout_p > 0`` is :func:`sampled_attention`.
+    Gradients flow as through torch's own: ``dx = dy * mask / (1 - p)``. Every other call runs
+    unchanged."""
 
     def __init__(
         self,
@@ -199,6 +254,13 @@ class DropoutSampler(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+            bound = dict(zip(names, args, strict=False)) | kwargs
+            if bound.get("dropout_p", 0.0) > 0.0 and not bound["query"].is_nested:
+                return sampled_attention(
+                    **bound, generator=self.generator, implementation=self.implementation
+                )
         if func is F.dropout:
             bound = dict(zip(("input", "p", "training", "inplace"), args, strict=False))
             bound |= kwargs

@@ -9,6 +9,7 @@ import contextlib
 import pytest
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hydra_ops.models import inverted_dropout as module
 from hydra_ops.models.inverted_dropout import (
@@ -170,3 +171,69 @@ def test_the_sampler_mode_reroutes_training_nn_dropout_with_its_gradient(p):
     assert training_sampler(torch.device("cpu"), "bf16") == "gaps"
     assert training_sampler(torch.device("cpu"), "fp32") == "dense"
     assert training_sampler(torch.device("cuda"), "bf16") == "dense"
+
+
+@pytest.mark.parametrize(
+    "case", ["plain", "bool_mask", "float_mask", "causal", "gqa", "scale", "bf16"]
+)
+def test_sampled_attention_without_dropout_is_torchs_attention(case):
+    g = gen(6)
+    q = torch.randn(2, 4, 5, 8, generator=g)
+    k, v = torch.randn(2, 4, 7, 8, generator=g), torch.randn(2, 4, 7, 6, generator=g)
+    kwargs: dict = {}
+    if case == "bool_mask":
+        kwargs["attn_mask"] = torch.rand(2, 1, 5, 7, generator=g) > 0.3
+        kwargs["attn_mask"][..., 0] = True  # every query attends to something
+    if case == "float_mask":
+        kwargs["attn_mask"] = torch.randn(2, 1, 5, 7, generator=g)
+    if case == "causal":
+        k, v = k[..., :5, :], v[..., :5, :]
+        kwargs["is_causal"] = True
+    if case == "gqa":
+        k, v = k[:, :2], v[:, :2]
+        kwargs["enable_gqa"] = True
+    if case == "scale":
+        kwargs["scale"] = 0.7
+    if case == "bf16":
+        q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    ours = module.sampled_attention(q, k, v, **kwargs)
+    with sdpa_kernel(SDPBackend.MATH):
+        theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    tol = 8e-3 if case == "bf16" else 1e-6
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=tol)
+
+
+def test_the_sampler_mode_draws_the_attention_dropout_of_a_training_bert():
+    """Inside the mode a training BERT's attention probabilities are dropped by the sampler: the
+    attention call is rerouted (counted), and it matches the formula with the sampler's mask."""
+    from tiny_models import tiny_inputs, tiny_model
+
+    calls = []
+    original = module.sampled_attention
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0))
+        return original(*args, **kwargs)
+
+    model = tiny_model("bert").train()
+    inputs = tiny_inputs("bert", 3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "sampled_attention", counting)
+        with sampled_dropout("gaps"):
+            model(**{k: v for k, v in inputs.items() if k != "labels"}).logits.sum().backward()
+    assert calls and all(p > 0 for p in calls)
+    # the formula, with the mask the sampler draws from the same seed
+    q, k, v = (torch.randn(2, 2, 6, 4, generator=gen(s)) for s in (20, 21, 22))
+    with torch.random.fork_rng():
+        torch.manual_seed(9)
+        with sampled_dropout("gaps"):
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.4)
+        torch.manual_seed(9)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)
+        expected = inverted_dropout(weights, 0.4, None, "gaps") @ v
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+    # dropout_p = 0 (inference) is torch's own kernel, untouched
+    with sampled_dropout("gaps"):
+        plain = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(plain, torch.nn.functional.scaled_dot_product_attention(q, k, v))
