@@ -6,8 +6,8 @@ Two implementations, chosen by ``implementation=``:
 
 - ``dense``: one Bernoulli draw per element (``Tensor.bernoulli_``, ``nn.Dropout``'s sampler).
   On a CPU that is a serial Mersenne-Twister draw per element, which at the dropout rates of
-  transformers costs more than the bf16 matrix products around it (docs/benchmarks.md, "MC
-  Dropout").
+  transformers can cost more than the bf16 matrix products around it (docs/benchmarks.md,
+  "Cheaper dropout masks").
 - ``gaps``: only the positions of the rarer outcome are drawn, as a Bernoulli process: the gaps
   between successive successes of Bernoulli(q) trials are i.i.d. Geometric(q) on {1, 2, ...}, so
   the cumulative sums of Geometric(q) draws are the successes' positions

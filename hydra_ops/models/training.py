@@ -165,10 +165,11 @@ def fine_tune(
         loss_term: ``(logits [B, C] float32, batch on the device) -> scalar`` added to each
             step's cross-entropy (e.g. :func:`hydra_ops.models.diversity_loss.anchored_ncl_term`);
             the reported losses include it. None: cross-entropy alone, as before.
-        dropout: how ``nn.Dropout`` draws its masks (:mod:`hydra_ops.models.inverted_dropout`):
-            ``auto`` is ``gaps`` where a CPU trains in bf16 / fp16 (the same distribution, a
-            fraction of the per-element draw's cost) and ``dense`` (``nn.Dropout``'s own draws:
-            an fp32 fine-tune's weights are unchanged) otherwise.
+        dropout: how the dropout masks (``nn.Dropout`` modules and attention probabilities)
+            are drawn (:mod:`hydra_ops.models.inverted_dropout`): ``auto`` is ``gaps`` where a
+            CPU trains in bf16 / fp16 (the same distribution, a fraction of the per-element
+            draw's cost) and ``dense`` (torch's own draws: an fp32 fine-tune's weights are
+            unchanged) otherwise.
 
     Returns:
         :class:`TrainReport` with per-epoch mean loss and wall time. The model is left in eval mode.
