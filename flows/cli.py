@@ -313,10 +313,15 @@ def study(
         list[str],
         typer.Option(help="run only the points matching this pattern (v-seed[34]); repeatable"),
     ] = [],  # noqa: B006
+    bundle: Annotated[
+        Path | None,
+        typer.Option(help="git bundle of the finished points, rewritten as each one finishes"),
+    ] = None,
 ) -> None:
     """Run a study: every (variant, seed) point a full pipeline run and a DVC experiment, as
     Prefect tasks on a Dask cluster; then the study report (Markdown + PNG)."""
     from flows import dvcops
+    from flows.study.carry import BundleError, check_bundle_path
     from flows.study.spec import check_study
     from tasks.params.base import ConfigError
     from tasks.preflight import parse_resources
@@ -324,6 +329,9 @@ def study(
     root = _root(project)
     with _exit_on(dvcops.StageError, code=2):
         dvcops.check_project_file(root)
+    if bundle is not None:
+        with _exit_on(BundleError, code=2):
+            bundle = check_bundle_path(bundle)
     _check_allocator()
     # every point validated before anything starts; the one line on Ctrl-C, not a silent exit
     with interrupts_end_the_run(None, INTERRUPTED_STUDY), _exit_on(ConfigError, code=2):
@@ -348,6 +356,7 @@ def study(
             say=_say,
             note=_note,
             only=only,
+            bundle=bundle,
         )
     render.print_study(console, summary, report_only)
     if summary["failed"]:

@@ -129,12 +129,14 @@ def run_study(
     say: Callable[[str], None],
     note: Callable[[str], None],
     only: list[str] | None = None,
+    bundle: Path | None = None,
 ) -> dict[str, Any]:
     """Run the study ``spec`` of the project in ``root`` (:func:`flows.study.hydra_study`) on
     ``workers`` local Dask workers or the scheduler ``cluster`` (``report_only``: no cluster, only
     the report of the points done), with a local Prefect API for local workers
     (:class:`flows.prefect_api.LocalPrefectApi`); its summary. ``threads``: torch threads per
     point (None: the cores over the local workers). ``only``: the points to run, by name pattern.
+    ``bundle``: the git bundle of the finished points, rewritten as each finishes.
     FlowFailed as :func:`run_flow` says."""
     import logging
 
@@ -166,5 +168,6 @@ def run_study(
         report_only=report_only,
         gates=gates,
         only=only or None,
+        bundle=str(bundle) if bundle else None,
     )
     return summary

@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import PrefectFuture
 
 from flows import dvcops
+from flows.study.carry import write_points_bundle
 from flows.study.points import (
     PointJob,
     earlier_upstream,
@@ -161,13 +163,16 @@ def hydra_study(
     report_only: bool = False,
     gates: list[dict[str, Any]] | None = None,
     only: list[str] | None = None,
+    bundle: str | None = None,
 ) -> dict[str, Any]:
     """Run the study ``spec_path`` in the project ``project_dir``; returns the summary.
     ``report_only``: run nothing, write the report of the points already done (the others are
     listed as ``missing``). ``only``: run only the points whose names match one of these shell
     patterns (:func:`~flows.study.spec.select_points`); the others not done are ``missing``, and
     the report covers every point done. ``gates``: gate checks (``params.gates`` entries) the
-    report judges every point and baseline with, instead of each point's own."""
+    report judges every point and baseline with, instead of each point's own. ``bundle``: a file
+    rewritten with the study commit and its finished points as each point finishes, and at the
+    end (:mod:`flows.study.carry`), so a session that ends midway loses only running points."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     root = Path(project_dir).resolve()
@@ -237,13 +242,17 @@ def hydra_study(
     }
     upstream_results = _gather_upstreams(upstream_futures, state, commit, logger)
     outcomes, failures = {}, {}
-    for name, fut in point_futures.items():
+    for name, fut in _in_completion_order(point_futures):
         try:
             outcomes[name] = fut.result()
         except Exception as err:  # reported, and the other points go on
             failures[name] = _one_line(err)
             logger.error("point %s failed: %s", name, failures[name])
+        if bundle and name in outcomes:
+            _carry(root, job_base["git_url"], commit, Path(bundle), logger)
     fetch_experiments(root, job_base["git_url"])
+    if bundle:
+        _carry(root, job_base["git_url"], commit, Path(bundle), logger)
     done = fresh_points(root, commit, {p.name: p.params for p in points})
     wall = time.perf_counter() - t0
     # a report-only invocation computed nothing: its seconds are not the study's wall time
@@ -272,6 +281,36 @@ def hydra_study(
         len(failures),
     )
     return summary
+
+
+def _in_completion_order(
+    futures: dict[str, PrefectFuture],
+) -> Iterator[tuple[str, PrefectFuture]]:
+    """``(name, future)`` pairs as the points finish (polled once a second where the task runner's
+    futures wrap one that says whether it is done; the order they were submitted in otherwise)."""
+    pending = dict(futures)
+    wrapped = {name: getattr(f, "wrapped_future", None) for name, f in pending.items()}
+    if not all(hasattr(w, "done") for w in wrapped.values()):
+        yield from pending.items()
+        return
+    while pending:
+        done = [name for name in pending if wrapped[name].done()]
+        if not done:
+            time.sleep(1.0)
+        for name in done:
+            yield name, pending.pop(name)
+
+
+def _carry(root: Path, git_url: str, commit: str, dest: Path, logger) -> None:
+    """Rewrite the points bundle ``dest``; a failure is one warning line (the study goes on)."""
+    try:
+        fetch_experiments(root, git_url)
+        count = write_points_bundle(root, commit, dest)
+    except Exception as err:
+        logger.warning("bundle %s not written: %s", dest, _one_line(err))
+        return
+    if count:
+        logger.info("bundle: %d points of %s in %s", count, commit[:8], dest)
 
 
 def _submit(fn, resources: dict[str, float] | None, *args: Any) -> PrefectFuture:

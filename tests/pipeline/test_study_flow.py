@@ -254,11 +254,18 @@ def test_a_rerun_recomputes_only_stale_points_then_nothing(first_study, cluster)
     )
     env = {k: v for k, v in cluster["env"].items() if k != "STUB_SLOW_SECONDS"}
     env["HYDRA_ENS_STUDY_SCRATCH"] = str(s["root"] / "local-scratch")
-    proc = _study(s["project"], s["spec"], env, "--workers", "2", "--only", "taylor-*")
+    bundle = s["root"] / "points.bundle"
+    args = ("--workers", "2", "--only", "taylor-*", "--bundle", str(bundle))
+    proc = _study(s["project"], s["spec"], env, *args)
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out[-3000:]
     summary = _summary(s["project"])
     assert sorted(summary["ran"]) == ["taylor-seed0", "taylor-seed1", "taylor-seed2"]
+    # the bundle was rewritten as points finished: it ends with every point of the commit
+    assert out.count("bundle: ") >= 3 and "bundle: 5 points" in out
+    heads = git(s["project"], "bundle", "list-heads", str(bundle))
+    names = sorted(line.rsplit("/", 1)[1] for line in heads.splitlines() if "refs/exps/" in line)
+    assert names == sorted(["circuit-seed0", "circuit-seed1", *summary["ran"]])
     assert sorted(summary["up_to_date"]) == ["circuit-seed0", "circuit-seed1"]
     assert summary["missing"] == ["circuit-seed2"] and summary["only"] == ["taylor-*"]
     assert "(not selected by --only)" in out and "not run: --report-only" not in out
@@ -366,6 +373,22 @@ def test_at_a_new_commit_the_upstream_starts_from_the_earlier_one(first_study, c
     assert upstream["seeded_from"] and upstream["ran"] == []
     assert {"evaluate", "gate"} <= set(summary["points"]["circuit-seed0"]["ran"])
     assert not set(SHARED_STAGES) & set(summary["points"]["circuit-seed0"]["ran"])
+
+
+def test_a_bundle_path_in_a_missing_folder_is_one_line_and_runs_nothing(tmp_path):
+    project = _stub_project(tmp_path / "proj")
+    spec = _spec(tmp_path / "spec.yaml", {"circuit": {"scoring.method": "circuit"}})
+    args = ["--bundle", str(tmp_path / "nowhere" / "points.bundle")]
+    r = subprocess.run(
+        [BIN / "hydra-ens", "study", str(spec), "-C", str(project), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--bundle" in lines[0] and "does not exist" in lines[0], lines
+    assert not (project / ".hydra-ens/studies").exists()
 
 
 def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):

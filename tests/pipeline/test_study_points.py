@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import commit_project, git
 
 
@@ -46,3 +48,74 @@ def test_experiments_pushed_to_another_git_url_are_fetched_into_the_project(tmp_
     fetch_experiments(project, str(bare))
     assert experiment_refs(project, commit) == {"circuit-seed0": commit}
     fetch_experiments(project, str(project))  # the project itself: nothing to do
+
+
+def _project_with_points(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A bare 'remote', a clone of it with one commit of its own (the study commit), and two
+    points recorded at that commit as DVC does (commits whose parent is the study commit)."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "dvc.yaml").write_text("stages: {}\n")
+    commit_project(seed, "project")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(remote))
+    project = tmp_path / "proj"
+    git(tmp_path, "clone", "-q", str(remote), str(project))
+    git(project, "config", "user.email", "tests@hydra-ens.invalid")
+    git(project, "config", "user.name", "hydra-ens tests")
+    (project / "params.yaml").write_text("seed: 0\n")
+    git(project, "add", "params.yaml")
+    git(project, "commit", "-q", "-m", "study set-up")
+    commit = git(project, "rev-parse", "HEAD").strip()
+    tree = git(project, "rev-parse", "HEAD^{tree}").strip()
+    for name in ("circuit-seed0", "taylor-seed0"):
+        point = git(project, "commit-tree", tree, "-p", commit, "-m", name).strip()
+        git(project, "update-ref", f"refs/exps/{commit[:2]}/{commit[2:]}/{name}", point)
+    return remote, project, commit
+
+
+def test_the_points_bundle_carries_the_study_commit_and_its_points_to_a_fresh_clone(tmp_path):
+    from flows.study.carry import write_points_bundle
+    from flows.study.points import experiment_refs
+
+    remote, project, commit = _project_with_points(tmp_path)
+    dest = tmp_path / "points.bundle"
+    dest.write_text("the previous bundle")
+    assert write_points_bundle(project, commit, dest) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    heads = git(project, "bundle", "list-heads", str(dest))
+    assert f"{commit} HEAD" in heads and heads.count("refs/exps/") == 2
+    # the remote's history is a prerequisite, not carried: a clone of the remote can use it
+    verify = subprocess.run(
+        ["git", "bundle", "verify", str(dest)], cwd=project, capture_output=True, text=True
+    )
+    assert verify.returncode == 0 and "requires" in verify.stdout + verify.stderr
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(remote), str(fresh))
+    git(fresh, "fetch", "-q", str(dest), "HEAD:refs/heads/study", "refs/exps/*:refs/exps/*")
+    assert git(fresh, "rev-parse", "study").strip() == commit
+    assert sorted(experiment_refs(fresh, commit)) == ["circuit-seed0", "taylor-seed0"]
+
+
+def test_no_points_no_bundle_and_a_bad_destination_is_one_line(tmp_path):
+    from flows.study.carry import BundleError, check_bundle_path, write_points_bundle
+
+    _, project, commit = _project_with_points(tmp_path)
+    assert write_points_bundle(project, "0" * 40, tmp_path / "none.bundle") == 0
+    assert not (tmp_path / "none.bundle").exists()
+    with pytest.raises(BundleError, match="does not exist"):
+        check_bundle_path(tmp_path / "nowhere" / "points.bundle")
+    with pytest.raises(BundleError, match="is a folder"):
+        check_bundle_path(tmp_path)
+    assert check_bundle_path(Path("rel.bundle")).is_absolute()
+    # git failing (a point ref naming a missing object) is one line, and the bundle written
+    # before stays whole
+    dest = tmp_path / "points.bundle"
+    assert write_points_bundle(project, commit, dest) == 2
+    before = dest.read_bytes()
+    broken = project / ".git" / "refs" / "exps" / commit[:2] / commit[2:] / "broken-seed0"
+    broken.write_text("1" * 40 + "\n")
+    with pytest.raises(BundleError, match=r"^git bundle") as err:
+        write_points_bundle(project, commit, dest)
+    assert "\n" not in str(err.value) and dest.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
