@@ -123,3 +123,13 @@ def make_members(
     if fine_tuned:
         members = [perturbed(m, 100 + i) for i, m in enumerate(members)]
     return members
+
+
+def train_one_epoch(model: nn.Module, batches: list[dict], **kwargs) -> object:
+    """One quiet epoch of :func:`hydra_ops.models.training.fine_tune` over ``batches`` at lr 1e-3
+    (``kwargs`` go to it); its TrainReport. ``model`` is trained in place."""
+    from hydra_ops.models.training import fine_tune
+
+    return fine_tune(
+        model, lambda _e: batches, epochs=1, lr=1e-3, progress=False, log_fn=None, **kwargs
+    )

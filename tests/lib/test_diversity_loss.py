@@ -6,10 +6,9 @@ import copy
 
 import pytest
 import torch
-from tiny_models import tiny_inputs, tiny_model
+from tiny_models import tiny_inputs, tiny_model, train_one_epoch
 
 from hydra_ops.models.diversity_loss import anchored_ncl_penalty, anchored_ncl_term
-from hydra_ops.models.training import fine_tune
 
 
 # ----- the anchored NCL objective ---------------------------------------------------------------
@@ -48,15 +47,7 @@ def test_ncl_objective_changes_the_member_weights_and_strength_zero_does_not():
 
     def train(loss_term):
         model = copy.deepcopy(base)
-        fine_tune(
-            model,
-            lambda _e: batches,
-            epochs=1,
-            lr=1e-3,
-            progress=False,
-            log_fn=None,
-            loss_term=loss_term,
-        )
+        train_one_epoch(model, batches, loss_term=loss_term)
         return model.state_dict()
 
     plain = train(None)

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from tiny_models import FAMILIES, NUM_LAYERS, tiny_inputs, tiny_model
+from tiny_models import FAMILIES, NUM_LAYERS, tiny_inputs, tiny_model, train_one_epoch
 from transformers import BertConfig, BertForSequenceClassification
 
 from hydra_ops.models.factory import build_timm_vit, make_image_batches
@@ -309,17 +309,7 @@ def test_fine_tune_refuses_bad_runtime_before_training():
 def _train_with(precision: str, dropout: str) -> tuple[torch.nn.Module, object]:
     model = tiny_model("bert")
     batches = [_labelled(s) for s in range(1, 3)]
-    report = fine_tune(
-        model,
-        lambda _e: batches,
-        epochs=1,
-        lr=1e-3,
-        progress=False,
-        log_fn=None,
-        precision=precision,
-        dropout=dropout,
-    )
-    return model, report
+    return model, train_one_epoch(model, batches, precision=precision, dropout=dropout)
 
 
 def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:

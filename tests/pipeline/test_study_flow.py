@@ -375,18 +375,23 @@ def test_at_a_new_commit_the_upstream_starts_from_the_earlier_one(first_study, c
     assert not set(SHARED_STAGES) & set(summary["points"]["circuit-seed0"]["ran"])
 
 
-def test_a_bundle_path_in_a_missing_folder_is_one_line_and_runs_nothing(tmp_path):
-    project = _stub_project(tmp_path / "proj")
-    spec = _spec(tmp_path / "spec.yaml", {"circuit": {"scoring.method": "circuit"}})
-    args = ["--bundle", str(tmp_path / "nowhere" / "points.bundle")]
+def _refused(project: Path, spec: Path, *args: str) -> list[str]:
+    """``hydra-ens study`` that must refuse before running anything: exit 2; its stderr lines."""
     r = subprocess.run(
         [BIN / "hydra-ens", "study", str(spec), "-C", str(project), *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert r.returncode == 2
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, r.stderr[-2000:]
+    return [ln for ln in r.stderr.splitlines() if ln.strip()]
+
+
+def test_a_bundle_path_in_a_missing_folder_is_one_line_and_runs_nothing(tmp_path):
+    project = _stub_project(tmp_path / "proj")
+    spec = _spec(tmp_path / "spec.yaml", {"circuit": {"scoring.method": "circuit"}})
+    args = ["--bundle", str(tmp_path / "nowhere" / "points.bundle")]
+    lines = _refused(project, spec, *args)
     assert len(lines) == 1 and "--bundle" in lines[0] and "does not exist" in lines[0], lines
     assert not (project / ".hydra-ens/studies").exists()
 
@@ -394,14 +399,7 @@ def test_a_bundle_path_in_a_missing_folder_is_one_line_and_runs_nothing(tmp_path
 def test_a_bad_spec_is_one_line_and_runs_nothing(tmp_path):
     project = _stub_project(tmp_path / "proj")
     spec = _spec(tmp_path / "spec.yaml", {"bad": {"members.num_members": 0}})
-    r = subprocess.run(
-        [BIN / "hydra-ens", "study", str(spec), "-C", str(project)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 2
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    lines = _refused(project, spec)
     assert len(lines) == 1 and "variant bad" in lines[0] and "members.num_members" in lines[0]
     assert not (project / ".hydra-ens/studies").exists()
 
@@ -418,14 +416,7 @@ def test_bad_gates_for_the_report_are_one_line(tmp_path, text, said):
     spec = _spec(tmp_path / "spec.yaml", {"circuit": {"scoring.method": "circuit"}})
     (tmp_path / "gates.yaml").write_text(text)
     args = ["--report-only", "--gates-from", str(tmp_path / "gates.yaml")]
-    r = subprocess.run(
-        [BIN / "hydra-ens", "study", str(spec), "-C", str(project), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 2
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    lines = _refused(project, spec, *args)
     assert len(lines) == 1 and "--gates-from" in lines[0] and said in lines[0], lines
 
 
