@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import PrefectFuture
 
 from flows import dvcops
-from flows.study.carry import write_points_bundle
+from flows.study.carry import BundleError, write_points_bundle
 from flows.study.points import (
     PointJob,
     earlier_upstream,
@@ -306,7 +307,7 @@ def _carry(root: Path, git_url: str, commit: str, dest: Path, logger) -> None:
     try:
         fetch_experiments(root, git_url)
         count = write_points_bundle(root, commit, dest)
-    except Exception as err:
+    except (BundleError, subprocess.CalledProcessError, OSError) as err:
         logger.warning("bundle %s not written: %s", dest, _one_line(err))
         return
     if count:
