@@ -250,10 +250,10 @@ def hydra_study(
             failures[name] = _one_line(err)
             logger.error("point %s failed: %s", name, failures[name])
         if bundle and name in outcomes:
-            _carry(root, job_base["git_url"], commit, Path(bundle), logger)
+            _carry(root, commit, Path(bundle), logger, fetch_from=job_base["git_url"])
     fetch_experiments(root, job_base["git_url"])
     if bundle:
-        _carry(root, job_base["git_url"], commit, Path(bundle), logger)
+        _carry(root, commit, Path(bundle), logger)
     done = fresh_points(root, commit, {p.name: p.params for p in points})
     wall = time.perf_counter() - t0
     # a report-only invocation computed nothing: its seconds are not the study's wall time
@@ -302,10 +302,12 @@ def _in_completion_order(
             yield name, pending.pop(name)
 
 
-def _carry(root: Path, git_url: str, commit: str, dest: Path, logger) -> None:
-    """Rewrite the points bundle ``dest``; a failure is one warning line (the study goes on)."""
+def _carry(root: Path, commit: str, dest: Path, logger, fetch_from: str | None = None) -> None:
+    """Rewrite the points bundle ``dest`` (after fetching the points pushed to ``fetch_from``, if
+    given); a failure is one warning line (the study goes on)."""
     try:
-        fetch_experiments(root, git_url)
+        if fetch_from is not None:
+            fetch_experiments(root, fetch_from)
         count = write_points_bundle(root, commit, dest)
     except (BundleError, subprocess.CalledProcessError, OSError) as err:
         logger.warning("bundle %s not written: %s", dest, _one_line(err))
