@@ -8,6 +8,7 @@ reused, no page faults) and what it must not do (change a single bit of a model'
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 
@@ -92,23 +93,25 @@ x = torch.randn(2048, 64)
 with torch.no_grad():
     for _ in range(3):  # tuned glibc grows its heap over the first forwards
         out = model(x)  # its [2048, 4096] activation is 32 MiB: above glibc's mmap threshold
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
+    faults = []
+    for _ in range(8):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         model(x)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 sys.stdout.buffer.write(out.numpy().tobytes())
-sys.stderr.write(f"FAULTS {faults}\\n")
+sys.stderr.write("FAULTS " + " ".join(map(str, faults)) + "\\n")
 """
 
 
-def _child(extra: dict[str, str]) -> tuple[bytes, int]:
+def _child(extra: dict[str, str]) -> tuple[bytes, list[int]]:
+    """The child's output bytes and its page faults in each of 8 forwards after warm-up."""
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "GLIBC_TUNABLES")}
     env.update(extra)
     proc = subprocess.run(
         [sys.executable, "-c", CHILD], env=env, capture_output=True, timeout=120, check=True
     )
     faults = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("FAULTS")]
-    return proc.stdout, int(faults[-1].split()[1])
+    return proc.stdout, [int(n) for n in faults[-1].split()[1:]]
 
 
 def _installed() -> list[str]:
@@ -118,14 +121,18 @@ def _installed() -> list[str]:
 
 @pytest.mark.skipif(not GLIBC, reason="the page-fault count is glibc's behaviour")
 def test_every_installed_allocator_computes_the_same_bits_and_glibc_tuned_stops_refaulting():
-    """5 forwards that each allocate and free a 32 MiB activation: glibc as is maps it afresh
-    and faults every 4 KiB page in again (8k faults per forward); tuned glibc and tcmalloc reuse
-    it (jemalloc as configured by default gives it back, so it is only checked for the bits).
-    The output bytes are the same under every allocator found here."""
-    reference, faults_system = _child({})
-    assert faults_system > 5 * 4000, faults_system  # glibc as is: >= half the pages per forward
+    """8 forwards that each allocate and free two 32 MiB activations: glibc as is maps them afresh
+    and faults every 4 KiB page in again (16k faults in every forward); tuned glibc and tcmalloc
+    reuse them, so the typical forward faults nothing (tuned glibc still moves its heap top now and
+    then, one forward in four at most where measured, so the check is on the median forward and
+    on the total). jemalloc as configured by default gives memory back, so it is only checked for
+    the bits. The output bytes are the same under every allocator found here."""
+    reference, system = _child({})
+    typical_system = statistics.median(system)
+    assert typical_system > 8000, system  # glibc as is: >= half the pages, every time
     for name in _installed():
         out, faults = _child(allocator_env(name, environ={})[0])
         assert out == reference, name
         if name in ("glibc_tuned", "tcmalloc"):
-            assert faults < faults_system / 10, (faults, faults_system)
+            assert statistics.median(faults) < typical_system / 10, (name, faults, system)
+            assert sum(faults) < sum(system) / 2, (name, faults, system)
