@@ -22,7 +22,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,9 +241,17 @@ def hydra_study(
         )
         for p in todo
     }
-    upstream_results = _gather_upstreams(upstream_futures, state, commit, logger)
+    upstream_results = {
+        key: {"seconds": fut["seconds"], "reused_from_earlier": True}
+        for key, fut in upstream_futures.items()
+        if isinstance(fut, dict)
+    }
+    running = {k: f for k, f in upstream_futures.items() if not isinstance(f, dict)}
     outcomes, failures = {}, {}
-    for name, fut in _in_completion_order(point_futures):
+    for kind, name, fut in _as_finished(running, point_futures):
+        if kind == "upstream":
+            upstream_results[name] = _record_upstream(name, fut, state, commit)
+            continue
         try:
             outcomes[name] = fut.result()
         except Exception as err:  # reported, and the other points go on
@@ -268,7 +276,7 @@ def hydra_study(
         only=list(only or []),
         failed=failures,
         points={n: o for n, o in sorted(outcomes.items())},
-        upstreams=upstream_results,
+        upstreams=dict(sorted(upstream_results.items())),
         reuse=_reuse(points, todo, upstream_results),
         seconds=round(time.perf_counter() - t0, 1),
     )
@@ -284,9 +292,20 @@ def hydra_study(
     return summary
 
 
+def _as_finished(
+    upstreams: dict[str, PrefectFuture], points: dict[str, PrefectFuture]
+) -> Iterator[tuple[str, str, PrefectFuture]]:
+    """``("upstream" | "point", name, future)`` as each finishes: a point is handed on (and
+    bundled) as soon as it is done, while another seed's upstream may still be running."""
+    running = {("upstream", k): f for k, f in upstreams.items()}
+    running.update({("point", k): f for k, f in points.items()})
+    for (kind, name), fut in _in_completion_order(running):
+        yield kind, name, fut
+
+
 def _in_completion_order(
-    futures: dict[str, PrefectFuture],
-) -> Iterator[tuple[str, PrefectFuture]]:
+    futures: dict[Hashable, PrefectFuture],
+) -> Iterator[tuple[Hashable, PrefectFuture]]:
     """``(name, future)`` pairs as the points finish (polled once a second where the task runner's
     futures wrap one that says whether it is done; the order they were submitted in otherwise)."""
     pending = dict(futures)
@@ -325,27 +344,22 @@ def _submit(fn, resources: dict[str, float] | None, *args: Any) -> PrefectFuture
         return fn.submit(*args)
 
 
-def _gather_upstreams(futures, state: Path, commit: str, logger) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, fut in futures.items():
-        if isinstance(fut, dict):
-            out[key] = {"seconds": fut["seconds"], "reused_from_earlier": True}
-            continue
-        try:
-            result = fut.result()
-        except Exception as err:
-            result = {"error": _one_line(err)}
-        if "error" in result:
-            out[key] = {"error": result["error"]}
-            continue
-        write_json(state / "upstream" / f"{commit[:12]}-{key}.json", result)
-        out[key] = {
-            "seconds": result["seconds"],
-            "reused_from_earlier": False,
-            "ran": result.get("ran"),
-            "seeded_from": result.get("seeded_from"),
-        }
-    return out
+def _record_upstream(key: str, fut: PrefectFuture, state: Path, commit: str) -> dict[str, Any]:
+    """The finished upstream ``key``'s entry of the summary; stored (for a later run to reuse)
+    as soon as it finishes, whatever else is still running."""
+    try:
+        result = fut.result()
+    except Exception as err:  # its points fail with it, and say so
+        result = {"error": _one_line(err)}
+    if "error" in result:
+        return {"error": result["error"]}
+    write_json(state / "upstream" / f"{commit[:12]}-{key}.json", result)
+    return {
+        "seconds": result["seconds"],
+        "reused_from_earlier": False,
+        "ran": result.get("ran"),
+        "seeded_from": result.get("seeded_from"),
+    }
 
 
 def _reuse(points: list[StudyPoint], todo: list[StudyPoint], upstreams: dict) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import commit_project, git
@@ -95,6 +96,32 @@ def test_the_points_bundle_carries_the_study_commit_and_its_points_to_a_fresh_cl
     git(fresh, "fetch", "-q", str(dest), "HEAD:refs/heads/study", "refs/exps/*:refs/exps/*")
     assert git(fresh, "rev-parse", "study").strip() == commit
     assert sorted(experiment_refs(fresh, commit)) == ["circuit-seed0", "taylor-seed0"]
+
+
+def test_a_point_is_handed_on_while_another_seeds_upstream_still_runs(monkeypatch):
+    """The study flow bundles each point as it finishes: it does not wait for every upstream
+    first (a third seed's upstream runs beside the first seeds' points for half an hour)."""
+    from flows.study import flow as study_flow
+
+    clock = [0]
+    monkeypatch.setattr(study_flow.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + 1))
+
+    def finishing_at(tick):  # a Prefect future whose wrapped (Dask) future is done from `tick`
+        return SimpleNamespace(wrapped_future=SimpleNamespace(done=lambda: clock[0] >= tick))
+
+    upstreams = {"seed0": finishing_at(1), "seed1": finishing_at(5)}
+    points = {"b-seed0": finishing_at(3), "a-seed0": finishing_at(2), "a-seed1": finishing_at(6)}
+    seen = [(kind, name, clock[0]) for kind, name, _ in study_flow._as_finished(upstreams, points)]
+    assert seen == [
+        ("upstream", "seed0", 1),
+        ("point", "a-seed0", 2),
+        ("point", "b-seed0", 3),
+        ("upstream", "seed1", 5),
+        ("point", "a-seed1", 6),
+    ]
+    # futures that cannot say whether they are done come in the order they were submitted
+    plain = {"seed0": object()}, {"a-seed0": object()}
+    assert [n for _, n, _ in study_flow._as_finished(*plain)] == ["seed0", "a-seed0"]
 
 
 def test_no_points_no_bundle_and_a_bad_destination_is_one_line(tmp_path):
