@@ -44,6 +44,11 @@ ID test = 600 digits 0-7, ``digits`` ID test = 215):
   NLL +0.008 against +0.015), farther on ID ECE (+0.006 against +0.003) and far-OOD AUROC
   (+0.013 against +0.033). Neither beats the single model there: no Hydra earns its cost on this
   task.
+* ``brown-genres`` has no entry: the text defaults apply (MiniLM-L6, 4 of 12 heads kept in layers
+  3-5, a shared trunk of 3). The brown-genres study (docs/study.md; three variants on choosing
+  seeds 0-2 and confirmation seeds 3-5, each its own split) found no variant better: on the
+  confirmation seeds the 2-heads form (1.46x single, inside the default's 1.56x [1.30, 1.83])
+  and the every-layer form (2.37x) beat the single model on no metric and are worse on ID NLL.
 * ``digits`` with the global defaults: accuracy .679, far-OOD AUROC .10 (under-trained, as
   above); 30 epochs at batch 32: .981 / .981 (seeds 0, 1), near-OOD .88 / .87, far-OOD .95 / .91.
   A 1-px shift of the 2x-upsampled 8x8 digits did not help (.977 / .986, far-OOD .93 / .81).
