@@ -306,7 +306,7 @@ def _as_finished(
 def _in_completion_order(
     futures: dict[Hashable, PrefectFuture],
 ) -> Iterator[tuple[Hashable, PrefectFuture]]:
-    """``(name, future)`` pairs as the points finish (polled once a second where the task runner's
+    """``(key, future)`` pairs as the futures finish (polled once a second where the task runner's
     futures wrap one that says whether it is done; the order they were submitted in otherwise)."""
     pending = dict(futures)
     wrapped = {name: getattr(f, "wrapped_future", None) for name, f in pending.items()}
