@@ -250,7 +250,7 @@ def hydra_study(
     outcomes, failures = {}, {}
     for kind, name, fut in _as_finished(running, point_futures):
         if kind == "upstream":
-            upstream_results[name] = _record_upstream(name, fut, state, commit)
+            upstream_results[name] = _record_upstream(name, fut, state, commit, logger)
             continue
         try:
             outcomes[name] = fut.result()
@@ -344,14 +344,18 @@ def _submit(fn, resources: dict[str, float] | None, *args: Any) -> PrefectFuture
         return fn.submit(*args)
 
 
-def _record_upstream(key: str, fut: PrefectFuture, state: Path, commit: str) -> dict[str, Any]:
+def _record_upstream(
+    key: str, fut: PrefectFuture, state: Path, commit: str, logger
+) -> dict[str, Any]:
     """The finished upstream ``key``'s entry of the summary; stored (for a later run to reuse)
-    as soon as it finishes, whatever else is still running."""
+    as soon as it finishes, whatever else is still running. A failed upstream is logged and
+    recorded as ``{"error": ...}``, never stored: its points fail with it."""
     try:
         result = fut.result()
-    except Exception as err:  # its points fail with it, and say so
+    except Exception as err:  # one line in the log and the summary; the other seeds go on
         result = {"error": _one_line(err)}
     if "error" in result:
+        logger.error("upstream %s failed: %s", key, result["error"])
         return {"error": result["error"]}
     write_json(state / "upstream" / f"{commit[:12]}-{key}.json", result)
     return {

@@ -124,6 +124,37 @@ def test_a_point_is_handed_on_while_another_seeds_upstream_still_runs(monkeypatc
     assert [n for _, n, _ in study_flow._as_finished(*plain)] == ["seed0", "a-seed0"]
 
 
+def test_a_finished_upstream_is_stored_at_once_and_a_failed_one_is_logged_not_stored(tmp_path):
+    from flows.study import flow as study_flow
+
+    class Future:
+        def __init__(self, outcome):
+            self.outcome = outcome
+
+        def result(self):
+            if isinstance(self.outcome, Exception):
+                raise self.outcome
+            return self.outcome
+
+    errors = []
+    logger = SimpleNamespace(error=lambda fmt, *args: errors.append(fmt % args))
+    done = Future({"seconds": 12.5, "ran": ["finetune_base"], "seeded_from": None})
+    entry = study_flow._record_upstream("abc", done, tmp_path, "c" * 40, logger)
+    assert entry == {
+        "seconds": 12.5,
+        "reused_from_earlier": False,
+        "ran": ["finetune_base"],
+        "seeded_from": None,
+    }
+    stored = tmp_path / "upstream" / f"{'c' * 12}-abc.json"
+    assert json.loads(stored.read_text())["seconds"] == 12.5 and errors == []
+    failed = Future(RuntimeError("finetune_base: out of memory\nTraceback ..."))
+    entry = study_flow._record_upstream("def", failed, tmp_path, "c" * 40, logger)
+    assert entry == {"error": "finetune_base: out of memory"}
+    assert errors == ["upstream def failed: finetune_base: out of memory"]
+    assert sorted(p.name for p in (tmp_path / "upstream").iterdir()) == [stored.name]
+
+
 def test_no_points_no_bundle_and_a_bad_destination_is_one_line(tmp_path):
     from flows.study.carry import BundleError, check_bundle_path, write_points_bundle
 
