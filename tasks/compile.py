@@ -11,7 +11,10 @@ agreement, overall and per split.
 ``compile.precision`` (default ``auto``: each (backend, precision) candidate the device runs fast
 is measured against the fp32 eager model on the check batches and the fastest that agrees within
 ``tolerance_fp32`` / ``tolerance_low_precision`` and ``min_agreement`` ships; one log line and
-``precision_reason`` say why, e.g. why fp32 was kept; or ``fp32``, ``bf16``, ``fp16``); the check
+``precision_reason`` say why, e.g. why fp32 was kept; or ``fp32``, ``bf16``, ``fp16``). Building
+candidates is most of ``auto``'s cost, so the candidates of a precision whose eager forward is at
+least twice as slow (the inference precision probe ``calibrate`` ran on the same model,
+:func:`eager_precision_ms`) are built only if no faster one agrees. The check
 uses the tolerance of the precision that ships (``check.tolerance``), and evaluate scores the
 artifact itself, beside the eager model (:mod:`tasks.candidates`). The gate judges that check
 against that same tolerance (``threshold: compile_tolerance``); with ``eager`` there is nothing
@@ -42,7 +45,8 @@ from tasks.data import batches, split
 from tasks.layout import COMPILED, HYDRA, METRICS
 from tasks.outputs import publish_dir, write_json
 from tasks.params.core import CoreConfig
-from tasks.precision import measurement_cache
+from tasks.precision import check_batches as probe_batches
+from tasks.precision import measurement_cache, needs_probe, stage_runtime
 from tasks.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
@@ -132,6 +136,37 @@ def check_batches(cfg: CoreConfig, root: Path) -> tuple[dict, dict[str, list[dic
     return example, {k: v for k, v in heldout.items() if v}
 
 
+def eager_precision_ms(
+    cfg: CoreConfig, root: Path, hydra: torch.nn.Module
+) -> dict[str, float] | None:
+    """``{precision: median ms}`` of the calibrated Hydra's eager forward on this machine, for the
+    precisions that agree with fp32: the inference precision probe ``calibrate`` ran on the same
+    model and validation batches (read back from the measurement cache; measured here if it is
+    missing). ``auto`` builds the candidates of a much slower precision only if no faster one
+    agrees (:mod:`hydra_ops.compile.auto`). None when nothing is measured here:
+    ``compile.precision`` or ``runtime.precision`` pinned, or no native bf16."""
+    from hydra_ops.perf.inference_probe import time_inference
+
+    if cfg.compile.precision != "auto" or not needs_probe(cfg):
+        return None
+    val = batches(cfg, split(root, "val"), cfg.evaluate.batch_size)
+    _, choice = stage_runtime(
+        cfg,
+        root,
+        "compile (eager probe)",
+        "inference",
+        lambda: hydra,
+        lambda: probe_batches(val, cfg.compile.check_examples),
+        time_inference,
+        log_runtime=False,
+    )
+    timings, check = choice.timings or {}, choice.check or {}
+    ms = {"fp32": timings.get("fp32_median_ms")}
+    if check.get("passed"):
+        ms["bf16"] = timings.get("bf16_median_ms")
+    return {p: float(v) for p, v in ms.items() if v}
+
+
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.compile import (
         METADATA_FILE,
@@ -168,6 +203,7 @@ def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
                 tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
                 min_agreement=cfg.compile.min_agreement,
                 measurements=measurement_cache(root),
+                eager_ms=eager_precision_ms(cfg, root, hydra),
             )
             # the shipped artifact against the fp32 eager model, at its precision's tolerance
             result = verify_compiled_by_split(

@@ -22,6 +22,16 @@ slower than that measurement's fastest agreeing candidate (:func:`skip_losers`):
 as skipped under ``auto_selection["skipped_candidates"]`` with its reason (no timings: those go
 to the log), and one log line names each. Should every measured candidate fail, the skipped ones
 are measured after all.
+
+**A cheaper probe first.** Without such history (a new machine, a fresh clone), building the
+candidates is most of the cost (an inductor build takes tens of seconds on 2 cores), and a
+precision's compiled speed follows its eager speed: a matrix-multiply-bound model gains from
+bf16 about what its eager forward gains. So given the model's eager timings per precision on this
+machine (``eager_ms``: e.g. the inference precision probe of :mod:`hydra_ops.perf`, which no
+build needs), every candidate of a precision whose eager forward is at least :data:`SKIP_RATIO`
+times slower than the fastest agreeing precision's is deferred (:func:`defer_slower_precisions`):
+skipped as above with its reason, and measured after all should no candidate of a faster
+precision agree.
 """
 
 from __future__ import annotations
@@ -79,6 +89,36 @@ def skip_losers(
         else:
             keep.append(candidate)
     return keep, skipped
+
+
+def defer_slower_precisions(
+    candidates: Sequence[Candidate],
+    eager_ms: Mapping[str, float] | None,
+    ratio: float = SKIP_RATIO,
+) -> tuple[list[Candidate], dict[str, str]]:
+    """``(to measure first, deferred)``: ``eager_ms`` maps a precision to the median milliseconds
+    of the eager model's forward at that precision on this machine, for the precisions that agree
+    with fp32 (fp32 always does); a candidate whose precision is at least ``ratio`` x slower than
+    the fastest precision of ``candidates`` listed there is deferred, with a one-line reason
+    (no timings: it is recorded in the artifact's metadata). Fewer than two of the candidates'
+    precisions timed: nothing is deferred."""
+    timed = {p: float(ms) for p, ms in (eager_ms or {}).items() if ms and ms > 0}
+    present = {p for _, p in candidates if p in timed}
+    if len(present) < 2:
+        return list(candidates), {}
+    best = min(present, key=lambda p: timed[p])
+    keep, deferred = [], {}
+    for candidate in candidates:
+        precision = candidate[1]
+        slower = timed.get(precision, 0.0) / timed[best]
+        if precision != best and slower >= ratio:
+            deferred[trial_key(*candidate)] = (
+                f"eager {precision} >= {ratio:g}x slower than eager {best} on this machine "
+                "(precision probe); measured only if no faster candidate agrees"
+            )
+        else:
+            keep.append(candidate)
+    return keep, deferred
 
 
 def history_key(build: Build) -> dict[str, Any]:
@@ -156,6 +196,7 @@ def measure_fastest(
     min_agreement: float = 1.0,
     skipped: Mapping[str, str] | None = None,
     measurements: MeasurementCache | None = None,
+    eager_ms: Mapping[str, float] | None = None,
 ) -> CompiledArtifact:
     """Build, check and time every available candidate of ``candidates`` (in order; on a tie the
     earlier wins) and keep the fastest that agrees with the fp32 eager model.
@@ -167,6 +208,9 @@ def measure_fastest(
         skipped: precision -> why ``auto`` did not try it (recorded as is).
         measurements: where earlier timings on this machine and shape are kept; candidates that
             lost by :data:`SKIP_RATIO` there are skipped (module doc). None: measure every one.
+        eager_ms: precision -> the eager model's median ms on this machine, for the precisions
+            that agree with fp32; candidates of a precision :data:`SKIP_RATIO` x slower than the
+            fastest are deferred (:func:`defer_slower_precisions`). None: nothing deferred.
 
     Raises:
         CompileError: no candidate built and agreed (every reason is in the message).
@@ -183,6 +227,11 @@ def measure_fastest(
     to_measure, skipped_candidates = skip_losers(candidates, history)
     for k, why in skipped_candidates.items():
         log.info("compile: auto skips %s (%s ms earlier): %s", k, history[k]["median_ms"], why)
+    to_measure, deferred = defer_slower_precisions(to_measure, eager_ms)
+    for k, why in deferred.items():
+        ms = {p: round(float(v), 1) for p, v in (eager_ms or {}).items()}
+        log.info("compile: auto defers %s (eager ms %s): %s", k, ms, why)
+    skipped_candidates.update(deferred)
 
     def measure(chosen: list[Candidate]) -> None:
         _try(

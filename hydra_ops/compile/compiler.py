@@ -57,6 +57,7 @@ def compile_model(
     tolerance: float | Mapping[str, float] | None = None,
     min_agreement: float = 1.0,
     measurements: MeasurementCache | None = None,
+    eager_ms: Mapping[str, float] | None = None,
 ) -> CompiledArtifact:
     """Compile ``model`` with ``backend`` at ``precision``, save the artifact under ``out_dir``
     and load it back.
@@ -89,6 +90,10 @@ def compile_model(
         min_agreement: minimum ensemble argmax agreement with the fp32 eager model.
         measurements: ``auto``'s timings on this machine and shape are kept there, and
             candidates that lost by a wide margin before are skipped (:mod:`.auto`).
+        eager_ms: ``{precision: median ms}`` of ``model``'s eager forward on this machine, for
+            the precisions that agree with fp32 (e.g. the inference precision probe): ``auto``
+            measures the candidates of a precision :data:`~hydra_ops.compile.auto.SKIP_RATIO` x
+            slower than the fastest only if no faster candidate agrees (:mod:`.auto`).
 
     Returns:
         The loaded :class:`CompiledArtifact` (callable, and a mapping of its metadata; its
@@ -153,6 +158,7 @@ def compile_model(
             min_agreement=min_agreement,
             skipped=skipped,
             measurements=measurements,
+            eager_ms=eager_ms,
         )
 
     if backend == "auto" and trt_reason is None:

@@ -13,7 +13,7 @@ from tiny_models import make_members, tiny_inputs
 from hydra_ops import compile as hc
 from hydra_ops.compile import auto as hc_auto
 from hydra_ops.compile import build as hc_build
-from hydra_ops.compile.auto import SKIP_RATIO, skip_losers
+from hydra_ops.compile.auto import SKIP_RATIO, defer_slower_precisions, skip_losers
 from hydra_ops.heads.plans import HeadPlan
 from hydra_ops.hydra.merge import merge_members
 from hydra_ops.measurements import MeasurementCache
@@ -35,6 +35,23 @@ def test_skip_losers_skips_only_wide_losers_of_an_agreeing_best():
     nothing_agreed = {k: {**v, "ok": False} for k, v in history.items()}
     assert skip_losers(CANDIDATES, nothing_agreed) == (CANDIDATES, {})
     assert SKIP_RATIO >= 1.5  # "by a wide margin"
+
+
+def test_defer_slower_precisions_defers_only_a_precision_twice_as_slow_eager():
+    cands = [("inductor", "fp32"), ("inductor", "bf16"), ("export", "fp32"), ("export", "bf16")]
+    first, deferred = defer_slower_precisions(cands, {"fp32": 20.0, "bf16": 10.0}, ratio=2.0)
+    assert first == [("inductor", "bf16"), ("export", "bf16")]
+    assert list(deferred) == ["inductor/fp32", "export/fp32"]
+    assert "eager fp32 >= 2x slower than eager bf16" in deferred["export/fp32"]
+    assert defer_slower_precisions(cands, {"fp32": 19.9, "bf16": 10.0}, ratio=2.0) == (cands, {})
+    # bf16 the slower one (no fast bf16 kernels): bf16 waits
+    _, deferred = defer_slower_precisions(cands, {"fp32": 10.0, "bf16": 25.0}, ratio=2.0)
+    assert list(deferred) == ["inductor/bf16", "export/bf16"]
+    # one precision timed (bf16 disagreed, or no probe): nothing to compare, nothing deferred
+    assert defer_slower_precisions(cands, {"fp32": 10.0}) == (cands, {})
+    assert defer_slower_precisions(cands, None) == (cands, {})
+    fp32_only = [c for c in cands if c[1] == "fp32"]
+    assert defer_slower_precisions(fp32_only, {"fp32": 30.0, "bf16": 1.0}) == (fp32_only, {})
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +121,26 @@ def test_skipped_candidates_are_measured_when_nothing_else_agrees(hydra, tmp_pat
     assert set(artifact["auto_selection"]["trials"]) == {"export/fp32", "export/bf16"}
     assert "skipped_candidates" not in artifact["auto_selection"]
     assert artifact["precision"] == "bf16"
+
+
+def test_a_candidate_deferred_by_the_eager_probe_is_logged_and_kept_out_of_history(
+    hydra, tmp_path, monkeypatch, caplog
+):
+    _patch(monkeypatch, fp32_ms=1.0, bf16_ms=3.0)
+    cache = MeasurementCache(tmp_path / "measurements.json")
+    kwargs = dict(max_batch=8, auto_repeats=1, precision="auto", measurements=cache)
+    with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
+        artifact = hc.compile_model(
+            hydra,
+            "auto",
+            tiny_inputs("bert", 4),
+            tmp_path / "a",
+            eager_ms={"fp32": 5.0, "bf16": 1.0},
+            **kwargs,
+        )
+    assert set(artifact["auto_selection"]["trials"]) == {"export/bf16"}
+    assert artifact["precision"] == "bf16"
+    assert any("auto defers export/fp32 (eager ms" in r.getMessage() for r in caplog.records)
+    # only what was timed is remembered: a later call without the probe measures fp32 again
+    (entry,) = json.loads(cache.path.read_text())["entries"].values()
+    assert set(entry["value"]) == {"export/bf16"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
 import torch
 from test_gate import _ev
 from tiny_models import make_members, tiny_inputs
@@ -21,9 +22,12 @@ from tasks.gate import evaluate_check
 from tasks.params import GateCheck, default_gates, resolve_params
 
 
-def _run_compile_stage(tmp_path, monkeypatch, caplog, sets: dict, times: list[float]) -> tuple:
+def _run_compile_stage(
+    tmp_path, monkeypatch, caplog, sets: dict, times: list[float], eager_ms: dict | None = None
+) -> tuple:
     """The compile stage (``export``, ``precision: auto``) on a tiny Hydra with fixed timings
-    (``auto`` times fp32 then bf16); returns (compiled.json, metrics/compile.json, auto lines)."""
+    (``auto`` times fp32 then bf16) and the eager probe's ``eager_ms`` (None: not measured);
+    returns (compiled.json, metrics/compile.json, auto lines)."""
     plans = [HeadPlan(((0,),)), HeadPlan(((1, 2),))]
     hydra = merge_members(make_members("bert", plans, fine_tuned=True, num_hidden_layers=1))
     save_hydra(hydra, tmp_path / "models" / "hydra")
@@ -41,6 +45,7 @@ def _run_compile_stage(tmp_path, monkeypatch, caplog, sets: dict, times: list[fl
             return call(), times.pop(0)
 
     monkeypatch.setattr(auto, "median_latency_ms", fixed)
+    monkeypatch.setattr(compile_stage, "eager_precision_ms", lambda cfg, root, model: eager_ms)
     cfg = resolve_params("quick", sets={"compile.backend": "export", **sets})
     assert cfg.compile.precision == "auto"
     with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
@@ -84,3 +89,58 @@ def test_auto_precision_keeps_fp32_when_bf16_disagrees(tmp_path, monkeypatch, ca
     assert compiled["precision_reason"].startswith("bf16 failed its check (max |dp|")
     assert len(lines) == 1 and lines[0].startswith("compile: auto precision keeps fp32: bf16")
     assert metrics["precision_reason"] == compiled["precision_reason"]
+
+
+def test_auto_builds_a_precision_the_eager_probe_found_twice_as_slow_only_if_needed(
+    tmp_path, monkeypatch, caplog
+):
+    slow_fp32 = {"fp32": 30.0, "bf16": 10.0}  # eager fp32 3x slower: its candidate waits
+    compiled, metrics, lines = _run_compile_stage(
+        tmp_path, monkeypatch, caplog, {}, [1.0], eager_ms=slow_fp32
+    )
+    selection = compiled["auto_selection"]
+    assert compiled["precision"] == "bf16" and set(selection["trials"]) == {"export/bf16"}
+    why = selection["skipped_candidates"]["export/fp32"]
+    assert why.startswith("eager fp32 >= 2x slower than eager bf16") and "30" not in why
+    assert set(metrics["auto_selection_timings"]) == {"export/bf16"}
+    assert lines == [f"compile: auto precision ships bf16: {compiled['precision_reason']}"]
+    # bf16 fails its check: the deferred fp32 candidate is built after all, and ships
+    sets = {"compile.tolerance_low_precision": 1e-9}
+    compiled, _, _ = _run_compile_stage(
+        tmp_path, monkeypatch, caplog, sets, [1.0, 2.0], eager_ms=slow_fp32
+    )
+    assert compiled["precision"] == "fp32"
+    assert set(compiled["auto_selection"]["trials"]) == {"export/bf16", "export/fp32"}
+    assert "skipped_candidates" not in compiled["auto_selection"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "passed", "expected"),
+    [
+        ({}, True, {"fp32": 30.0, "bf16": 10.0}),
+        ({}, False, {"fp32": 30.0}),  # bf16 disagreed with fp32: only fp32 is a reference
+        ({"compile.precision": "fp32"}, True, None),  # pinned: nothing to defer
+    ],
+)
+def test_eager_precision_ms_reads_the_inference_probe(
+    monkeypatch, tmp_path, sets, passed, expected
+):
+    from hydra_ops.models.runtime import Runtime
+    from hydra_ops.perf.precision_probe import PrecisionChoice
+
+    timings = {"fp32_median_ms": 30.0, "bf16_median_ms": 10.0, "speedup": 3.0}
+    choice = PrecisionChoice("bf16", "why", "inference", "cached", timings, {"passed": passed})
+    calls = []
+
+    def probe(cfg, root, stage, use, model_fn, batches_fn, measure_fn, log_runtime=True):
+        calls.append((stage, use, model_fn()))
+        return Runtime(torch.device("cpu")), choice
+
+    monkeypatch.setattr(compile_stage, "needs_probe", lambda cfg: True)
+    monkeypatch.setattr(compile_stage, "stage_runtime", probe)
+    monkeypatch.setattr(compile_stage, "batches", lambda *a, **k: [])
+    monkeypatch.setattr(compile_stage, "split", lambda root, name: name)
+    cfg = resolve_params("quick", sets={"compile.backend": "export", **sets})
+    model = torch.nn.Linear(2, 2)
+    assert compile_stage.eager_precision_ms(cfg, tmp_path, model) == expected
+    assert calls == ([] if expected is None else [("compile (eager probe)", "inference", model)])
