@@ -1,0 +1,126 @@
+"""What compile's eager probe saves, side by side: ``compile: auto`` with and without it.
+
+On a finished project (a default run's ``models/hydra`` and its measurement cache), each round
+runs the compile stage's call of :func:`hydra_ops.compile.compile_model` twice, each in a fresh
+process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``) and no measurement history, so
+both start as on a new machine: ``every`` builds and times every candidate (``eager_ms=None``,
+what compile did before), ``probe`` passes :func:`tasks.compile.eager_precision_ms` (the
+inference precision probe, read back from the project's cache) and so builds a precision whose
+eager forward is >= 2x slower only if nothing faster agrees. The order alternates between
+rounds. Per run: wall seconds of the call, the candidates built, what shipped and its check. The
+project is only read (artifacts go to a temporary folder).
+
+    python -m benchmarks.compile_probe --project /tmp/run/project --rounds 1 \\
+        --out benchmarks/results/cpu_amx/compile_probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODES = ("every", "probe")
+
+
+def compile_once(project: Path, mode: str) -> dict[str, Any]:
+    """One ``compile: auto`` of ``project``'s calibrated Hydra (in this process)."""
+    from hydra_ops.compile import compile_model
+    from hydra_ops.hydra.serialization import load_hydra
+    from tasks import compile as stage
+    from tasks.layout import HYDRA
+    from tasks.params.files import load_as
+    from tasks.stage import set_threads
+
+    set_threads()
+    cfg = load_as(stage.SCHEMA, project / "params.yaml")
+    hydra = load_hydra(project / HYDRA)
+    example, heldout = stage.check_batches(cfg, project)
+    eager_ms = stage.eager_precision_ms(cfg, project, hydra) if mode == "probe" else None
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        artifact = compile_model(
+            hydra,
+            backend=cfg.compile.backend,
+            example_inputs=example,
+            out_dir=out,
+            precision=cfg.compile.precision,
+            heldout_inputs=[b for group in heldout.values() for b in group],
+            tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
+            min_agreement=cfg.compile.min_agreement,
+            eager_ms=eager_ms,
+        )
+        seconds = time.perf_counter() - t0
+    selection = artifact.get("auto_selection") or {}
+    return {
+        "mode": mode,
+        "seconds": round(seconds, 2),
+        "eager_ms": eager_ms,
+        "built": sorted(selection.get("trials", {})),
+        "deferred": sorted(selection.get("skipped_candidates", {})),
+        "shipped": f"{artifact['backend']}/{artifact['precision']}",
+        "trials": {
+            k: {f: t.get(f) for f in ("median_ms", "build_and_time_seconds", "ok")}
+            for k, t in selection.get("trials", {}).items()
+        },
+    }
+
+
+def _child(project: Path, mode: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(project)]
+            + ["--child", mode],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise SystemExit(f"error: compile_probe {mode}: {proc.stderr.strip().splitlines()[-1]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--project", type=Path, required=True, help="a finished project")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    project = args.project.resolve()
+    if not (project / "models" / "hydra").is_dir():
+        raise SystemExit(f"error: {project}: no models/hydra (run the pipeline there first)")
+    if args.child:
+        print(json.dumps(compile_once(project, args.child)))
+        return
+    runs = []
+    for r in range(args.rounds):
+        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+            runs.append(_child(project, mode))
+            print(f"[compile_probe] round {r}: {mode} {runs[-1]['seconds']} s", flush=True)
+    seconds = {m: statistics.median(x["seconds"] for x in runs if x["mode"] == m) for m in MODES}
+    result = {
+        "project": "<project>",
+        "rounds": args.rounds,
+        "median_seconds": seconds,
+        "every_over_probe": round(seconds["every"] / seconds["probe"], 2),
+        "runs": runs,
+    }
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
