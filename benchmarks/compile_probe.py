@@ -74,11 +74,11 @@ def compile_once(project: Path, mode: str) -> dict[str, Any]:
 
 
 def _child(project: Path, mode: str) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(project)]
     with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(project)]
-            + ["--child", mode],
+            [*argv, "--child", mode],
             env=env,
             capture_output=True,
             text=True,

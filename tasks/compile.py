@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from hydra_ops.data import Split, split_batches, text_tokenizer
+from hydra_ops.models.runtime import resolve_device
 from tasks.custody import source_record
 from tasks.data import batches, split
 from tasks.layout import COMPILED, HYDRA, METRICS
@@ -144,10 +145,14 @@ def eager_precision_ms(
     model and validation batches (read back from the measurement cache; measured here if it is
     missing). ``auto`` builds the candidates of a much slower precision only if no faster one
     agrees (:mod:`hydra_ops.compile.auto`). None when nothing is measured here:
-    ``compile.precision`` or ``runtime.precision`` pinned, or no native bf16."""
+    ``compile.precision`` or ``runtime.precision`` pinned, no native bf16, or model stages on a
+    GPU (the probe would time the GPU; the candidates ``auto`` measures without TensorRT run on
+    the CPU, where the calibrated model is loaded)."""
     from hydra_ops.perf.inference_probe import time_inference
 
-    if cfg.compile.precision != "auto" or not needs_probe(cfg):
+    if cfg.compile.precision != "auto" or resolve_device(cfg.runtime.device).type != "cpu":
+        return None
+    if not needs_probe(cfg):
         return None
     val = batches(cfg, split(root, "val"), cfg.evaluate.batch_size)
     _, choice = stage_runtime(

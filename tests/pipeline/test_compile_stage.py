@@ -115,15 +115,16 @@ def test_auto_builds_a_precision_the_eager_probe_found_twice_as_slow_only_if_nee
 
 
 @pytest.mark.parametrize(
-    ("sets", "passed", "expected"),
+    ("sets", "device", "passed", "expected"),
     [
-        ({}, True, {"fp32": 30.0, "bf16": 10.0}),
-        ({}, False, {"fp32": 30.0}),  # bf16 disagreed with fp32: only fp32 is a reference
-        ({"compile.precision": "fp32"}, True, None),  # pinned: nothing to defer
+        ({}, "cpu", True, {"fp32": 30.0, "bf16": 10.0}),
+        ({}, "cpu", False, {"fp32": 30.0}),  # bf16 disagreed with fp32: only fp32 is a reference
+        ({"compile.precision": "fp32"}, "cpu", True, None),  # pinned: nothing to defer
+        ({}, "cuda", True, None),  # a GPU probe says nothing of the CPU candidates
     ],
 )
 def test_eager_precision_ms_reads_the_inference_probe(
-    monkeypatch, tmp_path, sets, passed, expected
+    monkeypatch, tmp_path, sets, device, passed, expected
 ):
     from hydra_ops.models.runtime import Runtime
     from hydra_ops.perf.precision_probe import PrecisionChoice
@@ -137,6 +138,7 @@ def test_eager_precision_ms_reads_the_inference_probe(
         return Runtime(torch.device("cpu")), choice
 
     monkeypatch.setattr(compile_stage, "needs_probe", lambda cfg: True)
+    monkeypatch.setattr(compile_stage, "resolve_device", lambda spec: torch.device(device))
     monkeypatch.setattr(compile_stage, "stage_runtime", probe)
     monkeypatch.setattr(compile_stage, "batches", lambda *a, **k: [])
     monkeypatch.setattr(compile_stage, "split", lambda root, name: name)
