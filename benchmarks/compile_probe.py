@@ -85,8 +85,14 @@ def _child(project: Path, mode: str) -> dict[str, Any]:
             check=False,
         )
     if proc.returncode != 0:
-        raise SystemExit(f"error: compile_probe {mode}: {proc.stderr.strip().splitlines()[-1]}")
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        _fail(f"compile_probe {mode} failed: {last}", 1)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,8 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     project = args.project.resolve()
-    if not (project / "models" / "hydra").is_dir():
-        raise SystemExit(f"error: {project}: no models/hydra (run the pipeline there first)")
+    if args.rounds < 1:
+        _fail(f"--rounds must be >= 1, got {args.rounds}")
+    if not (project / "models" / "hydra").is_dir() or not (project / "params.yaml").is_file():
+        _fail(f"{project}: no models/hydra and params.yaml (run the pipeline there first)")
     if args.child:
         print(json.dumps(compile_once(project, args.child)))
         return

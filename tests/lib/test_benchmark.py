@@ -338,3 +338,48 @@ def test_allocator_benchmark_writes_ratios_against_system(tmp_path):
         [*cmd, "--allocators", "ptmalloc9"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert bad.returncode == 2 and "unknown allocator(s) ['ptmalloc9']" in bad.stderr
+
+
+def test_compile_probe_refuses_a_folder_without_a_finished_project(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "no models/hydra" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_compile_probe_builds_every_candidate_or_defers_the_slow_precision(tmp_path, monkeypatch):
+    from tiny_models import make_members, tiny_inputs
+
+    from benchmarks import compile_probe
+    from hydra_ops import compile as hc
+    from hydra_ops.heads.plans import HeadPlan
+    from hydra_ops.hydra.merge import merge_members
+    from hydra_ops.hydra.serialization import save_hydra
+    from tasks import compile as stage
+    from tasks.params import resolve_params, write_params
+
+    plans = [HeadPlan(((0,),)), HeadPlan(((1, 2),))]
+    hydra = merge_members(make_members("bert", plans, fine_tuned=True, num_hidden_layers=1))
+    save_hydra(hydra, tmp_path / "models" / "hydra")
+    write_params(
+        resolve_params("quick", sets={"compile.backend": "auto"}), tmp_path / "params.yaml"
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export",))
+    monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
+    batches = [tiny_inputs("bert", 4, seed=1), tiny_inputs("bert", 4, seed=2)]
+    monkeypatch.setattr(stage, "check_batches", lambda cfg, root: (batches[0], {"test": batches}))
+    monkeypatch.setattr(stage, "eager_precision_ms", lambda *a: {"fp32": 30.0, "bf16": 10.0})
+    every = compile_probe.compile_once(tmp_path, "every")
+    probe = compile_probe.compile_once(tmp_path, "probe")
+    assert every["built"] == ["export/bf16", "export/fp32"] and every["deferred"] == []
+    assert every["eager_ms"] is None and every["seconds"] > 0
+    assert probe["built"] == ["export/bf16"] and probe["deferred"] == ["export/fp32"]
+    assert probe["eager_ms"] == {"fp32": 30.0, "bf16": 10.0}
+    assert probe["shipped"] == "export/bf16"  # the only one built, so it agreed
+    assert not (tmp_path / "models" / "compiled").exists()  # the project is only read
