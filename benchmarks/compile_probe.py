@@ -32,7 +32,6 @@ MODES = ("every", "probe")
 
 def compile_once(project: Path, mode: str) -> dict[str, Any]:
     """One ``compile: auto`` of ``project``'s calibrated Hydra (in this process)."""
-    from hydra_ops.compile import compile_model
     from hydra_ops.hydra.serialization import load_hydra
     from tasks import compile as stage
     from tasks.layout import HYDRA
@@ -46,17 +45,7 @@ def compile_once(project: Path, mode: str) -> dict[str, Any]:
     eager_ms = stage.eager_precision_ms(cfg, project, hydra) if mode == "probe" else None
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
-        artifact = compile_model(
-            hydra,
-            backend=cfg.compile.backend,
-            example_inputs=example,
-            out_dir=out,
-            precision=cfg.compile.precision,
-            heldout_inputs=[b for group in heldout.values() for b in group],
-            tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
-            min_agreement=cfg.compile.min_agreement,
-            eager_ms=eager_ms,
-        )
+        artifact = stage.build_artifact(cfg, hydra, example, heldout, Path(out), eager_ms=eager_ms)
         seconds = time.perf_counter() - t0
     selection = artifact.get("auto_selection") or {}
     return {

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from hydra_ops.data import Split, split_batches, text_tokenizer
+from hydra_ops.measurements import MeasurementCache
 from hydra_ops.models.runtime import resolve_device
 from tasks.custody import source_record
 from tasks.data import batches, split
@@ -172,13 +173,37 @@ def eager_precision_ms(
     return {p: float(v) for p, v in ms.items() if v}
 
 
-def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.compile import (
-        METADATA_FILE,
-        compile_model,
-        precision_name,
-        verify_compiled_by_split,
+def build_artifact(
+    cfg: CoreConfig,
+    hydra: torch.nn.Module,
+    example: dict,
+    heldout: dict[str, list[dict]],
+    out_dir: Path,
+    *,
+    measurements: MeasurementCache | None = None,
+    eager_ms: dict[str, float] | None = None,
+) -> Any:
+    """:func:`hydra_ops.compile.compile_model` of ``hydra`` for ``compile.backend`` and
+    ``compile.precision``, checked on ``example`` and every batch of ``heldout``
+    (:func:`check_batches`) at the configured tolerances; returns the loaded artifact."""
+    from hydra_ops.compile import compile_model
+
+    return compile_model(
+        hydra,
+        backend=cfg.compile.backend,
+        example_inputs=example,
+        out_dir=out_dir,
+        precision=cfg.compile.precision,
+        heldout_inputs=[b for group in heldout.values() for b in group],
+        tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
+        min_agreement=cfg.compile.min_agreement,
+        measurements=measurements,
+        eager_ms=eager_ms,
     )
+
+
+def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
+    from hydra_ops.compile import METADATA_FILE, precision_name, verify_compiled_by_split
     from hydra_ops.hydra.serialization import load_hydra
 
     source = source_record(root)  # hashed before loading: the record names what was loaded
@@ -198,15 +223,12 @@ def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
             }
         else:
             example, heldout = check_batches(cfg, root)
-            artifact = compile_model(
+            artifact = build_artifact(
+                cfg,
                 hydra,
-                backend=requested,
-                example_inputs=example,
-                out_dir=tmp,
-                precision=cfg.compile.precision,
-                heldout_inputs=[b for group in heldout.values() for b in group],
-                tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
-                min_agreement=cfg.compile.min_agreement,
+                example,
+                heldout,
+                tmp,
                 measurements=measurement_cache(root),
                 eager_ms=eager_precision_ms(cfg, root, hydra),
             )

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -78,17 +78,16 @@ def skip_losers(
     if not ok:
         return list(candidates), {}
     best = min(ok)
-    keep, skipped = [], {}
-    for candidate in candidates:
+    why = (
+        f"lost by >= {ratio:g}x to the fastest agreeing candidate in an earlier measurement on "
+        "this machine and shape"
+    )
+
+    def lost(candidate: Candidate) -> str | None:
         earlier = (history or {}).get(trial_key(*candidate), {}).get("median_ms")
-        if earlier is not None and earlier >= ratio * best:
-            skipped[trial_key(*candidate)] = (
-                f"lost by >= {ratio:g}x to the fastest agreeing candidate in an earlier "
-                "measurement on this machine and shape"
-            )
-        else:
-            keep.append(candidate)
-    return keep, skipped
+        return why if earlier is not None and earlier >= ratio * best else None
+
+    return _set_aside(candidates, lost)
 
 
 def defer_slower_precisions(
@@ -107,18 +106,30 @@ def defer_slower_precisions(
     if len(present) < 2:
         return list(candidates), {}
     best = min(present, key=lambda p: timed[p])
-    keep, deferred = [], {}
-    for candidate in candidates:
+
+    def slower(candidate: Candidate) -> str | None:
         precision = candidate[1]
-        slower = timed.get(precision, 0.0) / timed[best]
-        if precision != best and slower >= ratio:
-            deferred[trial_key(*candidate)] = (
-                f"eager {precision} >= {ratio:g}x slower than eager {best} on this machine "
-                "(precision probe); measured only if no faster candidate agrees"
-            )
-        else:
+        if precision == best or timed.get(precision, 0.0) < ratio * timed[best]:
+            return None
+        return (
+            f"eager {precision} >= {ratio:g}x slower than eager {best} on this machine "
+            "(precision probe); measured only if no faster candidate agrees"
+        )
+
+    return _set_aside(candidates, slower)
+
+
+def _set_aside(
+    candidates: Sequence[Candidate], why_not: Callable[[Candidate], str | None]
+) -> tuple[list[Candidate], dict[str, str]]:
+    """``(kept, set aside)``: ``why_not(candidate)`` is the reason to set it aside, or None."""
+    keep, aside = [], {}
+    for candidate in candidates:
+        if (why := why_not(candidate)) is None:
             keep.append(candidate)
-    return keep, deferred
+        else:
+            aside[trial_key(*candidate)] = why
+    return keep, aside
 
 
 def history_key(build: Build) -> dict[str, Any]:
