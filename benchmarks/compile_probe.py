@@ -7,8 +7,9 @@ both start as on a new machine: ``every`` builds and times every candidate (``ea
 what compile did before), ``probe`` passes :func:`tasks.compile.eager_precision_ms` (the
 inference precision probe, read back from the project's cache) and so builds a precision whose
 eager forward is >= 2x slower only if nothing faster agrees. The order alternates between
-rounds. Per run: wall seconds of the call, the candidates built, what shipped and its check. The
-project is only read (artifacts go to a temporary folder).
+rounds. Per run: wall seconds of the call, the candidates built and deferred, each one's timing,
+and what shipped. The project (``compile.backend: auto``) is only read (artifacts go to a
+temporary folder).
 
     python -m benchmarks.compile_probe --project /tmp/run/project --rounds 1 \\
         --out benchmarks/results/cpu_amx/compile_probe.json
@@ -99,6 +100,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(compile_once(project, args.child)))
         return
+    from tasks import compile as stage
+    from tasks.params.files import load_as
+
+    backend = load_as(stage.SCHEMA, project / "params.yaml").compile.backend
+    if backend != "auto":
+        _fail(f"{project}: compile.backend is {backend!r}; the probe defers candidates of auto")
     runs = []
     for r in range(args.rounds):
         for mode in MODES if r % 2 == 0 else MODES[::-1]:

@@ -350,6 +350,18 @@ def test_compile_probe_refuses_a_folder_without_a_finished_project(tmp_path):
     )
     assert done.returncode == 2 and "no models/hydra" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    from tasks.params import resolve_params, write_params
+
+    (tmp_path / "models" / "hydra").mkdir(parents=True)
+    write_params(resolve_params("quick"), tmp_path / "params.yaml")  # compile.backend: eager
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "compile.backend is 'eager'" in done.stderr, done.stderr
 
 
 def test_compile_probe_builds_every_candidate_or_defers_the_slow_precision(tmp_path, monkeypatch):
