@@ -341,6 +341,8 @@ def test_allocator_benchmark_writes_ratios_against_system(tmp_path):
 
 
 def test_compile_probe_refuses_a_folder_without_a_finished_project(tmp_path):
+    from tasks.params import resolve_params, write_params
+
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(tmp_path)],
         cwd=ROOT,
@@ -350,8 +352,6 @@ def test_compile_probe_refuses_a_folder_without_a_finished_project(tmp_path):
     )
     assert done.returncode == 2 and "no models/hydra" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    from tasks.params import resolve_params, write_params
-
     (tmp_path / "models" / "hydra").mkdir(parents=True)
     write_params(resolve_params("quick"), tmp_path / "params.yaml")  # compile.backend: eager
     done = subprocess.run(
