@@ -343,24 +343,16 @@ def test_allocator_benchmark_writes_ratios_against_system(tmp_path):
 def test_compile_probe_refuses_a_folder_without_a_finished_project(tmp_path):
     from tasks.params import resolve_params, write_params
 
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    def probe() -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(tmp_path)]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    done = probe()
     assert done.returncode == 2 and "no models/hydra" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     (tmp_path / "models" / "hydra").mkdir(parents=True)
     write_params(resolve_params("quick"), tmp_path / "params.yaml")  # compile.backend: eager
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = probe()
     assert done.returncode == 2 and "compile.backend is 'eager'" in done.stderr, done.stderr
 
 
