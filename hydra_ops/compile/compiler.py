@@ -90,10 +90,11 @@ def compile_model(
         min_agreement: minimum ensemble argmax agreement with the fp32 eager model.
         measurements: ``auto``'s timings on this machine and shape are kept there, and
             candidates that lost by a wide margin before are skipped (:mod:`.auto`).
-        eager_ms: ``{precision: median ms}`` of ``model``'s eager forward on this machine, for
-            the precisions that agree with fp32 (e.g. the inference precision probe): ``auto``
-            measures the candidates of a precision :data:`~hydra_ops.compile.auto.SKIP_RATIO` x
-            slower than the fastest only if no faster candidate agrees (:mod:`.auto`).
+        eager_ms: ``{precision: median ms}`` of ``model``'s eager forward on the device it is
+            on, for the precisions that agree with fp32 (e.g. the inference precision probe):
+            ``auto`` measures the candidates of a precision
+            :data:`~hydra_ops.compile.auto.SKIP_RATIO` x slower than the fastest only if no faster
+            candidate agrees (:mod:`.auto`). Not applied to TensorRT's candidates (CUDA).
 
     Returns:
         The loaded :class:`CompiledArtifact` (callable, and a mapping of its metadata; its
@@ -147,7 +148,9 @@ def compile_model(
         torch.device("cuda") if trt_reason is None and backend in ("auto", "tensorrt") else device,
     )
 
-    def measure(backends: Sequence[str], fallback: str | None) -> CompiledArtifact:
+    def measure(
+        backends: Sequence[str], fallback: str | None, eager: Mapping[str, float] | None
+    ) -> CompiledArtifact:
         return measure_fastest(
             build,
             [(b, p) for b in backends for p in precisions],
@@ -158,7 +161,7 @@ def compile_model(
             min_agreement=min_agreement,
             skipped=skipped,
             measurements=measurements,
-            eager_ms=eager_ms,
+            eager_ms=eager,
         )
 
     if backend == "auto" and trt_reason is None:
@@ -166,21 +169,22 @@ def compile_model(
             if len(precisions) == 1:
                 note_precision(build, precisions[0], {}, skipped)
                 return build.one("tensorrt", precisions[0])
-            return measure(["tensorrt"], None)
+            # TensorRT's candidates run on CUDA: eager_ms timed the model on its own device
+            return measure(["tensorrt"], None, None)
         except Exception as error:
             log.warning("compile: tensorrt failed (%s); measuring the other backends", error)
             build.errors.append(f"tensorrt: {type(error).__name__}: {error}")
             precisions, skipped = _precisions(precision, device)
-            return measure(CPU_BACKENDS, "tensorrt failed")
+            return measure(CPU_BACKENDS, "tensorrt failed", eager_ms)
     if backend in ("auto", "tensorrt") and trt_reason is not None:
         if backend == "tensorrt":
             log.warning("compile: tensorrt unavailable (%s); falling back to auto", trt_reason)
-        return measure(CPU_BACKENDS, f"tensorrt unavailable ({trt_reason})")
+        return measure(CPU_BACKENDS, f"tensorrt unavailable ({trt_reason})", eager_ms)
     chosen = get_backend(backend)
     if (why := chosen.unavailable_reason()) is not None:
         raise CompileError(f"backend {backend!r} is unavailable: {why}")
     if len(precisions) > 1:
-        return measure([backend], None)
+        return measure([backend], None, eager_ms)
     run_device = torch.device(chosen.device) if chosen.device is not None else device
     if (why := chosen.precision_reason(precisions[0], run_device)) is not None:
         raise CompileError(f"backend {backend!r} cannot run precision {precisions[0]!r}: {why}")

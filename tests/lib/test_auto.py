@@ -144,3 +144,26 @@ def test_a_candidate_deferred_by_the_eager_probe_is_logged_and_kept_out_of_histo
     # only what was timed is remembered: a later call without the probe measures fp32 again
     (entry,) = json.loads(cache.path.read_text())["entries"].values()
     assert set(entry["value"]) == {"export/bf16"}
+
+
+def test_eager_timings_are_not_applied_to_tensorrt_candidates(hydra, tmp_path, monkeypatch):
+    """``eager_ms`` timed the model where it is (here the CPU); TensorRT's candidates run on CUDA,
+    so only the CPU backends' measurement (after TensorRT failed) gets it."""
+    seen = []
+
+    def measured(build, candidates, *args, eager_ms=None, **kwargs):
+        seen.append(({name for name, _ in candidates}, eager_ms))
+        if "tensorrt" in seen[-1][0]:
+            raise RuntimeError("no engine")
+        return "cpu artifact"
+
+    monkeypatch.setattr(hc.compiler, "tensorrt_unavailable_reason", lambda: None)
+    monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
+    monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export",))
+    monkeypatch.setattr(hc.compiler, "measure_fastest", measured)
+    eager = {"fp32": 5.0, "bf16": 1.0}
+    out = hc.compile_model(
+        hydra, "auto", tiny_inputs("bert", 4), tmp_path, precision="auto", eager_ms=eager
+    )
+    assert out == "cpu artifact"
+    assert seen == [({"tensorrt"}, None), ({"export"}, eager)]
