@@ -94,7 +94,8 @@ def compile_model(
             on, for the precisions that agree with fp32 (e.g. the inference precision probe):
             ``auto`` measures the candidates of a precision
             :data:`~hydra_ops.compile.auto.SKIP_RATIO` x slower than the fastest only if no faster
-            candidate agrees (:mod:`.auto`). Not applied to TensorRT's candidates (CUDA).
+            candidate agrees (:mod:`.auto`). Not applied to a backend that runs elsewhere
+            (TensorRT: CUDA).
 
     Returns:
         The loaded :class:`CompiledArtifact` (callable, and a mapping of its metadata; its
@@ -183,9 +184,9 @@ def compile_model(
     chosen = get_backend(backend)
     if (why := chosen.unavailable_reason()) is not None:
         raise CompileError(f"backend {backend!r} is unavailable: {why}")
-    if len(precisions) > 1:
-        return measure([backend], None, eager_ms)
     run_device = torch.device(chosen.device) if chosen.device is not None else device
+    if len(precisions) > 1:
+        return measure([backend], None, eager_ms if run_device.type == device.type else None)
     if (why := chosen.precision_reason(precisions[0], run_device)) is not None:
         raise CompileError(f"backend {backend!r} cannot run precision {precisions[0]!r}: {why}")
     note_precision(build, precisions[0], {}, skipped)

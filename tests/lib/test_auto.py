@@ -1,8 +1,10 @@
-"""hydra_ops.compile.auto: a candidate that lost by SKIP_RATIO on this machine and shape before is
-skipped, said so in the metadata and the log, and measured again if nothing else agrees."""
+"""hydra_ops.compile.auto: a candidate that lost by SKIP_RATIO on this machine and shape before, or
+whose precision the eager probe found SKIP_RATIO x slower, is skipped, said so in the metadata and
+the log, and measured after all if nothing else agrees."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -167,3 +169,17 @@ def test_eager_timings_are_not_applied_to_tensorrt_candidates(hydra, tmp_path, m
     )
     assert out == "cpu artifact"
     assert seen == [({"tensorrt"}, None), ({"export"}, eager)]
+    # a backend named explicitly that runs on another device than the model's: no eager timings
+    gpu = dataclasses.replace(hc.get_backend("export"), name="export_gpu", device="cuda")
+    hc.register_backend(gpu)
+    try:
+        seen.clear()
+        hc.compile_model(
+            hydra, "export_gpu", tiny_inputs("bert", 4), tmp_path, precision="auto", eager_ms=eager
+        )
+        hc.compile_model(
+            hydra, "export", tiny_inputs("bert", 4), tmp_path, precision="auto", eager_ms=eager
+        )
+    finally:
+        hc.BACKEND_REGISTRY.unregister("export_gpu")
+    assert seen == [({"export_gpu"}, None), ({"export"}, eager)]
