@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+
+from hydra_ops.models.runtime import bf16_supported
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES: dict[str, torch.dtype] = {
@@ -22,9 +23,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 #: Max abs difference of ensemble probabilities vs the fp32 eager model, per precision.
 DEFAULT_TOLERANCES: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
-#: ``/proc/cpuinfo`` flags of a CPU with native bf16 arithmetic.
-FAST_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-_CPUINFO = Path("/proc/cpuinfo")
 
 
 def precision_name(dtype_or_name: torch.dtype | str) -> str:
@@ -45,40 +43,11 @@ def precision_name(dtype_or_name: torch.dtype | str) -> str:
     raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {dtype_or_name!r}")
 
 
-def _cpu_flags() -> set[str] | None:
-    try:
-        text = _CPUINFO.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
-    return None
-
-
 def fast_bf16_unavailable_reason(device: torch.device | str = "cpu") -> str | None:
-    """``None`` when ``device`` computes bf16 natively, else why not (one line).
-
-    CUDA: ``torch.cuda.is_bf16_supported()``. CPU: an ``amx_bf16`` or ``avx512_bf16`` flag in
-    ``/proc/cpuinfo`` (where it cannot be read, torch's own AMX / AVX512-BF16 checks).
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        return None if torch.cuda.is_bf16_supported() else "this CUDA device has no bf16"
-    capability = torch.backends.cpu.get_cpu_capability()
-    flags = _cpu_flags()
-    if flags is not None:
-        if flags.intersection(FAST_BF16_FLAGS):
-            return None
-        return (
-            "CPU has no fast bf16 (no amx_bf16/avx512_bf16 in /proc/cpuinfo flags; "
-            f"torch CPU capability {capability})"
-        )
-    cpu = getattr(torch._C, "_cpu", None)
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    if cpu is not None and any(getattr(cpu, c, lambda: False)() for c in checks):
-        return None
-    return f"CPU has no fast bf16 (torch reports no AMX/AVX512_BF16; capability {capability})"
+    """``None`` when ``device`` computes bf16 natively, else why not (one line):
+    :func:`hydra_ops.models.runtime.bf16_supported`, the one check every stage uses."""
+    native, why = bf16_supported(device)
+    return None if native else why
 
 
 def precision_unavailable_reason(precision: str, device: torch.device | str) -> str | None:

@@ -67,23 +67,43 @@ def resolve_device(spec: str | torch.device) -> torch.device:
     return torch.device("cuda", index)
 
 
-def _cpu_flags() -> set[str]:
+#: ``/proc/cpuinfo`` flags of a CPU with native bf16 arithmetic.
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+#: torch CPU capabilities whose kernels can use those units (``ATEN_CPU_CAPABILITY`` lowers it).
+BF16_CPU_CAPABILITIES = ("AVX512",)
+_CPUINFO = Path("/proc/cpuinfo")
+
+
+def _cpu_flags() -> set[str] | None:
+    """The CPU's flags (x86 ``flags``, Arm ``Features``); None where /proc/cpuinfo is unreadable."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = _CPUINFO.read_text()
     except OSError:
-        return set()
+        return None
     for line in text.splitlines():
-        if line.startswith("flags"):
+        if line.startswith(("flags", "Features")):
             return set(line.split(":", 1)[1].split())
     return set()
+
+
+def _cpu_bf16_units() -> list[str]:
+    """The CPU's native bf16 units: its flags, or torch's own checks without /proc/cpuinfo."""
+    flags = _cpu_flags()
+    if flags is not None:
+        return sorted(flags.intersection(CPU_BF16_FLAGS))
+    checks = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
+    return [flag for flag, check in checks.items() if getattr(torch.cpu, check, lambda: False)()]
 
 
 def bf16_supported(device: torch.device | str) -> tuple[bool, str]:
     """Whether ``device`` has native bfloat16 math, and the one-line reason.
 
-    CPU: the ``amx_bf16`` / ``avx512_bf16`` flags of /proc/cpuinfo, with torch's
-    ``get_cpu_capability()`` (without them torch still runs bf16, emulated and slow).
-    CUDA: ``torch.cuda.is_bf16_supported(including_emulation=False)`` (compute capability >= 8.0).
+    CPU: an ``amx_bf16`` / ``avx512_bf16`` flag in /proc/cpuinfo (torch's own AMX / AVX512-BF16
+    checks where it cannot be read), and torch dispatching at ``AVX512``: a capability lowered by
+    ``ATEN_CPU_CAPABILITY`` (say ``avx2``) runs torch's bf16 kernels emulated, so such a process
+    counts as one without native bf16, as on a CPU of that kind. Without native bf16 torch still
+    runs bf16, emulated and slow. CUDA: ``torch.cuda.is_bf16_supported(including_emulation=False)``
+    (compute capability >= 8.0).
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -97,10 +117,15 @@ def bf16_supported(device: torch.device | str) -> tuple[bool, str]:
     if device.type != "cpu":
         return False, f"device type {device.type!r} is not handled (cpu or cuda)"
     capability = torch.backends.cpu.get_cpu_capability()
-    found = sorted(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
-    if found:
-        return True, f"CPU has {' + '.join(found)} (torch capability {capability})"
-    return False, f"CPU has neither amx_bf16 nor avx512_bf16 (torch capability {capability})"
+    units = _cpu_bf16_units()
+    if not units:
+        return False, f"CPU has neither amx_bf16 nor avx512_bf16 (torch capability {capability})"
+    if capability not in BF16_CPU_CAPABILITIES:
+        return False, (
+            f"CPU has {' + '.join(units)}, but torch runs at capability {capability} "
+            "(ATEN_CPU_CAPABILITY), where its bf16 kernels are emulated"
+        )
+    return True, f"CPU has {' + '.join(units)} (torch capability {capability})"
 
 
 def check_precision(precision: str, device: torch.device | str) -> None:

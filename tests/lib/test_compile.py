@@ -464,12 +464,15 @@ def test_onnxruntime_is_a_bf16_candidate_only_with_its_cuda_provider(monkeypatch
     assert "no bf16 kernels" in reason("bf16", torch.device("cpu"))
 
 
-def test_fast_bf16_check_reads_the_cpu_flags(tmp_path, monkeypatch):
+def test_fast_bf16_check_is_the_runtimes(tmp_path, monkeypatch):
+    """compile skips bf16 for the reason every stage's precision check gives (one check)."""
     from hydra_ops.compile import precision
+    from hydra_ops.models import runtime
 
     info = tmp_path / "cpuinfo"
-    monkeypatch.setattr(precision, "_CPUINFO", info)
+    monkeypatch.setattr(runtime, "_CPUINFO", info)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
-    assert "no amx_bf16/avx512_bf16" in precision.fast_bf16_unavailable_reason("cpu")
+    assert "neither amx_bf16 nor avx512_bf16" in precision.fast_bf16_unavailable_reason("cpu")
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
     assert precision.fast_bf16_unavailable_reason("cpu") is None

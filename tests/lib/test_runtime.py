@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -106,6 +108,53 @@ def test_bf16_supported_gives_a_reason():
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     assert ok == ("amx_bf16" in flags or "avx512_bf16" in flags)
     assert torch.backends.cpu.get_cpu_capability() in why
+
+
+@pytest.mark.parametrize(
+    ("flags", "capability", "native", "said"),
+    [
+        ("fpu avx2 avx512f", "AVX512", False, "neither amx_bf16 nor avx512_bf16"),
+        ("fpu avx2 avx512f avx512_bf16", "AVX512", True, "CPU has avx512_bf16"),
+        ("fpu avx512_bf16 amx_bf16 amx_tile", "AVX512", True, "amx_bf16 + avx512_bf16"),
+        ("fpu avx512_bf16 amx_bf16", "AVX2", False, "capability AVX2 (ATEN_CPU_CAPABILITY)"),
+        ("fp asimd bf16", "SVE256", False, "neither amx_bf16 nor avx512_bf16"),
+    ],
+)
+def test_bf16_supported_reads_the_flags_and_torchs_capability(
+    tmp_path, monkeypatch, flags, capability, native, said
+):
+    from hydra_ops.models import runtime
+
+    info = tmp_path / "cpuinfo"
+    key = "Features" if "asimd" in flags else "flags"
+    info.write_text(f"processor\t: 0\n{key}\t\t: {flags}\n")
+    monkeypatch.setattr(runtime, "_CPUINFO", info)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    ok, why = bf16_supported("cpu")
+    assert ok is native and said in why and "\n" not in why
+
+
+def test_bf16_supported_without_cpuinfo_asks_torch(tmp_path, monkeypatch):
+    from hydra_ops.models import runtime
+
+    monkeypatch.setattr(runtime, "_CPUINFO", tmp_path / "missing")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    assert bf16_supported("cpu") == (True, "CPU has amx_bf16 (torch capability AVX512)")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert bf16_supported("cpu")[0] is False
+
+
+def test_a_lowered_aten_cpu_capability_keeps_bf16_off_in_a_real_process():
+    """``ATEN_CPU_CAPABILITY=avx2`` (how an AVX2 machine's kernels are reproduced on a newer CPU)
+    counts as no native bf16 on any CPU: ``auto`` then keeps the exact fp32 path."""
+    code = "from hydra_ops.models.runtime import bf16_supported; print(bf16_supported('cpu'))"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("(False, ") and "AVX2" in out, out
 
 
 @needs_no_cuda
