@@ -9,9 +9,12 @@ Design (see docs/pipeline.md):
   costs one ``dvc status``).
 * Tasks pass paths and hashes, never tensors. Transient failures (DVC lock busy, a killed stage
   process) are retried; a bad parameter, a bug or the user's Ctrl-C / SIGTERM is not.
-* ``finetune_members`` (Taylor variant): the members are mapped Prefect tasks, each running
-  ``python -m tasks.finetune_members --member m``; each member is a resumable, hash-verified
-  unit, so the stage's own ``dvc repro`` that follows only verifies them and records the lock.
+* ``finetune_members`` (Taylor variant) with ``members.finetune.max_parallel`` > 1: the members
+  are mapped Prefect tasks, that many at a time, each running ``python -m tasks.finetune_members
+  --member m``; each member is a resumable, hash-verified unit, so the stage's own ``dvc repro``
+  that follows only verifies them and records the lock. One at a time (the default), the stage's
+  own process trains them all: a process per member would only add its start-up (torch,
+  transformers, data, the base model) and a verification pass (:func:`member_waves`).
 * Prefect artifacts: the metrics table (Markdown + table artifact), the run report's figures
   (``hydra-report``, inlined; the page itself is ``reports/evaluate.html``) and the gate verdict.
 """
@@ -79,6 +82,15 @@ def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
         output = (proc.stdout + proc.stderr).splitlines()
         raise kind.from_output(output, proc.returncode, member=member)
     return {"member": member, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def member_waves(num_members: int, max_parallel: int) -> list[list[int]]:
+    """The member tasks the flow maps before stage ``finetune_members``, in waves of at most
+    ``max_parallel``; none when ``max_parallel`` is 1 (the stage's own process trains them)."""
+    if max_parallel <= 1:
+        return []
+    ids = list(range(num_members))
+    return [ids[start : start + max_parallel] for start in range(0, num_members, max_parallel)]
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
@@ -165,10 +177,9 @@ def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
             results.append({"stage": stage, "ran": False, "seconds": 0.0, "checked": "dvc status"})
             continue
         if stage == "finetune_members" and cfg.finetune_members:
-            # mapped member tasks, at most members.finetune.max_parallel at a time
-            ids, width = list(range(cfg.members.num_members)), cfg.members.finetune.max_parallel
-            for start in range(0, len(ids), width):
-                futures = finetune_member.map(str(root), ids[start : start + width])
+            parallel = cfg.members.finetune.max_parallel
+            for wave in member_waves(cfg.members.num_members, parallel):
+                futures = finetune_member.map(str(root), wave)
                 futures.wait()
                 for f in futures:
                     f.result()

@@ -387,3 +387,68 @@ def test_compile_probe_builds_every_candidate_or_defers_the_slow_precision(tmp_p
     assert probe["eager_ms"] == {"fp32": 30.0, "bf16": 10.0}
     assert probe["shipped"] == "export/bf16"  # the only one built, so it agreed
     assert not (tmp_path / "models" / "compiled").exists()  # the project is only read
+
+
+#: ``tasks/finetune_members.py`` of the project below: ``--member m`` writes unit ``m``; without
+#: it, every missing unit and the index (as the stage does, verifying what is there).
+STUB_MEMBERS_STAGE = """\
+import json, sys
+from pathlib import Path
+
+out = Path("models/members")
+wanted = [int(sys.argv[-1])] if "--member" in sys.argv else range(3)
+if Path("fail").exists():
+    sys.exit("stage failed on purpose")
+for m in wanted:
+    unit = out / f"member_{m}"
+    if not unit.is_dir():
+        unit.mkdir(parents=True)
+        (unit / "model.bin").write_text(f"weights {m}")
+if "--member" not in sys.argv:
+    (out / "index.json").write_text(json.dumps(sorted(p.name for p in out.iterdir())))
+"""
+
+
+def _members_project(root: Path, method: str = "taylor") -> Path:
+    from tasks.params import resolve_params, write_params
+
+    (root / "tasks").mkdir(parents=True)
+    (root / "tasks" / "__init__.py").write_text("")
+    (root / "tasks" / "finetune_members.py").write_text(STUB_MEMBERS_STAGE)
+    write_params(resolve_params("quick", {"scoring": {"method": method}}), root / "params.yaml")
+    (root / "models" / "members").mkdir(parents=True)
+    (root / "models" / "members" / "index.json").write_text("the run's own")
+    return root
+
+
+def _member_processes(project: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "benchmarks.member_processes", "--project", str(project), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_member_processes_builds_the_same_members_both_ways_and_puts_the_runs_back(tmp_path):
+    project = _members_project(tmp_path / "proj")
+    done = _member_processes(project, "--rounds", "2", "--out", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["same_files"] is True and result["members"] == 3
+    modes = [(r["mode"], len(r["processes"])) for r in result["runs"]]
+    assert modes == [("per_member", 4), ("in_stage", 1), ("in_stage", 1), ("per_member", 4)]
+    assert result["per_member_over_in_stage"] > 0
+    assert (project / "models" / "members" / "index.json").read_text() == "the run's own"
+    assert sorted(p.name for p in (project / "models").iterdir()) == ["members"]
+
+
+def test_member_processes_refuses_in_one_line_and_loses_nothing(tmp_path):
+    done = _member_processes(tmp_path)
+    assert done.returncode == 2 and "no models/members/index.json" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    circuit = _members_project(tmp_path / "circuit", method="circuit")
+    done = _member_processes(circuit)
+    assert done.returncode == 2 and "fine-tunes no members" in done.stderr, done.stderr
+    failing = _members_project(tmp_path / "failing")
+    (failing / "fail").write_text("")
+    done = _member_processes(failing)
+    assert done.returncode == 1 and "stage failed on purpose" in done.stderr, done.stderr
+    assert (failing / "models" / "members" / "index.json").read_text() == "the run's own"
+    assert sorted(p.name for p in (failing / "models").iterdir()) == ["members"]

@@ -1,9 +1,10 @@
 """The quick image pipeline end to end (digits + a tiny timm ViT, Taylor variant with member
-fine-tuning) in ``runtime.precision: bf16``, killed in the middle of ``finetune_members`` and
-started again: the resumed run recomputes only the unfinished members, removes what the kill left
-and leaves a ``dvc.lock`` consistent with its outputs, whose cached outputs, from the data to the
-calibrated Hydra, hash exactly as those of a second, fresh project built without interruption by
-plain ``dvc repro calibrate``.
+fine-tuning) in ``runtime.precision: bf16``, killed in the middle of ``finetune_members`` (its
+members mapped Prefect tasks, two at a time) and started again: the resumed run recomputes only
+the unfinished members, removes what the kill left and leaves a ``dvc.lock`` consistent with its
+outputs, whose cached outputs, from the data to the calibrated Hydra, hash exactly as those of a
+second, fresh project built without interruption by plain ``dvc repro calibrate`` (the stage's
+own process training the members in turn, as the flow does with ``max_parallel: 1``).
 
 bf16 (issue 11: the quick profile passes with ``precision: bf16``) costs no extra run here: every
 model-running stage of the flow runs in it, training included (on the CPU only ``auto`` keeps
@@ -29,6 +30,7 @@ from conftest import REPO, git, make_project
 from test_pipeline_text import ALL_CLASSIFICATION, ALL_OOD, PASSING_GATES, cli, last_run
 
 from flows import dvcops
+from flows.pipeline import member_waves
 from tasks.dvcfiles import cached_outputs
 from tasks.layout import STAGES
 
@@ -37,7 +39,7 @@ pytestmark = pytest.mark.slow
 PARAMS = {
     "data": {"name": "digits"},
     "scoring": {"method": "taylor"},
-    "members": {"finetune": {"max_parallel": 1}},
+    "members": {"finetune": {"max_parallel": 2}},  # mapped member tasks, two at a time
     "gates": PASSING_GATES,
     "runtime": {"precision": "bf16"},
 }
@@ -242,3 +244,11 @@ def test_bad_params_stop_the_run_before_any_stage(tmp_path):
         "run", "-C", str(root), "--set", "data.name=folder", "--set", "data.path=/nope", code=2
     )
     assert "data.path" in res.output
+
+
+@pytest.mark.parametrize(
+    ("members", "parallel", "waves"),
+    [(3, 1, []), (3, 2, [[0, 1], [2]]), (3, 3, [[0, 1, 2]]), (4, 8, [[0, 1, 2, 3]])],
+)
+def test_member_tasks_are_mapped_only_to_run_side_by_side(members, parallel, waves):
+    assert member_waves(members, parallel) == waves
