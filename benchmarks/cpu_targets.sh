@@ -16,7 +16,9 @@
 #    stage_precision.json (benchmarks.stage_precision), and what the run's stages resolved
 #    (their metrics' `precision`) -> precisions.txt; what compile's eager probe saves on the
 #    run's Hydra (every candidate built vs the probe first, empty inductor caches) ->
-#    compile_probe.json (benchmarks.compile_probe).
+#    compile_probe.json (benchmarks.compile_probe); what training the members in the stage's
+#    own process saves against a process per member -> member_processes.json
+#    (benchmarks.member_processes).
 # 5. Disk: the run's footprint (workspace models/ + artifacts/, .dvc/cache, .dvc-remote, each
 #    file counted once) -> footprint.txt; then a second run with one param changed
 #    (SECOND_SET, default members.finetune.seed_offset=101) -> pipeline2.log, its footprint too
@@ -65,6 +67,8 @@ timeout "${BENCH_SECONDS:-900}" "$PY" -m benchmarks.stage_precision --rounds 5 \
 grep -h '"precision"' "$clone"/project/metrics/*.json > "$OUT/precisions.txt" 2>/dev/null || true
 timeout "${BENCH_SECONDS:-900}" "$PY" -m benchmarks.compile_probe --project "$clone/project" \
   --rounds 1 --out "$OUT/compile_probe.json" || status=1
+timeout "${BENCH_SECONDS:-900}" "$PY" -m benchmarks.member_processes --project "$clone/project" \
+  --rounds 1 --out "$OUT/member_processes.json" || status=1
 footprint() {  # $1: label; du counts a file with several hard links once per invocation
   ( cd "$clone/project" && echo "$1: $(du -sb --apparent-size . | cut -f1) bytes apparent; du -sh:" \
     && du -sh models artifacts .dvc/cache .dvc-remote . 2>/dev/null ) >> "$OUT/footprint.txt"
