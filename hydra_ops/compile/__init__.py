@@ -37,10 +37,11 @@ Backends (:func:`backend_names`: ``auto`` and every registered one):
 
 Precisions (:mod:`.precision`): ``fp32`` (default; the model as it is), ``bf16``, ``fp16`` (CUDA
 only) or ``auto``. A candidate is (backend, precision); ``auto`` precision measures every
-precision the device runs fast (bf16 only with ``amx_bf16``/``avx512_bf16`` on CPU) against the
-fp32 eager model and never keeps one that disagrees beyond its tolerance; it logs one line saying
-why the kept precision ships (on a CPU without fast bf16: ``auto precision keeps fp32: bf16 skipped
-(CPU has no fast bf16 ...)``), recorded as ``precision_reason`` in ``compiled.json``. ONNX Runtime's
+precision the device runs fast (bf16 only where :func:`hydra_ops.models.runtime.bf16_supported`
+finds it native) against the fp32 eager model and never keeps one that disagrees beyond its
+tolerance; it logs one line saying why the kept precision ships (on a CPU without native bf16:
+``auto precision keeps fp32: bf16 skipped (CPU has neither amx_bf16 nor avx512_bf16 ...)``),
+recorded as ``precision_reason`` in ``compiled.json``. ONNX Runtime's
 CPU execution provider has no bf16 kernels, so on CPU it is an fp32-only candidate.
 
 Every artifact directory holds the artifact file and ``compiled.json`` (:mod:`.artifact`; it
