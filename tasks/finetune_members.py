@@ -21,7 +21,8 @@ probes a member and a control once per machine and shape, :mod:`tasks.precision`
 
 Each member is a resumable unit (:mod:`tasks.resumable`): a killed run restarts only unfinished
 members. ``python -m tasks.finetune_members --member m`` builds one member (what the Prefect flow
-maps over); without ``--member`` every member is built (or verified) and the index written.
+maps over when ``members.finetune.max_parallel`` > 1); without ``--member`` every member is built
+(or verified) and the index written.
 """
 
 from __future__ import annotations
