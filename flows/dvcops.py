@@ -466,17 +466,21 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
 
 
 def run_member(
-    root: Path, member: int, log: Callable[[str], None] = print
+    root: Path, member: int, log: Callable[[str], None] = print, threads: int | None = None
 ) -> subprocess.CompletedProcess:
     """``python -m tasks.finetune_members --member member`` in ``root``; its output lines (no
-    progress bars) go to ``log`` once it ends. Raises StageError when the run was interrupted."""
+    progress bars) go to ``log`` once it ends. ``threads``: the process's ``HYDRA_ENS_THREADS``
+    (None: the stages' own). Raises StageError when the run was interrupted."""
     _refuse_if_interrupted(f"member {member}")
+    env = subprocess_env()
+    if threads is not None:
+        env["HYDRA_ENS_THREADS"] = str(threads)
     proc = subprocess.run(
         [bin_path("python"), "-m", "tasks.finetune_members", "--member", str(member)],
         cwd=root,
         capture_output=True,
         text=True,
-        env=subprocess_env(),
+        env=env,
     )
     for line in (proc.stdout + proc.stderr).splitlines():
         line = line.split("\r")[-1]

@@ -12,9 +12,10 @@ Design (see docs/pipeline.md):
 * ``finetune_members`` (Taylor variant) with ``members.finetune.max_parallel`` > 1: the members
   are mapped Prefect tasks, that many at a time, each running ``python -m tasks.finetune_members
   --member m``; each member is a resumable, hash-verified unit, so the stage's own ``dvc repro``
-  that follows only verifies them and records the lock. One at a time (the default), the stage's
-  own process trains them all: a process per member would only add its start-up (torch,
-  transformers, data, the base model) and a verification pass (:func:`member_waves`).
+  that follows only verifies them and records the lock; each gets its share of the threads
+  (:func:`member_threads`). One at a time (the default), the stage's own process trains them
+  all: a process per member would only add its start-up (torch, transformers, data, the base
+  model) and a verification pass (:func:`member_waves`).
 * Prefect artifacts: the metrics table (Markdown + table artifact), the run report's figures
   (``hydra-report``, inlined; the page itself is ``reports/evaluate.html``) and the gate verdict.
 """
@@ -22,11 +23,12 @@ Design (see docs/pipeline.md):
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -68,12 +70,16 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
     retry_delay_seconds=3,
     retry_condition_fn=dvcops.retry_if_transient,
 )
-def finetune_member(project_dir: str, member: int) -> dict[str, Any]:
-    """Build (or verify) member ``member`` and its control (resumable units, tasks.resumable)."""
+def finetune_member(project_dir: str, member: int, threads: int) -> dict[str, Any]:
+    """Build (or verify) member ``member`` and its control (resumable units, tasks.resumable),
+    in a process of ``threads`` threads."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     proc = dvcops.run_member(
-        Path(project_dir), member, log=lambda line: logger.info("[member %d] %s", member, line)
+        Path(project_dir),
+        member,
+        log=lambda line: logger.info("[member %d] %s", member, line),
+        threads=threads,
     )
     if proc.returncode != 0:
         # killed (say by the OOM killer): retried; Ctrl-C or a user's SIGTERM, or an error: not
@@ -91,6 +97,15 @@ def member_waves(num_members: int, max_parallel: int) -> list[list[int]]:
         return []
     ids = list(range(num_members))
     return [ids[start : start + max_parallel] for start in range(0, num_members, max_parallel)]
+
+
+def member_threads(side_by_side: int, available: int | None = None) -> int:
+    """Threads for each of ``side_by_side`` member processes running at once: ``available``
+    (None: ``HYDRA_ENS_THREADS``, else the cores this process may use, as a stage counts them)
+    split between them, at least 1, so that they do not oversubscribe the cores."""
+    if available is None:
+        available = int(os.environ.get("HYDRA_ENS_THREADS") or 0) or len(os.sched_getaffinity(0))
+    return max(1, available // max(1, side_by_side))
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
@@ -179,7 +194,8 @@ def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
         if stage == "finetune_members" and cfg.finetune_members:
             parallel = cfg.members.finetune.max_parallel
             for wave in member_waves(cfg.members.num_members, parallel):
-                futures = finetune_member.map(str(root), wave)
+                threads = unmapped(member_threads(len(wave)))
+                futures = finetune_member.map(str(root), wave, threads=threads)
                 futures.wait()
                 for f in futures:
                     f.result()

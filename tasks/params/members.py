@@ -35,9 +35,9 @@ class MemberFinetuneConfig(Strict):
     """``None``: half of the base fine-tune's learning rate."""
     seed_offset: int = 100
     max_parallel: int = Field(default=1, ge=1)
-    """Members fine-tuned at once, each in its own mapped Prefect task and process (on a
-    Dask cluster or a GPU with room for several); 1: the stage's own process trains them in
-    turn, without a process per member."""
+    """Members fine-tuned at once, each in its own mapped Prefect task and process with its
+    share of the threads (on a Dask cluster or a GPU with room for several); 1: the stage's own
+    process trains them in turn, without a process per member."""
     data: str = "full"
     """One of ``hydra_ops.data.members.MEMBER_DATA_MODES``: each member's (and its control's)
     training data (:mod:`hydra_ops.data.members`): the whole split, a bootstrap resample per

@@ -1,10 +1,11 @@
 """The quick image pipeline end to end (digits + a tiny timm ViT, Taylor variant with member
-fine-tuning) in ``runtime.precision: bf16``, killed in the middle of ``finetune_members`` (its
-members mapped Prefect tasks, two at a time) and started again: the resumed run recomputes only
-the unfinished members, removes what the kill left and leaves a ``dvc.lock`` consistent with its
-outputs, whose cached outputs, from the data to the calibrated Hydra, hash exactly as those of a
-second, fresh project built without interruption by plain ``dvc repro calibrate`` (the stage's
-own process training the members in turn, as the flow does with ``max_parallel: 1``).
+fine-tuning) in ``runtime.precision: bf16``, killed in the middle of ``finetune_members`` (the
+stage's own process training the members in turn, as the flow runs it with ``max_parallel: 1``)
+and started again: the resumed run recomputes only the unfinished members, removes what the kill
+left and leaves a ``dvc.lock`` consistent with its outputs, whose cached outputs, from the data to
+the calibrated Hydra, hash exactly as those of a second, fresh project built without interruption
+by ``dvc repro`` with its members built a process each (``python -m tasks.finetune_members
+--member m``, what a mapped member task runs when ``max_parallel`` > 1).
 
 bf16 (issue 11: the quick profile passes with ``precision: bf16``) costs no extra run here: every
 model-running stage of the flow runs in it, training included (on the CPU only ``auto`` keeps
@@ -30,7 +31,7 @@ from conftest import REPO, git, make_project
 from test_pipeline_text import ALL_CLASSIFICATION, ALL_OOD, PASSING_GATES, cli, last_run
 
 from flows import dvcops
-from flows.pipeline import member_waves
+from flows.pipeline import member_threads, member_waves
 from tasks.dvcfiles import cached_outputs
 from tasks.layout import STAGES
 
@@ -39,19 +40,16 @@ pytestmark = pytest.mark.slow
 PARAMS = {
     "data": {"name": "digits"},
     "scoring": {"method": "taylor"},
-    "members": {"finetune": {"max_parallel": 2}},  # mapped member tasks, two at a time
+    "members": {"finetune": {"max_parallel": 1}},
     "gates": PASSING_GATES,
     "runtime": {"precision": "bf16"},
 }
-#: The stages (and member tasks) that run a model, each logging ``rt.describe()`` when it runs.
+#: The stages that run a model, each logging ``rt.describe()`` when it runs.
 MODEL_STAGES = (
     "finetune_base",
     "finetune_baselines",
     "baseline_logits",
     "score_heads",
-    "member 0",
-    "member 1",
-    "member 2",
     "finetune_members",
     "calibrate",
     "evaluate",
@@ -120,9 +118,14 @@ UNINTERRUPTED_TARGET = "calibrate"
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     """A second fresh project with the same params: :data:`UNINTERRUPTED_TARGET` and its upstream
-    built by one plain ``dvc repro`` (no Prefect, no per-member tasks, no kill)."""
+    built by ``dvc repro`` (no Prefect, no kill), its members first built one process each by
+    :func:`flows.dvcops.run_member` (a mapped member task's process), so that the stage's own
+    ``dvc repro`` only verifies them."""
     root = make_project(tmp_path_factory.mktemp("image-again") / "proj", PARAMS)
     dvcops.ensure_project(root)
+    dvcops.dvc(root, "repro", "select_members")
+    for member in range(3):
+        assert dvcops.run_member(root, member, log=lambda _: None).returncode == 0
     dvcops.dvc(root, "repro", UNINTERRUPTED_TARGET)
     return root
 
@@ -252,3 +255,18 @@ def test_bad_params_stop_the_run_before_any_stage(tmp_path):
 )
 def test_member_tasks_are_mapped_only_to_run_side_by_side(members, parallel, waves):
     assert member_waves(members, parallel) == waves
+
+
+@pytest.mark.parametrize(
+    ("side_by_side", "available", "threads"),
+    [(1, 8, 8), (2, 8, 4), (3, 8, 2), (4, 2, 1), (2, 1, 1)],
+)
+def test_members_side_by_side_share_the_threads(side_by_side, available, threads):
+    assert member_threads(side_by_side, available) == threads
+
+
+def test_member_threads_default_to_the_stages_share(monkeypatch):
+    monkeypatch.setenv("HYDRA_ENS_THREADS", "6")
+    assert member_threads(2) == 3
+    monkeypatch.delenv("HYDRA_ENS_THREADS")
+    assert member_threads(1) == len(os.sched_getaffinity(0))
