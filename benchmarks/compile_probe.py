@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.rounds import alternating, fail, median_seconds, publish, run_child
 
 MODES = ("every", "probe")
 
@@ -67,22 +67,8 @@ def _child(project: Path, mode: str) -> dict[str, Any]:
     argv = [sys.executable, "-m", "benchmarks.compile_probe", "--project", str(project)]
     with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        proc = subprocess.run(
-            [*argv, "--child", mode],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        _fail(f"compile_probe {mode} failed: {last}", 1)
+        proc = run_child([*argv, "--child", mode], f"compile_probe {mode}", env=env)
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _fail(message: str, code: int = 2) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,9 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     project = args.project.resolve()
     if args.rounds < 1:
-        _fail(f"--rounds must be >= 1, got {args.rounds}")
+        fail(f"--rounds must be >= 1, got {args.rounds}")
     if not (project / "models" / "hydra").is_dir() or not (project / "params.yaml").is_file():
-        _fail(f"{project}: no models/hydra and params.yaml (run the pipeline there first)")
+        fail(f"{project}: no models/hydra and params.yaml (run the pipeline there first)")
     if args.child:
         print(json.dumps(compile_once(project, args.child)))
         return
@@ -105,13 +91,12 @@ def main(argv: list[str] | None = None) -> None:
 
     backend = load_as(stage.SCHEMA, project / "params.yaml").compile.backend
     if backend != "auto":
-        _fail(f"{project}: compile.backend is {backend!r}; the probe defers candidates of auto")
+        fail(f"{project}: compile.backend is {backend!r}; the probe defers candidates of auto")
     runs = []
-    for r in range(args.rounds):
-        for mode in MODES if r % 2 == 0 else MODES[::-1]:
-            runs.append(_child(project, mode))
-            print(f"[compile_probe] round {r}: {mode} {runs[-1]['seconds']} s", flush=True)
-    seconds = {m: statistics.median(x["seconds"] for x in runs if x["mode"] == m) for m in MODES}
+    for r, mode in alternating(MODES, args.rounds):
+        runs.append(_child(project, mode))
+        print(f"[compile_probe] round {r}: {mode} {runs[-1]['seconds']} s", flush=True)
+    seconds = median_seconds(runs, MODES)
     result = {
         "project": "<project>",
         "rounds": args.rounds,
@@ -119,11 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         "every_over_probe": round(seconds["every"] / seconds["probe"], 2),
         "runs": runs,
     }
-    text = json.dumps(result, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    publish(result, args.out)
 
 
 if __name__ == "__main__":

@@ -26,20 +26,15 @@ import argparse
 import hashlib
 import json
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.rounds import alternating, fail, median_seconds, publish, run_child
+
 MODES = ("per_member", "in_stage")
 MEMBERS = Path("models/members")
-
-
-def _fail(message: str, code: int = 2) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(code)
 
 
 def _stage(project: Path, *args: str) -> float:
@@ -47,17 +42,8 @@ def _stage(project: Path, *args: str) -> float:
     from flows.dvcops import subprocess_env
 
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tasks.finetune_members", *args],
-        cwd=project,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        _fail(f"tasks.finetune_members {' '.join(args)} failed: {last}", 1)
+    argv = [sys.executable, "-m", "tasks.finetune_members", *args]
+    run_child(argv, " ".join(argv[2:]), cwd=project, env=subprocess_env())
     return round(time.perf_counter() - t0, 2)
 
 
@@ -92,28 +78,27 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     project = args.project.resolve()
     if args.rounds < 1:
-        _fail(f"--rounds must be >= 1, got {args.rounds}")
+        fail(f"--rounds must be >= 1, got {args.rounds}")
     if not (project / MEMBERS / "index.json").is_file() or not (project / "params.yaml").is_file():
-        _fail(f"{project}: no models/members/index.json and params.yaml (run the pipeline first)")
+        fail(f"{project}: no models/members/index.json and params.yaml (run the pipeline first)")
     from tasks.params.schema import load_params
 
     cfg = load_params(project / "params.yaml")
     if not cfg.finetune_members:
-        _fail(f"{project}: its variant fine-tunes no members (scoring.method {cfg.scoring.method})")
+        fail(f"{project}: its variant fine-tunes no members (scoring.method {cfg.scoring.method})")
     kept = project / "models" / ".members.benchmark-original"
     if kept.exists():
-        _fail(f"{kept} exists: an earlier run of this benchmark was stopped; put it back first")
+        fail(f"{kept} exists: an earlier run of this benchmark was stopped; put it back first")
     (project / MEMBERS).rename(kept)
     runs = []
     try:
-        for r in range(args.rounds):
-            for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                runs.append(build_once(project, mode, cfg.members.num_members))
-                print(f"[member_processes] round {r}: {mode} {runs[-1]['seconds']} s", flush=True)
+        for r, mode in alternating(MODES, args.rounds):
+            runs.append(build_once(project, mode, cfg.members.num_members))
+            print(f"[member_processes] round {r}: {mode} {runs[-1]['seconds']} s", flush=True)
     finally:
         shutil.rmtree(project / MEMBERS, ignore_errors=True)
         kept.rename(project / MEMBERS)
-    seconds = {m: statistics.median(x["seconds"] for x in runs if x["mode"] == m) for m in MODES}
+    seconds = median_seconds(runs, MODES)
     result = {
         "project": "<project>",
         "members": cfg.members.num_members,
@@ -123,11 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         "same_files": len({json.dumps(x["md5s"], sort_keys=True) for x in runs}) == 1,
         "runs": [{k: v for k, v in x.items() if k != "md5s"} for x in runs],
     }
-    text = json.dumps(result, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    publish(result, args.out)
 
 
 if __name__ == "__main__":

@@ -452,3 +452,12 @@ def test_member_processes_refuses_in_one_line_and_loses_nothing(tmp_path):
     assert done.returncode == 1 and "stage failed on purpose" in done.stderr, done.stderr
     assert (failing / "models" / "members" / "index.json").read_text() == "the run's own"
     assert sorted(p.name for p in (failing / "models").iterdir()) == ["members"]
+
+
+def test_rounds_alternate_the_order_and_take_each_modes_median():
+    from benchmarks.rounds import alternating, median_seconds
+
+    order = list(alternating(("a", "b"), 3))
+    assert order == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
+    runs = [{"mode": m, "seconds": s} for m, s in (("a", 1.0), ("b", 5.0), ("a", 3.0), ("a", 2.0))]
+    assert median_seconds(runs, ("a", "b")) == {"a": 2.0, "b": 5.0}
