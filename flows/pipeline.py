@@ -23,7 +23,6 @@ Design (see docs/pipeline.md):
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from tasks.dvcfiles import locked_outs
 from tasks.layout import METRICS, REGISTRY, REPORTS, STAGES
 from tasks.outputs import write_json
 from tasks.params.schema import load_params
+from tasks.stage import stage_threads
 
 
 @task(
@@ -101,10 +101,10 @@ def member_waves(num_members: int, max_parallel: int) -> list[list[int]]:
 
 def member_threads(side_by_side: int, available: int | None = None) -> int:
     """Threads for each of ``side_by_side`` member processes running at once: ``available``
-    (None: ``HYDRA_ENS_THREADS``, else the cores this process may use, as a stage counts them)
-    split between them, at least 1, so that they do not oversubscribe the cores."""
+    (None: a stage's, :func:`tasks.stage.stage_threads`) split between them, at least 1, so that
+    they do not oversubscribe the cores."""
     if available is None:
-        available = int(os.environ.get("HYDRA_ENS_THREADS") or 0) or len(os.sched_getaffinity(0))
+        available = stage_threads()
     return max(1, available // max(1, side_by_side))
 
 

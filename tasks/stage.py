@@ -43,13 +43,19 @@ def setup_logging(level: int = logging.INFO) -> None:
     log.propagate = False
 
 
+def stage_threads() -> int:
+    """The threads a stage process uses: ``HYDRA_ENS_THREADS``, else the cores this process may
+    run on; at least 1."""
+    return max(1, int(os.environ.get("HYDRA_ENS_THREADS", "0")) or len(os.sched_getaffinity(0)))
+
+
 def set_threads() -> None:
-    """Use the cores this process may run on (``HYDRA_ENS_THREADS`` overrides).
+    """Use :func:`stage_threads` threads.
 
     Through ``OMP_NUM_THREADS``, which torch reads when it is imported, so a stage that runs no
     model (gate, bundle, promote) never imports torch; ``torch.set_num_threads`` when it already is.
     """
-    n = max(1, int(os.environ.get("HYDRA_ENS_THREADS", "0")) or len(os.sched_getaffinity(0)))
+    n = stage_threads()
     os.environ["OMP_NUM_THREADS"] = str(n)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)
