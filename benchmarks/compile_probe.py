@@ -35,9 +35,9 @@ def compile_once(project: Path, mode: str) -> dict[str, Any]:
     """One ``compile: auto`` of ``project``'s calibrated Hydra (in this process)."""
     from hydra_ops.hydra.serialization import load_hydra
     from tasks import compile as stage
-    from tasks.layout import HYDRA
     from tasks.params.files import load_as
-    from tasks.stage import set_threads
+    from tasks.runtime.layout import HYDRA
+    from tasks.runtime.stage import set_threads
 
     set_threads()
     cfg = load_as(stage.SCHEMA, project / "params.yaml")

@@ -5,7 +5,7 @@ on a few held-out batches; this repeats that check over every evaluated example 
 the gates would see: NLL, ECE (ID test and shift) and near/far-OOD AUROC of the
 calibrated Hydra at each precision, and the paired bootstrap interval of (precision - fp32) on the
 same examples. The Hydra runs as a shipped lower-precision artifact computes: weights and inputs
-cast to the precision (``tasks.candidates``), the stored temperature and OOD score.
+cast to the precision (``tasks.candidates.compared``), the stored temperature and OOD score.
 
 Usage, in a project after ``hydra-ens run`` (any machine: the numbers do not depend on its speed,
 but bf16 kernels differ between CPU kinds and GPUs, so record which one)::
@@ -55,11 +55,11 @@ def compare(
     from hydra_ops.models.runtime import Runtime
     from hydra_ops.uq.calibrated import calibrated_ood_score
     from hydra_ops.uq.calibration import ensemble_probs
-    from tasks import data as prepared
-    from tasks.baseline_models import eval_batches
-    from tasks.candidates import shipped_logits
-    from tasks.layout import HYDRA
+    from tasks.candidates.baseline_models import eval_batches
+    from tasks.candidates.compared import shipped_logits
     from tasks.params import load_params
+    from tasks.runtime import data as prepared
+    from tasks.runtime.layout import HYDRA
 
     cfg = cfg or load_params(project / "params.yaml")
     hydra = load_hydra(project / HYDRA)

@@ -12,10 +12,11 @@ differs. ``single`` and ``deep_ensemble`` get the temperature ``evaluate`` fits 
 Reported per model: the calibrated metrics the default gates watch (accuracy, NLL, ECE on ID test
 and shift; AUROC on near- and far-OOD, ID test as negatives, score ``evaluate.ood_score`` of A's
 params) for A and B, and the paired bootstrap interval of B - A
-(:func:`tasks.scorecard.paired_intervals`: A and B share every resample's indices; ID test / shift
-examples resampled with replacement, OOD metrics resample ID and OOD examples independently of
-each other). The intervals cover the sampling of test examples within one data split and one
-training seed: they say nothing about how another seed or split would move either model.
+(:func:`tasks.evaluation.scorecard.paired_intervals`: A and B share every resample's indices; ID
+test / shift examples resampled with replacement, OOD metrics resample ID and OOD examples
+independently of each other). The intervals cover the sampling of test examples within one data
+split and one training seed: they say nothing about how another seed or split would move either
+model.
 
 Usage, with two finished ``hydra-ens run`` projects on the same data::
 
@@ -52,7 +53,7 @@ SPLITS = ("val", "test", "shift", "near_ood", "far_ood")
 
 def check_same_data(a: Path, b: Path) -> None:
     """ValueError (one line) unless ``a`` and ``b`` hold the same prepared data manifest."""
-    from tasks import data as prepared
+    from tasks.runtime import data as prepared
 
     if prepared.manifest(a) != prepared.manifest(b):
         raise ValueError(
@@ -67,8 +68,8 @@ def trained_precisions(root: Path) -> dict[str, Any]:
     per fine-tuning stage; None where not recorded), each with its weights' sha256."""
     from hydra_ops.hydra.serialization import read_hydra_config
     from hydra_ops.models.checkpoints import read_checkpoint_metadata
-    from tasks.layout import BASE, BASELINES, HYDRA
-    from tasks.outputs import read_json
+    from tasks.runtime.layout import BASE, BASELINES, HYDRA
+    from tasks.runtime.outputs import read_json
 
     def record(directory: Path) -> dict[str, Any]:
         meta = read_checkpoint_metadata(directory)
@@ -98,9 +99,9 @@ def fp32_outputs(cfg: PipelineConfig, root: Path) -> dict[str, dict[str, Any]]:
     from hydra_ops.models.inference import logits as run_logits
     from hydra_ops.models.runtime import Runtime
     from hydra_ops.uq.calibration import ensemble_log_probs, fit_temperature
-    from tasks import data as prepared
-    from tasks.baseline_models import eval_batches, seed_baselines
-    from tasks.layout import HYDRA
+    from tasks.candidates.baseline_models import eval_batches, seed_baselines
+    from tasks.runtime import data as prepared
+    from tasks.runtime.layout import HYDRA
 
     fp32 = Runtime()
     batches = {s: b for s, b in eval_batches(cfg, root, fp32).items() if s in SPLITS}
@@ -131,9 +132,9 @@ def compare(
     ``cfgs``: the two projects' params (default: their ``params.yaml``); A's ``evaluate``
     section sets the OOD score and the bootstrap seed. ValueError on different data."""
     from hydra_ops.data import split_labels
-    from tasks import data as prepared
+    from tasks.evaluation.scorecard import paired_intervals, split_metrics
     from tasks.params import load_params
-    from tasks.scorecard import paired_intervals, split_metrics
+    from tasks.runtime import data as prepared
 
     check_same_data(fp32_root, bf16_root)
     cfg_a, cfg_b = cfgs or (load_params(r / "params.yaml") for r in (fp32_root, bf16_root))
@@ -205,8 +206,8 @@ def main(
     md_out: Path | None = MD_OPTION,
 ) -> None:
     """Print (and optionally write) the bf16-vs-fp32 training comparison."""
-    from tasks.layout import BASE
-    from tasks.outputs import write_json, write_text
+    from tasks.runtime.layout import BASE
+    from tasks.runtime.outputs import write_json, write_text
 
     for project in (fp32, bf16):
         if not (project / BASE).is_dir():

@@ -1,6 +1,6 @@
 """``hydra-ens``: the command line (typer + rich). Each command parses its options, calls what does
-the work and renders what it returns: the checks before a run in :mod:`tasks.preflight`, running
-a flow in :mod:`flows.launch`, the tables in :mod:`flows.render`, the service in
+the work and renders what it returns: the checks before a run in :mod:`tasks.runtime.preflight`,
+running a flow in :mod:`flows.launch`, the tables in :mod:`flows.render`, the service in
 :mod:`flows.serve_model`. A failure is one ``error:`` line and an exit status: 2 for bad input
 (found before anything is written), 1 for a failed run, 3 for a failed gate; Ctrl-C (SIGINT) or
 SIGTERM during ``run`` or ``study`` ends it with one line, exit 130 (:mod:`flows.interrupts`):
@@ -81,7 +81,7 @@ def _exit_on(*errors: type[BaseException], code: int = 1, prefix: str = "") -> I
 
 
 def _check_allocator() -> None:
-    from tasks.preflight import check_allocator
+    from tasks.runtime.preflight import check_allocator
 
     with _exit_on(ValueError, code=2):
         check_allocator()
@@ -100,7 +100,7 @@ def run(
     from flows.dvcops import StageError
     from tasks.params.base import ConfigError
     from tasks.params.files import write_params
-    from tasks.preflight import resolve_run_params
+    from tasks.runtime.preflight import resolve_run_params
 
     root = _root(project)
     _check_allocator()
@@ -129,10 +129,10 @@ def run(
 def status(project: Project = None) -> None:
     """Which stages are stale (``dvc status``) and which model is in prod (GTO)."""
     from flows import dvcops, render
-    from tasks.layout import STAGES
     from tasks.params.base import ConfigError
     from tasks.params.schema import load_params
-    from tasks.registry import RegistryError, prod_version
+    from tasks.release.model_registry import RegistryError, prod_version
+    from tasks.runtime.layout import STAGES
 
     root = _root(project)
     with _exit_on(ConfigError, code=2):
@@ -173,7 +173,7 @@ def predict(
         title = service_title(answer)
     else:
         from tasks.params.base import ConfigError
-        from tasks.predict import predict_here, validate_inputs
+        from tasks.serving.predict import predict_here, validate_inputs
 
         with _exit_on(ValueError, code=2):
             inputs = validate_inputs(inputs)
@@ -229,7 +229,7 @@ def registry(project: Project = None) -> None:
     from flows.render import print_registry
     from tasks.params.base import ConfigError
     from tasks.params.schema import load_params
-    from tasks.registry import RegistryError, assignments, prod_version, versions
+    from tasks.release.model_registry import RegistryError, assignments, prod_version, versions
 
     root = _root(project)
     with _exit_on(ConfigError, RegistryError):
@@ -281,7 +281,7 @@ def serve_model(
     rollback is picked up without a restart; `hydra-ens predict` asks this service while it runs.
     """
     from flows.serve_model import ServeError, serve_until_stopped
-    from tasks.stage import set_threads, setup_logging
+    from tasks.runtime.stage import set_threads, setup_logging
 
     root = _root(project)
     setup_logging()
@@ -324,7 +324,7 @@ def study(
     from flows.study.carry import BundleError, check_bundle_path
     from flows.study.spec import check_study
     from tasks.params.base import ConfigError
-    from tasks.preflight import parse_resources
+    from tasks.runtime.preflight import parse_resources
 
     root = _root(project)
     with _exit_on(dvcops.StageError, code=2):
@@ -374,10 +374,10 @@ def stage(
     until ``hydra-ens run`` has recorded it."""
     import importlib
 
-    from tasks.layout import STAGES
     from tasks.params.base import ConfigError
     from tasks.params.schema import load_params
-    from tasks.preflight import check_runs_here
+    from tasks.runtime.layout import STAGES
+    from tasks.runtime.preflight import check_runs_here
 
     if name not in STAGES:
         _fail(f"unknown stage {name!r}; allowed: {', '.join(STAGES)}", 2)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from flows.dvclinks import cache_dir, ensure_cache_links, link_remote_to_cache
-from tasks.dvcfiles import REMOTE_DIR
+from tasks.runtime.dvcfiles import REMOTE_DIR
 
 REMOTE_NAME = "local"
 #: Set when the user interrupted the run (the CLI's SIGINT/SIGTERM handler): no new stage or
@@ -55,7 +55,7 @@ class _Failure(RuntimeError):
       failed, or None (neither: the run's own plumbing, e.g. ``dvc status``);
     * ``returncode``: the failed process's exit status, or None;
     * ``message``: the process's own one-line error (its ``error: ...`` line, from
-      :func:`tasks.stage.stage_main`, without the prefix), or None;
+      :func:`tasks.runtime.stage.stage_main`, without the prefix), or None;
     * ``detail``: what else it said (DVC's ``ERROR:`` line, the last lines), colours stripped.
     """
 
@@ -227,7 +227,7 @@ def commit_dvc_setup(root: Path, force: bool) -> str | None:
     ``dvc init`` stages them and leaves them uncommitted, so a clone of the branch was no DVC
     repository (``dvc pull``: "you are not inside of a DVC repository"). Nothing is done on a
     repo without a commit or with a detached ``HEAD``; other staged changes stay staged."""
-    from tasks.registry import ensure_git_identity
+    from tasks.release.model_registry import ensure_git_identity
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return _run(["git", *args], root, check=False)

@@ -248,7 +248,7 @@ def track_run(root: Path, flow_run_id: Any) -> Path | None:
     import psutil
     from prefect.exceptions import PrefectException
 
-    from tasks.outputs import write_json
+    from tasks.runtime.outputs import write_json
 
     try:
         marked = mark_abandoned_runs(root)

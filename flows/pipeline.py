@@ -33,11 +33,11 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import dvcops
 from hydra_ops.perf.allocators import allocator_env
-from tasks.dvcfiles import locked_outs
-from tasks.layout import METRICS, REGISTRY, REPORTS, STAGES
-from tasks.outputs import write_json
 from tasks.params.schema import load_params
-from tasks.stage import stage_threads
+from tasks.runtime.dvcfiles import locked_outs
+from tasks.runtime.layout import METRICS, REGISTRY, REPORTS, STAGES
+from tasks.runtime.outputs import write_json
+from tasks.runtime.stage import stage_threads
 
 
 @task(
@@ -71,8 +71,8 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
     retry_condition_fn=dvcops.retry_if_transient,
 )
 def finetune_member(project_dir: str, member: int, threads: int) -> dict[str, Any]:
-    """Build (or verify) member ``member`` and its control (resumable units, tasks.resumable),
-    in a process of ``threads`` threads."""
+    """Build (or verify) member ``member`` and its control (resumable units,
+    tasks.runtime.resumable), in a process of ``threads`` threads."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     proc = dvcops.run_member(
@@ -101,18 +101,18 @@ def member_waves(num_members: int, max_parallel: int) -> list[list[int]]:
 
 def member_threads(side_by_side: int, available: int | None = None) -> int:
     """Threads for each of ``side_by_side`` member processes running at once: ``available``
-    (None: a stage's, :func:`tasks.stage.stage_threads`) split between them, at least 1, so that
-    they do not oversubscribe the cores."""
+    (None: a stage's, :func:`tasks.runtime.stage.stage_threads`) split between them, at least 1, so
+    that they do not oversubscribe the cores."""
     if available is None:
         available = stage_threads()
     return max(1, available // max(1, side_by_side))
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
-    from tasks.candidate_gate import gate_summary
-    from tasks.evaluate_markdown import metrics_table
-    from tasks.outputs import load_evaluation
+    from tasks.gates.candidates import gate_summary
+    from tasks.reports.evaluate_markdown import metrics_table
     from tasks.run_report import HTML, artifact_markdown
+    from tasks.runtime.outputs import load_evaluation
 
     summary: dict[str, Any] = {}
     ev_path, gate_path = root / METRICS / "evaluate.json", root / REPORTS / "gate.json"

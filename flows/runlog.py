@@ -44,7 +44,7 @@ _TB_CHAIN = (
     "During handling of the above exception",
     "The above exception was the direct cause",
 )
-# the stage's own "error: ..." line (tasks.stage.stage_main) and DVC's "ERROR: failed to
+# the stage's own "error: ..." line (tasks.runtime.stage.stage_main) and DVC's "ERROR: failed to
 # reproduce ..." after it: the CLI ends with the first, so the console skips both
 _ERROR_PREFIXES = ("error: ", "ERROR: ")
 #: The name of the CLI's ``on_running`` hook that keeps its SIGINT/SIGTERM handler in place
@@ -263,8 +263,8 @@ def error_line(err: BaseException, run_log: RunLog | None = None) -> str:
 
     A stage's or member's failure (:class:`flows.dvcops.StageError`, ``TransientStageError``)
     carries its fields: the process's own ``error: ...`` line (``message``, from
-    ``tasks.stage.stage_main``) is the line; else the exception line of its traceback (seen by
-    the console filter); else the failure with DVC's line (``detail``). Other errors read
+    ``tasks.runtime.stage.stage_main``) is the line; else the exception line of its traceback (seen
+    by the console filter); else the failure with DVC's line (``detail``). Other errors read
     ``pipeline failed: ...``.
     """
     seen = run_log.console_filter if run_log else ConsoleFilter()

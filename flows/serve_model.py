@@ -1,10 +1,10 @@
 """``hydra-ens serve-model``: the prod model over HTTP on 127.0.0.1.
 
 The server (stdlib :class:`http.server.ThreadingHTTPServer`, one thread per connection) loads the
-bundle of the version in ``promote.stage`` once (:class:`tasks.prod_model.ModelHolder`), joins
-concurrent requests into forward passes (:class:`tasks.microbatch.MicroBatcher`) and swaps in a
-newly promoted or rolled-back version without a restart: every batch is answered by the one
-snapshot it took, so no answer mixes versions. Endpoints (JSON in, JSON out)::
+bundle of the version in ``promote.stage`` once (:class:`tasks.serving.prod_model.ModelHolder`),
+joins concurrent requests into forward passes (:class:`tasks.serving.microbatch.MicroBatcher`) and
+swaps in a newly promoted or rolled-back version without a restart: every batch is answered by the
+one snapshot it took, so no answer mixes versions. Endpoints (JSON in, JSON out)::
 
     POST /predict   {"inputs": ["text", ...]}  ->  {"model_version", "answered_by", "legend",
                     "verdict_labels", "rows": [one object per input, the fields of
@@ -17,9 +17,9 @@ A bad request gets one ``{"error": "..."}`` with status 400 (404 unknown path, 4
 411/413 missing or oversized body) and the server goes on. Once the registry holds no version in
 the stage (``gto deprecate``, ``gto unassign``), ``/predict`` and ``/version`` answer 503 with one
 line saying why and ``/health`` 503 ``not serving``, until a version is promoted
-(:class:`tasks.prod_model.Withdrawn`; a promotion's own second without a version is not that).
-Answers within one batch are computed on inputs padded to the batch's longest, so they equal a
-lone ``predict`` to float rounding.
+(:class:`tasks.serving.prod_model.Withdrawn`; a promotion's own second without a version is not
+that). Answers within one batch are computed on inputs padded to the batch's longest, so they equal
+a lone ``predict`` to float rounding.
 
 While it runs, the service is registered in ``.hydra-ens/service.json`` (URL, pid, model, stage);
 ``hydra-ens predict`` asks it first (:mod:`flows.service_client`) and loads the model itself when
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.service_client import SERVICE_FILE, RequestError
-from tasks.prod_model import ModelSnapshot, Withdrawn
+from tasks.serving.prod_model import ModelSnapshot, Withdrawn
 
 log = logging.getLogger("hydra_ens")
 
@@ -73,7 +73,7 @@ def parse_predict_body(raw: bytes) -> list[str]:
 
 
 class PredictionService:
-    """The HTTP server over a :class:`tasks.prod_model.ModelHolder` (see the module doc).
+    """The HTTP server over a :class:`tasks.serving.prod_model.ModelHolder` (see the module doc).
 
     Args:
         holder: the current model snapshot and its watcher.
@@ -91,7 +91,7 @@ class PredictionService:
         max_wait_ms: float = 5.0,
         info: dict[str, Any] | None = None,
     ) -> None:
-        from tasks.microbatch import MicroBatcher
+        from tasks.serving.microbatch import MicroBatcher
 
         self.holder, self.info, self.max_wait_ms = holder, dict(info or {}), max_wait_ms
         self.batcher = MicroBatcher(self._run, max_batch, max_wait_ms)
@@ -173,7 +173,7 @@ class PredictionService:
         }
 
     def version(self) -> dict[str, Any]:
-        from tasks.predict import SCHEMA_VERSION
+        from tasks.serving.predict import SCHEMA_VERSION
 
         snap = self._serving()
         fields = snap.record.get("fields", {})
@@ -327,7 +327,7 @@ def serve_until_stopped(
     import signal
 
     from tasks.params.base import ConfigError
-    from tasks.prod_model import (
+    from tasks.serving.prod_model import (
         ModelHolder,
         load_prod_snapshot,
         load_single_snapshot,

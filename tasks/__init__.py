@@ -4,8 +4,8 @@ stage**, run as its own process by ``dvc repro`` (``python -m tasks.<stage>``, t
 runs one of these stages through DVC.
 
 Each stage module reads its params view (:mod:`tasks.params`), calls the library
-(:mod:`hydra_ops`) and writes its outputs atomically (:mod:`tasks.outputs`) through
-:func:`tasks.stage.stage_main`. The other modules are what the stages share (artifact layout,
-DVC files, lineage, units of resumable work, report rendering) and the model's life after the DAG
-(bundle verification, the registry, serving, ``predict``). docs/architecture.md lists them.
+(:mod:`hydra_ops`) and writes its outputs atomically (:mod:`tasks.runtime.outputs`) through
+:func:`tasks.runtime.stage.stage_main`. The other modules are what the stages share (artifact
+layout, DVC files, lineage, units of resumable work, report rendering) and the model's life after
+the DAG (bundle verification, the registry, serving, ``predict``). docs/architecture.md lists them.
 """

@@ -1,15 +1,16 @@
 """Stage ``baseline_logits``: the logits of the seed's baselines on every evaluation split, once.
 
-``single``, ``deep_ensemble`` and ``mc_dropout`` (:func:`tasks.baseline_models.seed_baselines`)
-depend on the seed's base and Deep Ensemble alone, so every Hydra variant of a seed would
-recompute the same 1 + (K - 1) + samples passes over the evaluation splits in ``evaluate`` (most
-of that stage's time with MC Dropout on). This stage runs them once and ``evaluate`` reads them
-back; a study computes it in each seed's shared upstream.
+``single``, ``deep_ensemble`` and ``mc_dropout``
+(:func:`tasks.candidates.baseline_models.seed_baselines`) depend on the seed's base and Deep
+Ensemble alone, so every Hydra variant of a seed would recompute the same 1 + (K - 1) + samples
+passes over the evaluation splits in ``evaluate`` (most of that stage's time with MC Dropout on).
+This stage runs them once and ``evaluate`` reads them back; a study computes it in each seed's
+shared upstream.
 
 Every baseline runs in the precision ``runtime.precision`` resolves to for the base at inference
-(:mod:`tasks.precision`: ``auto`` keeps fp32 where bf16 is not native, else takes bf16 when it is
-faster by the margin and agrees with fp32 within compile's low-precision tolerance on the first
-``compile.check_examples`` validation examples); ``index.json`` records it, and
+(:mod:`tasks.runtime.precision`: ``auto`` keeps fp32 where bf16 is not native, else takes bf16 when
+it is faster by the margin and agrees with fp32 within compile's low-precision tolerance on the
+first ``compile.check_examples`` validation examples); ``index.json`` records it, and
 ``metrics/baseline_logits.json`` (not cached) the probe's reason and timings.
 
 Output ``artifacts/baseline_logits/``: ``logits.safetensors`` (fp32 ``[N, K, C]`` per
@@ -26,12 +27,17 @@ from typing import Any
 import torch
 
 from hydra_ops.models.runtime import Runtime, resolve_device
-from tasks.baseline_models import EVAL_SPLITS, base_inference_runtime, eval_batches, seed_baselines
-from tasks.layout import METRICS
-from tasks.outputs import publish_dir, read_json, write_json
+from tasks.candidates.baseline_models import (
+    EVAL_SPLITS,
+    base_inference_runtime,
+    eval_batches,
+    seed_baselines,
+)
 from tasks.params.baselines import BaselinesStageConfig
-from tasks.precision import precision_record
-from tasks.stage import stage_main
+from tasks.runtime.layout import METRICS
+from tasks.runtime.outputs import publish_dir, read_json, write_json
+from tasks.runtime.precision import precision_record
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = BaselinesStageConfig

@@ -8,19 +8,20 @@
                   check in compiled.json; only compiled.json when the backend is eager)
     preprocessing.json, tokenizer/
                   how inputs become model inputs (max_length and the tokenizer, or image size,
-                  channels, normalisation): what ``predict`` uses (:mod:`tasks.preprocessing`)
+                  channels, normalisation): what ``predict`` uses
+                  (:mod:`tasks.release.preprocessing`)
     gate.json     the gate verdict, with the hashes of what it judged
     evaluate.json the metrics of Hydra and every baseline, with paired-bootstrap intervals
     MODEL_CARD.md what the model is, data, metrics vs baselines, gates, lineage, how to call it
     candidate/    only when the verdict's candidate is not the Hydra (``promote.candidates``):
-                  that model's scored files and ``candidate.json`` (:mod:`tasks.candidate_bundle`);
+                  that model's scored files and ``candidate.json`` (:mod:`tasks.candidates.bundle`);
                   ``predict`` answers with it, ``model/`` and ``compiled/`` stay as judged
     bundle.json   the sha256 of every file above, the verdict's hashes, the candidate it ships,
                   the lineage
 
 The stage refuses a verdict that does not match the workspace (it was written for another model,
-evaluation or params). The card is :func:`tasks.model_card.render_card`; loading a bundle back to
-serve it (every file verified first) is :func:`tasks.served.load_served`.
+evaluation or params). The card is :func:`tasks.release.model_card.render_card`; loading a bundle
+back to serve it (every file verified first) is :func:`tasks.serving.served.load_served`.
 """
 
 from __future__ import annotations
@@ -31,16 +32,16 @@ from typing import Any
 
 from hydra_ops.atomic import copy_tree_linked
 from hydra_ops.hashing import sha256_file
-from tasks.candidate_bundle import write_candidate
-from tasks.custody import check_chain
-from tasks.dvcfiles import cached_outputs, locked_outs
-from tasks.layout import BUNDLE, COMPILED, DATA, HYDRA, METRICS, REPORTS
-from tasks.lineage import judged_hashes, stale_roles
-from tasks.model_card import render_card
-from tasks.outputs import publish_dir, read_json, write_json, write_text
+from tasks.candidates.bundle import write_candidate
 from tasks.params.schema import PipelineConfig
-from tasks.preprocessing import write_preprocessing
-from tasks.stage import stage_main
+from tasks.release.custody import check_chain
+from tasks.release.lineage import judged_hashes, stale_roles
+from tasks.release.model_card import render_card
+from tasks.release.preprocessing import write_preprocessing
+from tasks.runtime.dvcfiles import cached_outputs, locked_outs
+from tasks.runtime.layout import BUNDLE, COMPILED, DATA, HYDRA, METRICS, REPORTS
+from tasks.runtime.outputs import publish_dir, read_json, write_json, write_text
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = PipelineConfig
@@ -139,7 +140,7 @@ def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]
     """``bundle.json`` after checking every file it lists but ``skip``, and that the folder holds
     no file it does not list (ValueError naming the first change). This checks the bundle
     against its own manifest only: where a bundle's origin matters, its folder md5 is checked
-    against what was judged (``promote``) or registered (:func:`tasks.registry.
+    against what was judged (``promote``) or registered (:func:`tasks.release.model_registry.
     resolve_bundle_dir`)."""
     manifest = read_json(directory / MANIFEST, "bundle")
     if manifest.get("format") != FORMAT:

@@ -11,9 +11,10 @@ does, with the stored temperature) at the quantiles ``calibrate.uncertain_quanti
 as ``metadata["ood_thresholds"]``.
 
 The validation logits are computed on ``runtime.device`` in ``runtime.precision`` (``auto``: the
-inference probe of :mod:`tasks.precision`, on the Hydra and the first ``compile.check_examples``
-validation examples; recorded in ``metrics/calibrate.json``). The model's metadata records
-``precisions``: what the base fine-tune, each member unit and this stage resolved to.
+inference probe of :mod:`tasks.runtime.precision`, on the Hydra and the first
+``compile.check_examples`` validation examples; recorded in ``metrics/calibrate.json``). The model's
+metadata records ``precisions``: what the base fine-tune, each member unit and this stage resolved
+to.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from hydra_ops.models.checkpoints import read_checkpoint_metadata, weights_hash
 from hydra_ops.models.inference import logits
 from hydra_ops.models.runtime import Runtime, resolve_device
 from hydra_ops.perf.inference_probe import time_inference
-from tasks.data import batches, split
-from tasks.layout import BASE, HYDRA, MEMBERS, MERGED, METRICS
-from tasks.outputs import publish_dir, read_json, write_json
 from tasks.params.core import CoreConfig
-from tasks.precision import check_batches, precision_record, stage_runtime
-from tasks.resumable import DONE
-from tasks.stage import stage_main
+from tasks.runtime.data import batches, split
+from tasks.runtime.layout import BASE, HYDRA, MEMBERS, MERGED, METRICS
+from tasks.runtime.outputs import publish_dir, read_json, write_json
+from tasks.runtime.precision import check_batches, precision_record, stage_runtime
+from tasks.runtime.resumable import DONE
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig

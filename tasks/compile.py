@@ -16,14 +16,14 @@ candidates is most of ``auto``'s cost, so the candidates of a precision whose ea
 least twice as slow (the inference precision probe ``calibrate`` ran on the same model,
 :func:`eager_precision_ms`) are built only if no faster one agrees. The check
 uses the tolerance of the precision that ships (``check.tolerance``), and evaluate scores the
-artifact itself, beside the eager model (:mod:`tasks.candidates`). The gate judges that check
-against that same tolerance (``threshold: compile_tolerance``); with ``eager`` there is nothing
-to check and the gate reports the compile checks as ``not applicable``.
+artifact itself, beside the eager model (:mod:`tasks.candidates.compared`). The gate judges that
+check against that same tolerance (``threshold: compile_tolerance``); with ``eager`` there is
+nothing to check and the gate reports the compile checks as ``not applicable``.
 
 Cached (``models/compiled``): the artifact and its ``compiled.json`` (backend, precision, device,
 library versions, the check, and ``source``: the sha256 of every file of the calibrated model it
-was compiled from, which evaluate, gate, bundle and ``predict`` check; :mod:`tasks.custody`).
-Run facts that differ between two runs of the same params (build
+was compiled from, which evaluate, gate, bundle and ``predict`` check;
+:mod:`tasks.release.custody`). Run facts that differ between two runs of the same params (build
 seconds, the timings of ``auto``'s trials, the creation time) go to ``metrics/compile.json``
 only, so the cached output hashes the same every time the same backend is chosen.
 """
@@ -42,14 +42,14 @@ import torch
 from hydra_ops.data import Split, split_batches, text_tokenizer
 from hydra_ops.measurements import MeasurementCache
 from hydra_ops.models.runtime import resolve_device
-from tasks.custody import source_record
-from tasks.data import batches, split
-from tasks.layout import COMPILED, HYDRA, METRICS
-from tasks.outputs import publish_dir, write_json
 from tasks.params.core import CoreConfig
-from tasks.precision import check_batches as probe_batches
-from tasks.precision import measurement_cache, needs_probe, stage_runtime
-from tasks.stage import stage_main
+from tasks.release.custody import source_record
+from tasks.runtime.data import batches, split
+from tasks.runtime.layout import COMPILED, HYDRA, METRICS
+from tasks.runtime.outputs import publish_dir, write_json
+from tasks.runtime.precision import check_batches as probe_batches
+from tasks.runtime.precision import measurement_cache, needs_probe, stage_runtime
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig

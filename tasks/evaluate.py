@@ -1,6 +1,6 @@
 """Stage ``evaluate``: Hydra and the baselines a user needs to trust it, on ID test, near-OOD,
 far-OOD and shift, each raw and after temperature scaling fitted on validation. Every model is a
-candidate the gate judges with the same checks; :mod:`tasks.candidate_scoring` adds what that
+candidate the gate judges with the same checks; :mod:`tasks.candidates.scoring` adds what that
 needs (the paired bootstrap of each candidate against every baseline, its own verdict
 thresholds, how it ships).
 
@@ -12,13 +12,13 @@ fine-tuned, ``control`` (M unpruned copies of the base given the same member fin
 all of ``hydra_ops.metrics`` (OOD = positive class, score ``evaluate.ood_score``), parameters,
 latency, and the paired bootstrap interval of Hydra minus each baseline. Every model the stage
 runs itself (``naive_pruned``, ``control``) runs on ``runtime.device`` in the precision
-``runtime.precision`` resolves to for inference (:mod:`tasks.precision`; ``auto``: the probe
+``runtime.precision`` resolves to for inference (:mod:`tasks.runtime.precision`; ``auto``: the probe
 stage ``baseline_logits`` ran on the base, read back from the measurement cache, so every
 baseline runs at one precision); the Hydra is scored as it ships and checked against its fp32
 eager model. The logits of ``single``, ``deep_ensemble`` and ``mc_dropout`` are read from stage
 ``baseline_logits`` (the same for every variant of a seed, computed once). Every model is timed
-here, side by side (:mod:`tasks.cost`, ``evaluate.cost_rounds`` interleaved rounds on one batch
-of ``evaluate.latency_batch``): ``metrics/cost.json``, and each model's median in
+here, side by side (:mod:`tasks.evaluation.cost`, ``evaluate.cost_rounds`` interleaved rounds on one
+batch of ``evaluate.latency_batch``): ``metrics/cost.json``, and each model's median in
 ``metrics/latency.json`` (for ``mc_dropout`` all its passes; for the Hydra its shipped artifact).
 Besides: ``ood_by_score``, the calibrated near-/far-OOD metrics under every OOD score of
 ``hydra_ops.uq.ood_criteria.OOD_SCORE_KINDS`` (``null`` for the ensemble-only scores of a one-member
@@ -29,11 +29,11 @@ thresholds calibrate stored in ``models/hydra`` (``hydra_ops.uq.ood_thresholds``
 
 Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key/<model>.json`` (the
 few numbers per model that decide) and ``metrics/hydra.json`` (the Hydra's, the DVC metrics;
-:mod:`tasks.key_metrics`), ``plots/reliability.json``,
-``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.score_histograms`),
+:mod:`tasks.reports.key_metrics`), ``plots/reliability.json``,
+``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.reports.score_histograms`),
 ``reports/evaluate.md`` (the Markdown tables; stage ``run_report`` draws the figures). What is
 computed from each model's member logits (metrics, OOD per score, bootstrap, verdicts, plot rows)
-is :mod:`tasks.scorecard`.
+is :mod:`tasks.evaluation.scorecard`.
 """
 
 from __future__ import annotations
@@ -47,22 +47,13 @@ import torch
 
 from hydra_ops.data import split_labels
 from hydra_ops.models.runtime import Runtime, describe_device, move_batch, resolve_device
-from tasks import data as prepared
 from tasks.baseline_logits import load_baseline_logits
-from tasks.baseline_models import EVAL_SPLITS, base_inference_runtime, eval_batches
-from tasks.candidate_scoring import candidate_bootstrap, candidate_exports
-from tasks.candidates import ShippedHydra, build_candidates
-from tasks.cost import COST_FILE, latency_from_cost, measure_candidates
-from tasks.custody import check_compiled_source, scored_record
-from tasks.evaluate_markdown import latency_setup, render_report
-from tasks.key_metrics import key_metrics, write_key_metrics
-from tasks.layout import COMPILED, HYDRA, METRICS, PLOTS, REPORTS
-from tasks.member_diversity import model_diversity, plan_overlap_summary
-from tasks.outputs import LATENCY_FILE, read_json, write_json, write_text
-from tasks.params.baselines import BaselinesStageConfig
-from tasks.precision import precision_record
-from tasks.score_histograms import score_histograms
-from tasks.scorecard import (
+from tasks.candidates.baseline_models import EVAL_SPLITS, base_inference_runtime, eval_batches
+from tasks.candidates.compared import ShippedHydra, build_candidates
+from tasks.candidates.scoring import candidate_bootstrap, candidate_exports
+from tasks.evaluation.cost import COST_FILE, latency_from_cost, measure_candidates
+from tasks.evaluation.member_diversity import model_diversity, plan_overlap_summary
+from tasks.evaluation.scorecard import (
     COMPARED_SPLITS,
     compiled_vs_eager,
     hydra_verdicts,
@@ -71,7 +62,16 @@ from tasks.scorecard import (
     plot_rows,
     split_metrics,
 )
-from tasks.stage import stage_main
+from tasks.params.baselines import BaselinesStageConfig
+from tasks.release.custody import check_compiled_source, scored_record
+from tasks.reports.evaluate_markdown import latency_setup, render_report
+from tasks.reports.key_metrics import key_metrics, write_key_metrics
+from tasks.reports.score_histograms import score_histograms
+from tasks.runtime import data as prepared
+from tasks.runtime.layout import COMPILED, HYDRA, METRICS, PLOTS, REPORTS
+from tasks.runtime.outputs import LATENCY_FILE, read_json, write_json, write_text
+from tasks.runtime.precision import precision_record
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = BaselinesStageConfig
@@ -88,8 +88,8 @@ def compile_fields(
     which the gate's ``threshold: compile_tolerance`` applies.
 
     ``compared``: evaluate's own comparison of the two on every split
-    (:func:`tasks.scorecard.compiled_vs_eager`); the gate then judges the worst of compile's
-    held-out check and every split: the largest max |dp| and the lowest argmax agreement.
+    (:func:`tasks.evaluation.scorecard.compiled_vs_eager`); the gate then judges the worst of
+    compile's held-out check and every split: the largest max |dp| and the lowest argmax agreement.
     """
     check = compiled.get("check")
     diff = check and check["max_abs_diff_probs"]
@@ -233,7 +233,8 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     for name, ms in latency.items():
         models[name]["latency_ms"] = ms
     write_json(root / METRICS / LATENCY_FILE, latency)
-    # the few numbers per model that decide; the Hydra's are the DVC metrics (tasks.key_metrics)
+    # the few numbers per model that decide; the Hydra's are the DVC metrics
+    # (tasks.reports.key_metrics)
     write_key_metrics(root / METRICS, key_metrics(models, latency))
     report_extra = {
         "verdict_thresholds": verdict_thresholds,

@@ -2,8 +2,9 @@
 images) on the training split; writes a safetensors checkpoint to ``models/base``.
 
 Training runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32 where bf16 is not
-native, else the faster of a short probe of both on this model and batch, :mod:`tasks.precision`;
-the choice and its reason go to the log and ``metrics/finetune_base.json``)."""
+native, else the faster of a short probe of both on this model and batch,
+:mod:`tasks.runtime.precision`; the choice and its reason go to the log and
+``metrics/finetune_base.json``)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ from hydra_ops.models.inference import logits
 from hydra_ops.models.runtime import Runtime
 from hydra_ops.models.training import fine_tune
 from hydra_ops.perf.precision_probe import PrecisionChoice
-from tasks import data
-from tasks.layout import BASE, METRICS
-from tasks.outputs import write_json
 from tasks.params.core import CoreConfig
-from tasks.precision import precision_record, probe_batch, stage_runtime
-from tasks.stage import stage_main
+from tasks.runtime import data
+from tasks.runtime.layout import BASE, METRICS
+from tasks.runtime.outputs import write_json
+from tasks.runtime.precision import precision_record, probe_batch, stage_runtime
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig
@@ -52,8 +53,8 @@ def new_base(cfg: CoreConfig, root: Path, seed: int) -> torch.nn.Module:
 def training_runtime(
     cfg: CoreConfig, root: Path, stage: str = "finetune_base"
 ) -> tuple[Runtime, PrecisionChoice]:
-    """``cfg.runtime`` resolved for training a base (:func:`tasks.precision.stage_runtime`; the
-    probe, when one runs, times a new base of seed ``finetune.seed`` on :func:`probe_batch`)."""
+    """``cfg.runtime`` resolved for training a base (:func:`tasks.runtime.precision.stage_runtime`;
+    the probe, when one runs, times a new base of seed ``finetune.seed`` on :func:`probe_batch`)."""
     return stage_runtime(
         cfg,
         root,

@@ -1,11 +1,12 @@
 """Stage ``finetune_baselines``: the Deep Ensemble baseline's extra members, and the efficient
 ensembles trained on the fine-tuned base when enabled (LoRA-Ensemble, BatchEnsemble:
-:mod:`tasks.efficient_baselines`, units ``models/baselines/lora_ensemble`` and ``batch_ensemble``).
+:mod:`tasks.candidates.efficient_baselines`, units ``models/baselines/lora_ensemble`` and
+``batch_ensemble``).
 
 The Deep Ensemble has K = ``baselines.deep_ensemble_size`` (default M) bases fine-tuned with
 different seeds; member 0 is ``models/base`` itself, members 1..K-1 land in
-``models/baselines/seed_<s>`` (resumable units, see :mod:`tasks.resumable`). They train in the
-precision ``runtime.precision`` resolves to for the base
+``models/baselines/seed_<s>`` (resumable units, see :mod:`tasks.runtime.resumable`). They train in
+the precision ``runtime.precision`` resolves to for the base
 (:func:`tasks.finetune_base.training_runtime`: the same probe, kept in the measurement cache, so
 every member of the ensemble trains alike).
 """
@@ -17,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.models.runtime import Runtime
-from tasks.efficient_baselines import train_units
+from tasks.candidates.efficient_baselines import train_units
 from tasks.finetune_base import train_base, training_runtime
-from tasks.layout import BASELINES, DATA
 from tasks.params.baselines import BaselinesStageConfig
-from tasks.resumable import dir_sha256, ensure_unit, finalise, fingerprint
-from tasks.stage import stage_main
+from tasks.runtime.layout import BASELINES, DATA
+from tasks.runtime.resumable import dir_sha256, ensure_unit, finalise, fingerprint
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = BaselinesStageConfig
@@ -46,7 +47,8 @@ def _train_seed(
 
 def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     out = root / BASELINES
-    # the same model and probe batch as finetune_base: its measurement is reused (tasks.precision)
+    # the same model and probe batch as finetune_base: its measurement is reused
+    # (tasks.runtime.precision)
     rt, _ = training_runtime(cfg, root, "finetune_baselines")
     data_hash = dir_sha256(root / DATA)
     units = {}

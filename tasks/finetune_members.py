@@ -16,13 +16,13 @@ negative-correlation penalty against the fine-tuned base's predictions on each b
 (:mod:`hydra_ops.models.diversity_loss`).
 
 Each unit trains in the precision :func:`unit_runtime` resolves (``runtime.precision``; ``auto``
-probes a member and a control once per machine and shape, :mod:`tasks.precision`), recorded in its
-``done.json`` (``runtime``) and the log.
+probes a member and a control once per machine and shape, :mod:`tasks.runtime.precision`), recorded
+in its ``done.json`` (``runtime``) and the log.
 
-Each member is a resumable unit (:mod:`tasks.resumable`): a killed run restarts only unfinished
-members. ``python -m tasks.finetune_members --member m`` builds one member (what the Prefect flow
-maps over when ``members.finetune.max_parallel`` > 1); without ``--member`` every member is built
-(or verified) and the index written.
+Each member is a resumable unit (:mod:`tasks.runtime.resumable`): a killed run restarts only
+unfinished members. ``python -m tasks.finetune_members --member m`` builds one member (what the
+Prefect flow maps over when ``members.finetune.max_parallel`` > 1); without ``--member`` every
+member is built (or verified) and the index written.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from hydra_ops.models.checkpoints import (
 )
 from hydra_ops.models.runtime import Runtime, describe_device, resolve_device
 from hydra_ops.models.training import fine_tune, freeze_layers
-from tasks.data import batches, split, train_batches
-from tasks.layout import BASE, MEMBERS, PLANS
 from tasks.params.core import CoreConfig
-from tasks.precision import precision_record, probe_batch, stage_runtime
-from tasks.resumable import ensure_unit, finalise, fingerprint
-from tasks.stage import stage_main
+from tasks.runtime.data import batches, split, train_batches
+from tasks.runtime.layout import BASE, MEMBERS, PLANS
+from tasks.runtime.precision import precision_record, probe_batch, stage_runtime
+from tasks.runtime.resumable import ensure_unit, finalise, fingerprint
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig
@@ -60,9 +60,9 @@ log = logging.getLogger("hydra_ens")
 
 
 def unit_runtime(cfg: CoreConfig, root: Path, label: str, load: Callable[[], nn.Module]) -> Runtime:
-    """The precision unit ``label`` trains in (:func:`tasks.precision.stage_runtime`): the probe,
-    when one runs, times ``load()`` with the trunk frozen as the fine-tune freezes it, on the
-    probe batch of :func:`tasks.precision.probe_batch`. Members share one measurement, and
+    """The precision unit ``label`` trains in (:func:`tasks.runtime.precision.stage_runtime`): the
+    probe, when one runs, times ``load()`` with the trunk frozen as the fine-tune freezes it, on the
+    probe batch of :func:`tasks.runtime.precision.probe_batch`. Members share one measurement, and
     controls another (kept in the measurement cache)."""
 
     def probe_model() -> nn.Module:
@@ -94,9 +94,10 @@ def member_seed(cfg: CoreConfig, m: int) -> int:
 
 
 def member_train_batches(cfg: CoreConfig, root: Path, m: int, rt: Runtime):
-    """``epoch -> batches`` of member ``m``'s training data: :func:`tasks.data.train_batches`
-    itself for ``members.finetune.data: full``; otherwise the member's subset
-    (:func:`hydra_ops.data.members.member_indices`), shuffled per epoch the same way."""
+    """``epoch -> batches`` of member ``m``'s training data:
+    :func:`tasks.runtime.data.train_batches` itself for ``members.finetune.data: full``; otherwise
+    the member's subset (:func:`hydra_ops.data.members.member_indices`), shuffled per epoch the same
+    way."""
     seed, mode = member_seed(cfg, m), cfg.members.finetune.data
     if mode == "full":
         return train_batches(cfg, root, seed, pin_memory=rt.pin_memory)

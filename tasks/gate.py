@@ -27,8 +27,8 @@ comparison: it never turns into a pass.
 
 The verdict is bound to what it judged: ``reports/gate.json`` records the DVC md5 of the model that
 ships (``models/hydra``), its compiled artifact, the evaluation it read and the params
-(:mod:`tasks.lineage`); ``promote`` refuses a verdict whose hashes no longer match the workspace.
-Writes ``reports/gate.json`` and ``reports/gate.md``.
+(:mod:`tasks.release.lineage`); ``promote`` refuses a verdict whose hashes no longer match the
+workspace. Writes ``reports/gate.json`` and ``reports/gate.md``.
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.custody import check_chain
-from tasks.layout import METRICS, REPORTS
-from tasks.lineage import judged_hashes
-from tasks.outputs import COST_FILE, load_evaluation, read_json, write_json, write_text
+from tasks.gates.twin import paired_interval
 from tasks.params.gates import COMPILE_TOLERANCE, GateCheck
 from tasks.params.metrics import MODEL_METRICS
 from tasks.params.schema import PipelineConfig
-from tasks.stage import stage_main
-from tasks.twin_gate import paired_interval
+from tasks.release.custody import check_chain
+from tasks.release.lineage import judged_hashes
+from tasks.runtime.layout import METRICS, REPORTS
+from tasks.runtime.outputs import COST_FILE, load_evaluation, read_json, write_json, write_text
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = PipelineConfig
@@ -99,7 +99,7 @@ def evaluate_check(
 ) -> dict[str, Any]:
     """One check's record for ``candidate`` (a model of ``ev``): values, the rule applied, and its
     status. Which checks apply to a candidate other than the Hydra is decided before this is
-    called (:func:`tasks.candidate_gate.judge_candidate`).
+    called (:func:`tasks.gates.candidates.judge_candidate`).
 
     ``prod``: the prod model's metrics, None when no model is in the stage yet, or the one-line
     reason the registry could not be read.
@@ -185,7 +185,7 @@ def prod_seen(cfg: PipelineConfig, root: Path) -> tuple[dict[str, Any] | str | N
     """``(prod, seen)``: the metrics of the version in the stage (None when no version holds it,
     the one-line reason when the registry cannot be read; :func:`evaluate_check`'s ``prod``) and
     ``{"version": ...}``, the version they belong to (None for none; absent when unreadable)."""
-    from tasks.registry import RegistryError, prod_version
+    from tasks.release.model_registry import RegistryError, prod_version
 
     try:
         record = prod_version(root, cfg.promote.model_name, cfg.promote.stage)
@@ -212,23 +212,23 @@ def decide(
     """The verdict of ``cfg.gates`` on evaluation ``ev`` (``prod``: :func:`evaluate_check`'s;
     ``cost``: ``metrics/cost.json``, None when not measured): every candidate of ``ev`` judged,
     the one that ships, and at top level the checks, failed ones and counts of the candidate that
-    ships (else of the first allowed; :func:`tasks.candidate_gate.judge_all`). A candidate passes
+    ships (else of the first allowed; :func:`tasks.gates.candidates.judge_all`). A candidate passes
     only when no check failed and at least one applied (passed): no check at all
     (``gates: []``), or only skipped and not applicable ones, fails as :data:`NO_CHECK`.
     ``promote`` calls this again on the same inputs; it never trusts a stored ``passed``."""
-    from tasks.candidate_gate import judge_all
+    from tasks.gates.candidates import judge_all
 
     return judge_all(cfg, ev, prod, cost)
 
 
 def load_cost(root: Path) -> dict[str, Any] | None:
-    """``metrics/cost.json`` (:mod:`tasks.cost`), None when this run measured no cost."""
+    """``metrics/cost.json`` (:mod:`tasks.evaluation.cost`), None when this run measured no cost."""
     path = root / METRICS / COST_FILE
     return read_json(path, "evaluate output") if path.is_file() else None
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from tasks.candidate_gate import summary_note
+    from tasks.gates.candidates import summary_note
 
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
@@ -266,7 +266,7 @@ def _f(v: Any) -> str:
 
 
 def render_gate(verdict: dict[str, Any]) -> str:
-    from tasks.candidate_gate import render_candidates, summary_note
+    from tasks.gates.candidates import render_candidates, summary_note
 
     note = summary_note(verdict)
     lines = [

@@ -14,11 +14,11 @@ from torch import nn
 
 from hydra_ops.heads.plans import load_plans
 from hydra_ops.models.checkpoints import CheckpointError, load_member, load_pruned, weights_hash
-from tasks.data import manifest
-from tasks.layout import BASE, MEMBERS, MERGED, PLANS
-from tasks.outputs import publish_dir, read_json
 from tasks.params.core import CoreConfig
-from tasks.stage import stage_main
+from tasks.runtime.data import manifest
+from tasks.runtime.layout import BASE, MEMBERS, MERGED, PLANS
+from tasks.runtime.outputs import publish_dir, read_json
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig

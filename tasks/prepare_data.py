@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.data import materialise_splits
-from tasks.layout import DATA, METRICS
-from tasks.outputs import write_json
 from tasks.params.core import CoreConfig
-from tasks.stage import stage_main
+from tasks.runtime.layout import DATA, METRICS
+from tasks.runtime.outputs import write_json
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig

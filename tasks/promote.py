@@ -11,15 +11,16 @@ is refused, forced or not, in one line saying what and what to run. ``--force --
 overrides a *failed* verdict only; the reason (one line, no control characters) is recorded in
 the registry.
 
-Every promoted bundle gets its own version on its own version commit (:func:`tasks.registry.
-commit_run`), so runs that share a code commit (a nightly schedule, a ``--set`` variant) each
-promote without a person; the same bundle promoted again reuses its version.
-``hydra-ens promote --version vX.Y.Z --reason TEXT`` moves the stage back to an earlier version.
+Every promoted bundle gets its own version on its own version commit
+(:func:`tasks.release.model_registry. commit_run`), so runs that share a code commit (a nightly
+schedule, a ``--set`` variant) each promote without a person; the same bundle promoted again reuses
+its version. ``hydra-ens promote --version vX.Y.Z --reason TEXT`` moves the stage back to an earlier
+version.
 
-What ships is the verdict's candidate (:mod:`tasks.candidate_gate`: the cheapest passing one that
+What ships is the verdict's candidate (:mod:`tasks.gates.candidates`: the cheapest passing one that
 ``promote.candidates`` allows; the Hydra by default): the recomputed verdict must name the same
 one, the bundle must ship it and, for a candidate other than the Hydra, hold exactly the files
-the judged evaluation scored for it (:func:`tasks.candidate_bundle.check_candidate`).
+the judged evaluation scored for it (:func:`tasks.candidates.bundle.check_candidate`).
 """
 
 from __future__ import annotations
@@ -31,14 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
-from tasks.candidate_bundle import check_candidate
-from tasks.custody import check_chain
+from tasks.candidates.bundle import check_candidate
 from tasks.gate import compares_with_prod, decide, load_cost, prod_seen
-from tasks.layout import BUNDLE, REGISTRY, REPORTS
-from tasks.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
-from tasks.outputs import load_evaluation, read_json, write_json
 from tasks.params.schema import PipelineConfig
-from tasks.registry import (
+from tasks.release.custody import check_chain
+from tasks.release.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
+from tasks.release.model_registry import (
     RECORD_FIELDS,
     assign,
     bundle_available,
@@ -48,7 +47,9 @@ from tasks.registry import (
     register,
     versions,
 )
-from tasks.stage import stage_main
+from tasks.runtime.layout import BUNDLE, REGISTRY, REPORTS
+from tasks.runtime.outputs import load_evaluation, read_json, write_json
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = PipelineConfig
@@ -170,9 +171,9 @@ def check_verdict(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
     bundle (ValueError, one line naming the first broken link):
 
     1. ``reports/gate.json`` exists and records what it judged;
-    2. the judged artifacts and params are still what is on disk (:mod:`tasks.lineage`);
+    2. the judged artifacts and params are still what is on disk (:mod:`tasks.release.lineage`);
     3. the compiled artifact was compiled from the judged model, and evaluate scored exactly
-       that artifact, model, data and params (:func:`tasks.custody.check_chain`);
+       that artifact, model, data and params (:func:`tasks.release.custody.check_chain`);
     4. the verdict follows from ``metrics/evaluate.json`` and the gates in params, against the
        prod version it saw (:func:`recompute_verdict`);
     5. the bundle holds what was judged (:func:`check_bundle`);

@@ -5,11 +5,11 @@ Outputs:
 
 * ``reports/figures/*.png``: the reliability diagram, the near- and far-OOD ROC curves, the
   histograms of the OOD score and of member disagreement on ID test vs near-OOD vs far-OOD, and
-  cost vs quality (:mod:`tasks.figures`);
+  cost vs quality (:mod:`tasks.reports.figures`);
 * ``reports/evaluate.html``: those figures and the tables of ``reports/evaluate.md`` in one
-  self-contained page (:mod:`tasks.html_report`), to open in a browser;
+  self-contained page (:mod:`tasks.reports.html_report`), to open in a browser;
 * ``reports/dvc_plots_template.html``: the page template that makes ``dvc plots show`` render
-  offline (:mod:`tasks.vega_offline`).
+  offline (:mod:`tasks.reports.vega_offline`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.html_report import Figure, render_html
-from tasks.key_metrics import LATENCY_KEY, REFERENCE, key_metrics
-from tasks.layout import PLOTS, REPORTS
-from tasks.outputs import load_evaluation, publish_dir, read_json, write_text
 from tasks.params.core import CoreConfig
-from tasks.stage import stage_main
+from tasks.reports.html_report import Figure, render_html
+from tasks.reports.key_metrics import LATENCY_KEY, REFERENCE, key_metrics
+from tasks.runtime.layout import PLOTS, REPORTS
+from tasks.runtime.outputs import load_evaluation, publish_dir, read_json, write_text
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig
@@ -57,9 +57,9 @@ def build_figures(
     histograms: list[dict[str, Any]],
 ) -> list[Figure]:
     """Every figure of the report, in page order, as PNG. ``evaluation``: ``metrics/evaluate.json``
-    with ``latency_ms`` merged in (:func:`tasks.outputs.load_evaluation`). No disagreement figure
-    when no model has several members; no cost figure when nothing was timed."""
-    from tasks import figures as fig
+    with ``latency_ms`` merged in (:func:`tasks.runtime.outputs.load_evaluation`). No disagreement
+    figure when no model has several members; no cost figure when nothing was timed."""
+    from tasks.reports import figures as fig
 
     models = evaluation["models"]
     calibrated = {name: e["calibrated"] for name, e in models.items()}
@@ -103,7 +103,7 @@ def artifact_markdown(root: Path) -> str | None:
     """Markdown for the Prefect artifact: where the HTML page is, then every figure of
     ``reports/figures`` inlined as a data URI (the artifact is then the report, with no file
     server); None before stage run_report ran."""
-    from tasks.html_report import data_uri
+    from tasks.reports.html_report import data_uri
 
     pngs = {name: root / FIGURES / f"{name}.png" for name in CAPTIONS}
     pngs = {name: p for name, p in pngs.items() if p.is_file()}
@@ -120,7 +120,7 @@ def artifact_markdown(root: Path) -> str | None:
 
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
-    from tasks.vega_offline import page_template
+    from tasks.reports.vega_offline import page_template
 
     evaluation = load_evaluation(root)
     figures = build_figures(

@@ -20,11 +20,11 @@ from typing import Any
 
 from hydra_ops.models.checkpoints import load_model
 from hydra_ops.models.runtime import Runtime
-from tasks.data import batches, manifest, split
-from tasks.layout import BASE, METRICS, SCORES
-from tasks.outputs import publish_dir, write_json
 from tasks.params.core import CoreConfig
-from tasks.stage import stage_main
+from tasks.runtime.data import batches, manifest, split
+from tasks.runtime.layout import BASE, METRICS, SCORES
+from tasks.runtime.outputs import publish_dir, write_json
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig

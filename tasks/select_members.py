@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra_ops.heads.plans import save_plans
-from tasks.layout import METRICS, PLANS, SCORES
-from tasks.outputs import publish_dir, write_json
 from tasks.params.core import CoreConfig
-from tasks.stage import stage_main
+from tasks.runtime.layout import METRICS, PLANS, SCORES
+from tasks.runtime.outputs import publish_dir, write_json
+from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig

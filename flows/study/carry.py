@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from flows.study.points import experiment_refs
-from tasks.registry import git
+from tasks.release.model_registry import git
 
 
 class BundleError(RuntimeError):

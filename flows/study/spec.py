@@ -51,7 +51,7 @@ from tasks.params import (
     resolve_params,
     to_raw,
 )
-from tasks.resumable import fingerprint
+from tasks.runtime.resumable import fingerprint
 
 #: The stages every point of one seed computes identically; a study runs them once per
 #: :func:`upstream_key` and the points reuse their outputs through the DVC remote.
@@ -242,7 +242,7 @@ def check_study(
     ``gates`` of ``gates_from`` (validated), if given."""
     from tasks.params.overrides import read_gates
     from tasks.params.schema import validate_params
-    from tasks.preflight import check_names
+    from tasks.runtime.preflight import check_names
 
     points = study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
     select_points(points, only or [])

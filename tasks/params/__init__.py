@@ -9,8 +9,8 @@ Profiles (``default``, ``quick``) are override dicts applied on top of the defau
 Every validation problem becomes one line ``params.yaml: <dotted.key>: <what is wrong>`` in a
 :class:`~tasks.params.base.ConfigError` (a ``ValueError``).
 
-One module per job; a stage's code deps (``dvc.yaml``, :mod:`tasks.stage_deps`) hold only the
-modules it imports:
+One module per job; a stage's code deps (``dvc.yaml``, :mod:`tasks.runtime.stage_deps`) hold only
+the modules it imports:
 
 * :mod:`~tasks.params.base`: ``ConfigError`` and the strict base model;
 * the sections' schemas: :mod:`~tasks.params.model` (``model``, ``finetune``, ``runtime``),

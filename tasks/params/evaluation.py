@@ -1,6 +1,6 @@
 """The sections every model stage reads after the fine-tune: ``compile`` (its tolerances are the
-inference probe's too, :mod:`tasks.precision`), ``calibrate``, ``evaluate`` (its batch size is
-every model stage's evaluation batch)."""
+inference probe's too, :mod:`tasks.runtime.precision`), ``calibrate``, ``evaluate`` (its batch size
+is every model stage's evaluation batch)."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ class EvaluateConfig(Strict):
     batch_size: int = Field(default=64, ge=1)
     latency_batch: int = Field(default=32, ge=1)
     cost_rounds: int = Field(default=10, ge=1)
-    """Interleaved timing rounds of every model in ``metrics/cost.json`` (:mod:`tasks.cost`);
-    a model's ``latency_ms`` is the median of its rounds."""
+    """Interleaved timing rounds of every model in ``metrics/cost.json``
+    (:mod:`tasks.evaluation.cost`); a model's ``latency_ms`` is the median of its rounds."""
 
     @model_validator(mode="before")
     @classmethod

@@ -69,7 +69,7 @@ class GateCheck(Strict):
     """A check whose comparison cannot be made (no ``prod`` model yet, a baseline this variant
     does not build) is ``skipped`` only when optional; otherwise it fails with the reason."""
     any_of: str | None = None
-    """A group name (:mod:`tasks.twin_gate`): each check of the group must pass its own rule (no
+    """A group name (:mod:`tasks.gates.twin`): each check of the group must pass its own rule (no
     worse than ``tolerance``), and the group fails unless the candidate is better than the
     baseline on at least one of its checks by a paired bootstrap interval that excludes zero.
     Left out of the dump while None."""
@@ -165,7 +165,7 @@ def default_gates() -> list[dict[str, Any]]:
     check is a strict improvement: the text study (3 seeds, docs/study.md) found the Hydra's shift
     NLL below the single model's on every seed (default Taylor variant 0.032-0.084, circuit
     0.028-0.064), and the single model as a candidate fails it by construction: a gate that the
-    model it replaces would pass is no gate. The ``any_of`` groups (:mod:`tasks.twin_gate`) hold
+    model it replaces would pass is no gate. The ``any_of`` groups (:mod:`tasks.gates.twin`) hold
     the Hydra against the two cheaper models its run builds, ``single`` and ``naive_pruned``: it
     must beat each on at least one uncertainty metric by a paired bootstrap interval that
     excludes zero."""

@@ -5,8 +5,9 @@ The schema types these keys as plain strings: the names live in :mod:`hydra_ops`
 ``ATTENTION_IMPLEMENTATIONS``, ...), and repeating them as ``Literal`` s went stale whenever the
 library gained one. The registries import torch, so this check is no part of the schema every
 stage imports (gate, bundle and promote import no torch, and a stage's code deps would hold every
-registry): the CLI runs it before anything is written (:func:`tasks.preflight.check_runs_here`),
-and a stage that resolves a name refuses an unknown one through the registry itself.
+registry): the CLI runs it before anything is written
+(:func:`tasks.runtime.preflight.check_runs_here`), and a stage that resolves a name refuses an
+unknown one through the registry itself.
 
 A value at its schema default is not looked up (``tests/pipeline/test_params.py`` holds every
 default to its registry), so a run on the defaults imports no registry.

@@ -103,11 +103,11 @@ def resolve_params(
     (a params file), then ``sets``; validated with relative paths checked in the project folder
     ``root`` (:func:`validate_params`).
 
-    The source defaults (:data:`tasks.source_defaults.SOURCE_DEFAULTS`, e.g. the ViT shape and
-    epochs of ``mnist5k``) are those of the ``data.name`` the later layers resolve to; every
+    The source defaults (:data:`tasks.params.source_defaults.SOURCE_DEFAULTS`, e.g. the ViT shape
+    and epochs of ``mnist5k``) are those of the ``data.name`` the later layers resolve to; every
     later layer wins over them, so ``--profile quick`` still shrinks an image run.
     """
-    from tasks.source_defaults import source_defaults
+    from tasks.params.source_defaults import source_defaults
 
     if profile not in PROFILES:
         raise ConfigError(f"profile: unknown profile {profile!r}; allowed: {', '.join(PROFILES)}")
@@ -130,7 +130,7 @@ def apply_sets(
     changing ``data.name`` swaps the source defaults (``mnist5k`` brings its ViT shape and
     epochs, a text source drops them); every value the user changed by hand is kept.
     """
-    from tasks.source_defaults import source_defaults
+    from tasks.params.source_defaults import source_defaults
 
     current_raw = to_raw(validate_params(current, source="params.yaml", root=root))
     profile, data = current_raw["profile"], current_raw["data"]

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 from tasks.params.base import Strict
 from tasks.params.gates import CANDIDATES
 
-#: Candidates judged like every other but with no export to ship (:mod:`tasks.candidate_export`
+#: Candidates judged like every other but with no export to ship (:mod:`tasks.candidates.export`
 #: has no recipe for them): ``promote.candidates`` refuses them.
 JUDGED_ONLY = ("lora_ensemble", "batch_ensemble")
 SHIPPABLE = tuple(c for c in CANDIDATES if c not in JUDGED_ONLY)
@@ -19,7 +19,7 @@ class PromoteConfig(Strict):
     stage: str = Field(default="prod", pattern=r"^[a-z][a-z0-9-]*$")
     candidates: list[str] = Field(default_factory=lambda: ["hydra", "naive_pruned"])
     """The candidates (:data:`CANDIDATES`) allowed to ship: of those that pass the gates, the
-    cheapest ships (:mod:`tasks.candidate_gate`). Every candidate is judged either way. The
+    cheapest ships (:mod:`tasks.gates.candidates`). Every candidate is judged either way. The
     default allows the Hydra's naive pruned twin: on the text study's held-out confirmation
     seeds (docs/study.md) the default Hydra passed the gates on 1 of 3 seeds and matched its
     twin on near-OOD AUROC and shift NLL (it beat it on ID NLL alone, by 0.014) at 1.64x the

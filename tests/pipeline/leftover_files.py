@@ -1,6 +1,6 @@
 """What a killed run leaves next to a project's outputs, the real files beside them, and a project
-folder to leave them in (shared by the tests of tasks.stage, tasks.dvcfiles, tasks.outputs and the
-ignore files)."""
+folder to leave them in (shared by the tests of tasks.runtime.stage, tasks.runtime.dvcfiles,
+tasks.runtime.outputs and the ignore files)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ REAL = (
     "models/basement/checkpoint.json",
     "models/members/member_1/done.json",
     "metrics/finetune_base.json",
-    "tasks/stage.py",
+    "tasks/runtime/stage.py",
     ".dvcignore",
 )
 

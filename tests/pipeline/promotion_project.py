@@ -22,8 +22,8 @@ from tiny_models import make_members, member_plans
 from hydra_ops.hydra.merge import merge_members
 from hydra_ops.hydra.serialization import save_hydra
 from tasks import bundle, gate
-from tasks.custody import scored_record, source_record
 from tasks.params import load_params, resolve_params, write_params
+from tasks.release.custody import scored_record, source_record
 
 DVC = str(Path(sys.executable).parent / "dvc")
 GATES = [
@@ -98,7 +98,8 @@ def write(path: Path, obj) -> None:
 
 def train(root: Path, seed: int, acc: float = 0.95) -> None:
     """The stand-in stage's outputs: a data manifest, a tiny Hydra (seeded), an eager compiled
-    record of that model, and metrics that record what they scored (:mod:`tasks.custody`)."""
+    record of that model, and metrics that record what they scored
+    (:mod:`tasks.release.custody`)."""
     torch.manual_seed(seed)
     hydra = merge_members(make_members("bert", member_plans(2), fine_tuned=True))
     hydra.set_temperature(1.0 + seed)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from tasks.layout import STAGES
+from tasks.runtime.layout import STAGES
 
 DOC = REPO / "docs" / "architecture.md"
 #: The doc's module sections: (heading, the folder its table's names are relative to).

@@ -25,14 +25,14 @@ from hydra_ops.hydra.serialization import save_hydra
 from hydra_ops.models.checkpoints import load_pruned, save_model
 from hydra_ops.models.inference import logits
 from tasks import gate
-from tasks.candidate_export import export_record, naive_pruned_export
-from tasks.candidate_gate import applicability, cheaper, cheapest, gate_summary
-from tasks.custody import scored_record, source_record
+from tasks.candidates.export import export_record, naive_pruned_export
+from tasks.gates.candidates import applicability, cheaper, cheapest, gate_summary
 from tasks.params import ConfigError, GateCheck, resolve_params, validate_params
 from tasks.params.promote import SHIPPABLE
-from tasks.predict import ROW_FIELDS
-from tasks.predict import predict as local_predict
 from tasks.promote import promote
+from tasks.release.custody import scored_record, source_record
+from tasks.serving.predict import ROW_FIELDS
+from tasks.serving.predict import predict as local_predict
 
 TOKENIZER_SHAPE = {"vocab_size": 30522, "max_position_embeddings": 64}
 TEXTS = ["Shares rose on strong profits", "The band's new album"]
@@ -214,7 +214,7 @@ def test_an_allowed_cheaper_candidate_ships_and_answers_predict(project):
         assert r["verdict"] is None
         assert set(r["unavailable"]) == {"mutual_information", "disagreement", "verdict"}
     # the numbers are the naive pruned model's own: the base pruned to the plan, at its T
-    from tasks.preprocessing import load_preprocessing
+    from tasks.release.preprocessing import load_preprocessing
 
     model = load_pruned(project / "models" / "base", member_plans(1)[0])
     batch = load_preprocessing(bundled).batch(TEXTS)
@@ -225,7 +225,7 @@ def test_an_allowed_cheaper_candidate_ships_and_answers_predict(project):
 
 def test_a_candidate_bundle_keeps_the_chain_of_custody(project):
     from hydra_ops.hashing import sha256_file
-    from tasks.served import load_served
+    from tasks.serving.served import load_served
 
     _set_candidates(project, ["naive_pruned"])
     pp.gate_and_bundle(project)

@@ -1,5 +1,5 @@
-"""tasks.cost: the cost record evaluate writes (metrics/cost.json), every model timed in one
-process (real tiny torch models; no timing asserted, only the record's invariants)."""
+"""tasks.evaluation.cost: the cost record evaluate writes (metrics/cost.json), every model timed in
+one process (real tiny torch models; no timing asserted, only the record's invariants)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 
 def test_the_cost_record_times_every_model_in_one_process():
-    from tasks.cost import measure_cost
+    from tasks.evaluation.cost import measure_cost
 
     torch.manual_seed(0)
     x = torch.randn(4, 16)
@@ -37,7 +37,7 @@ def test_the_hydra_is_timed_as_its_eager_model_and_the_shipped_artifact_apart():
     artifact is timed in the same rounds and reported under ``shipped`` only."""
     from types import SimpleNamespace
 
-    from tasks.cost import measure_candidates
+    from tasks.evaluation.cost import measure_candidates
 
     torch.manual_seed(0)
     x = torch.randn(4, 16)
@@ -69,8 +69,8 @@ def test_the_hydra_is_timed_as_its_eager_model_and_the_shipped_artifact_apart():
 def test_the_hydra_is_timed_at_the_stage_precision_and_its_latency_is_what_ships() -> None:
     from types import SimpleNamespace
 
-    from tasks.candidates import ShippedHydra
-    from tasks.cost import latency_from_cost, measure_candidates
+    from tasks.candidates.compared import ShippedHydra
+    from tasks.evaluation.cost import latency_from_cost, measure_candidates
 
     x = torch.randn(4, 16)
     calls: list[str] = []

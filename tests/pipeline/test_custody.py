@@ -21,8 +21,8 @@ import torch
 import yaml
 
 from tasks import bundle, gate
-from tasks.layout import BUNDLE, COMPILED, HYDRA, METRICS
 from tasks.params import ConfigError, resolve_params, validate_params, write_params
+from tasks.runtime.layout import BUNDLE, COMPILED, HYDRA, METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,7 +99,7 @@ def _one_line_error(fn, *args, match: str) -> str:
 
 # ---- hole 2: one chain of custody -------------------------------------------------------------
 def test_compiled_and_evaluate_record_where_they_came_from(built):
-    from tasks.custody import folder_sha256, scored_params_md5
+    from tasks.release.custody import folder_sha256, scored_params_md5
 
     model = folder_sha256(built / HYDRA)
     compiled = json.loads((built / COMPILED / "compiled.json").read_text())
@@ -157,7 +157,7 @@ def test_an_evaluation_without_a_scored_record_is_never_judged(project):
 
 
 def test_a_served_bundle_checks_its_own_chain(project):
-    from tasks.served import load_served
+    from tasks.serving.served import load_served
 
     gate.run(_cfg(), project)
     bundle.run(_cfg(), project)
@@ -182,7 +182,7 @@ def _revouch(folder: Path) -> None:
 
 
 def test_scored_params_are_the_params_evaluate_declares_in_dvc_yaml():
-    from tasks.custody import SCORED_PARAMS
+    from tasks.release.custody import SCORED_PARAMS
 
     declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["evaluate"]["params"]
     assert sorted(SCORED_PARAMS) == sorted(declared)
@@ -266,7 +266,7 @@ def test_check_batches_hold_out_every_split_at_several_lengths(tmp_path):
     lengths = {b["input_ids"].shape[1] for bs in heldout.values() for b in bs}
     assert len(lengths) >= 2 and max(lengths) <= cfg.model.max_length
     assert check_lengths(64) == (64, 32, 16) and check_lengths(8) == (8,)
-    from tasks import data as prepared
+    from tasks.runtime import data as prepared
 
     test_texts = prepared.split(tmp_path, "test").texts
     n_test = sum(b["input_ids"].shape[0] for b in heldout["test"])
@@ -275,8 +275,8 @@ def test_check_batches_hold_out_every_split_at_several_lengths(tmp_path):
 
 # ---- hole 4: the bundle carries its preprocessing ---------------------------------------------
 def test_the_bundle_ships_its_preprocessing_and_predict_uses_it(project, monkeypatch):
-    import tasks.registry
-    from tasks.predict import predict
+    import tasks.release.model_registry
+    from tasks.serving.predict import predict
 
     gate.run(_cfg(), project)
     bundle.run(_cfg(), project)
@@ -286,7 +286,9 @@ def test_the_bundle_ships_its_preprocessing_and_predict_uses_it(project, monkeyp
     assert record["normalisation"]["divide_by"] == 255.0
     assert "preprocessing.json" in json.loads((folder / bundle.MANIFEST).read_text())["files"]
     monkeypatch.setattr(
-        tasks.registry, "resolve_prod_dir", lambda root, n, s: (folder, {"version": "v0.0.9"})
+        tasks.release.model_registry,
+        "resolve_prod_dir",
+        lambda root, n, s: (folder, {"version": "v0.0.9"}),
     )
     image = _digit_png(project)
     rows, _ = predict(_cfg(), project, [str(image)])
@@ -301,7 +303,7 @@ def test_the_bundle_ships_its_preprocessing_and_predict_uses_it(project, monkeyp
 def _digit_png(project: Path) -> Path:
     from PIL import Image
 
-    from tasks import data as prepared
+    from tasks.runtime import data as prepared
 
     pixels = prepared.split(project, "test").images[0]
     path = project / "digit.png"
@@ -312,7 +314,7 @@ def _digit_png(project: Path) -> Path:
 def test_text_preprocessing_comes_from_the_bundle_not_params(tmp_path):
     from hydra_ops.data import text_tokenizer
     from hydra_ops.models.factory import make_text_batches
-    from tasks.preprocessing import load_preprocessing, write_preprocessing
+    from tasks.release.preprocessing import load_preprocessing, write_preprocessing
 
     shipped = resolve_params("quick", sets={"model.max_length": 48})
     record = write_preprocessing(shipped, tmp_path)

@@ -2,9 +2,9 @@
 study points, and ``dvc dag``. A real git + DVC project with the repository's ``dvc.yaml`` and
 ``params.yaml``, no stage run: every dependency and output is a small stand-in file (DVC shows
 their hashes, which change from point to point for outputs and stay for code, as in a study), the
-metrics are written by the pipeline's own writer (:func:`tasks.key_metrics.write_key_metrics`),
-``dvc commit`` writes the lock and ``dvc exp save`` records two points as experiments: seven DVC
-processes in all, no model."""
+metrics are written by the pipeline's own writer
+(:func:`tasks.reports.key_metrics.write_key_metrics`), ``dvc commit`` writes the lock and ``dvc exp
+save`` records two points as experiments: seven DVC processes in all, no model."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import pytest
 import yaml
 from conftest import REPO, git
 
-from tasks.key_metrics import KEYS, LATENCY_KEY, write_key_metrics
-from tasks.layout import METRICS
+from tasks.reports.key_metrics import KEYS, LATENCY_KEY, write_key_metrics
+from tasks.runtime.layout import METRICS
 
 #: Two points of a study (benchmarks/studies/text-evidence.yaml): variant overrides and the seed.
 POINTS: dict[str, dict[str, Any]] = {

@@ -1,4 +1,4 @@
-"""tasks.dvcfiles: a stage's outputs and the cached ones, read from dvc.yaml."""
+"""tasks.runtime.dvcfiles: a stage's outputs and the cached ones, read from dvc.yaml."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import leftover_files
 import pytest
 
-from tasks.dvcfiles import cached_outputs, stage_outputs
+from tasks.runtime.dvcfiles import cached_outputs, stage_outputs
 
 
 @pytest.fixture()

@@ -82,7 +82,8 @@ def test_mc_dropout_is_evaluated_like_every_baseline_and_reruns_are_byte_identic
     assert mc["temperature"] > 0 and mc["latency_ms"] > 0
     assert mc["calibrated"] != single["calibrated"]  # dropout on: not the base's numbers
     assert "mc_dropout" in ev["bootstrap"]
-    # every model timed side by side in this one process, as a ratio to single (tasks.cost)
+    # every model timed side by side in this one process, as a ratio to single
+    # (tasks.evaluation.cost)
     cost = json.loads((root / "metrics" / "cost.json").read_text())
     assert set(cost["models"]) == set(ev["models"]) and cost["models"]["single"]["ratio"] == 1.0
     assert all(m["ratio_low"] <= m["ratio"] <= m["ratio_high"] for m in cost["models"].values())
@@ -111,9 +112,9 @@ def test_evaluate_reads_the_seed_baselines_logits_stage_baseline_logits_computed
     (so evaluate's numbers are those of running them); a stale store is refused in one line."""
     import torch
 
-    from tasks import data as prepared
     from tasks.baseline_logits import load_baseline_logits
-    from tasks.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
+    from tasks.candidates.baseline_models import EVAL_SPLITS, eval_batches, seed_baselines
+    from tasks.runtime import data as prepared
 
     cfg, root, _, _ = project
     sizes = {s: len(prepared.split(root, s)) for s in EVAL_SPLITS}
@@ -199,7 +200,7 @@ def test_training_precision_of_a_project_against_itself_and_refused_on_other_dat
 
     sys.path.insert(0, str(REPO))  # benchmarks/ is a repo folder, not an installed package
     from benchmarks.training_precision import WATCHED, compare, markdown
-    from tasks import data as prepared
+    from tasks.runtime import data as prepared
 
     cfg, root, _, _ = project
     result = compare(root, root, n_resamples=50, cfgs=(cfg, cfg))
@@ -227,7 +228,7 @@ def test_training_precision_of_a_project_against_itself_and_refused_on_other_dat
 
 
 def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(project, tmp_path):
-    """What evaluate adds for every candidate (tasks.candidate_scoring): its paired bootstrap
+    """What evaluate adds for every candidate (tasks.candidates.scoring): its paired bootstrap
     against every other baseline, its own verdict thresholds and its export; the gate judges
     them all; a candidate rebuilt from its bundled files computes the logits it was scored on."""
     import torch
@@ -236,12 +237,12 @@ def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(proje
     from hydra_ops.models.checkpoints import load_pruned
     from hydra_ops.models.inference import logits
     from hydra_ops.models.runtime import Runtime
-    from tasks.baseline_models import eval_batches, seed_baselines
-    from tasks.candidate_bundle import write_candidate
-    from tasks.candidate_export import source_hashes
-    from tasks.candidate_serving import candidate_logits
+    from tasks.candidates.baseline_models import eval_batches, seed_baselines
+    from tasks.candidates.bundle import write_candidate
+    from tasks.candidates.export import source_hashes
+    from tasks.candidates.serving import candidate_logits
     from tasks.gate import decide, load_cost
-    from tasks.outputs import load_evaluation
+    from tasks.runtime.outputs import load_evaluation
 
     cfg, root, _, _ = project
     ev = json.loads((root / "metrics" / "evaluate.json").read_text())

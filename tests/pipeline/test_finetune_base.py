@@ -12,10 +12,11 @@ from hydra_ops.data import sources, split_labels
 from hydra_ops.data.spec import BUILTIN_CLASSES, DEFAULT_ID_CLASSES
 from hydra_ops.models.checkpoints import load_model
 from hydra_ops.models.inference import logits
-from tasks import data, prepare_data
+from tasks import prepare_data
 from tasks.finetune_base import train_base
-from tasks.layout import BASE
 from tasks.params import resolve_params
+from tasks.runtime import data
+from tasks.runtime.layout import BASE
 
 
 def prepare_and_train(name: str, root, sets: dict) -> tuple[object, dict, dict]:

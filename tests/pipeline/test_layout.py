@@ -1,4 +1,4 @@
-"""tasks.layout: the stages in dvc.yaml order, each a python module."""
+"""tasks.runtime.layout: the stages in dvc.yaml order, each a python module."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from tasks.layout import STAGES
+from tasks.runtime.layout import STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 

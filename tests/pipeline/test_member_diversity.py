@@ -86,8 +86,8 @@ def test_with_the_mechanisms_off_a_member_fine_tune_is_unchanged(default_project
     """The default member recipe, its fingerprint inputs and (on the CPU kind that wrote them)
     the very weights of the code before the mechanisms."""
     from hydra_ops.models.checkpoints import weights_hash
-    from tasks.layout import BASE, MEMBERS
     from tasks.params import to_raw
+    from tasks.runtime.layout import BASE, MEMBERS
 
     cfg, root = default_project
     assert cfg.members.finetune.model_dump(exclude={"max_parallel"}) == {
@@ -117,14 +117,14 @@ def _seen(batches_fn) -> list[bytes]:
 
 def test_member_data_full_bootstrap_and_shards(default_project):
     from hydra_ops.models.runtime import Runtime
-    from tasks.data import split, train_batches
     from tasks.finetune_members import member_seed, member_train_batches
+    from tasks.runtime.data import split, train_batches
 
     cfg, root = default_project
     rt = Runtime()
     n = len(split(root, "train"))
     full = [member_train_batches(cfg, root, m, rt) for m in range(3)]
-    # full: tasks.data.train_batches itself, the same examples for every member
+    # full: tasks.runtime.data.train_batches itself, the same examples for every member
     reference = train_batches(cfg, root, member_seed(cfg, 1))(0)
     for got, want in zip(full[1](0), reference, strict=True):
         assert all(torch.equal(got[k], want[k]) for k in want)
@@ -229,8 +229,8 @@ def test_five_members_of_their_own_sizes_merge_exactly(diverse_project):
     from hydra_ops.heads.plans import load_plans
     from hydra_ops.hydra.serialization import load_hydra
     from hydra_ops.models.checkpoints import load_member
-    from tasks.data import batches, split
-    from tasks.layout import BASE, MEMBERS, MERGED, PLANS
+    from tasks.runtime.data import batches, split
+    from tasks.runtime.layout import BASE, MEMBERS, MERGED, PLANS
 
     cfg, root, _ = diverse_project
     plans = load_plans(root / PLANS / "plans.json")
@@ -254,9 +254,9 @@ def test_five_members_of_their_own_sizes_merge_exactly(diverse_project):
 def test_evaluate_reports_member_diversity_for_every_multi_member_model(diverse_project):
     from hydra_ops.models.runtime import Runtime
     from hydra_ops.uq.diversity import pairwise_summary
-    from tasks.baseline_models import eval_batches
-    from tasks.candidates import build_candidates
-    from tasks.data import split
+    from tasks.candidates.baseline_models import eval_batches
+    from tasks.candidates.compared import build_candidates
+    from tasks.runtime.data import split
 
     cfg, root, ev = diverse_project
     multi = {n for n, e in ev["models"].items() if e["members"] > 1}
@@ -295,7 +295,7 @@ def test_evaluate_reports_member_diversity_for_every_multi_member_model(diverse_
 
 
 def test_the_report_section_shows_undefined_figures_and_skips_old_evaluations():
-    from tasks.member_diversity import diversity_section, diversity_table
+    from tasks.evaluation.member_diversity import diversity_section, diversity_table
 
     split = {"disagreement": 0.25, "probability_correlation": 0.5}
     entry = {

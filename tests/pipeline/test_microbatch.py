@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tasks.microbatch import MicroBatcher
+from tasks.serving.microbatch import MicroBatcher
 
 
 class GatedRun:

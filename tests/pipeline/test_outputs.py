@@ -1,11 +1,12 @@
-"""tasks.outputs: a published folder replaces its target in one rename and leaves nothing behind."""
+"""tasks.runtime.outputs: a published folder replaces its target in one rename and leaves nothing
+behind."""
 
 from __future__ import annotations
 
 from leftover_files import touch as _touch
 
 from hydra_ops.atomic import leftovers, replace_dir
-from tasks.outputs import publish_dir
+from tasks.runtime.outputs import publish_dir
 
 
 def test_publish_dir_and_replace_dir_leave_no_leftovers(tmp_path):

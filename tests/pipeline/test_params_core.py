@@ -158,7 +158,7 @@ def test_relative_paths_are_read_from_the_project_folder(tmp_path, monkeypatch):
     ``run -C PROJECT --set``, a study worker): they were checked in the current folder and
     refused. The params keep them as written."""
     from tasks.params import load_params, write_params
-    from tasks.preflight import resolve_run_params
+    from tasks.runtime.preflight import resolve_run_params
 
     project = tmp_path / "proj"
     (project / "data").mkdir(parents=True)

@@ -1,5 +1,5 @@
 """tasks.params.names: the built-in names params.yaml may hold are the library registries' own,
-checked before a run (tasks.preflight), one line per unknown name naming its key."""
+checked before a run (tasks.runtime.preflight), one line per unknown name naming its key."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tasks.params.names import REGISTRY_KEYS, allowed_names, check_names
 from tasks.params.overrides import resolve_params
 from tasks.params.profiles import PROFILES
 from tasks.params.schema import PipelineConfig, validate_params
-from tasks.preflight import resolve_run_params
+from tasks.runtime.preflight import resolve_run_params
 
 
 def _default(key: str) -> object:

@@ -32,8 +32,8 @@ from test_pipeline_text import ALL_CLASSIFICATION, ALL_OOD, PASSING_GATES, cli, 
 
 from flows import dvcops
 from flows.pipeline import member_threads, member_waves
-from tasks.dvcfiles import cached_outputs
-from tasks.layout import STAGES
+from tasks.runtime.dvcfiles import cached_outputs
+from tasks.runtime.layout import STAGES
 
 pytestmark = pytest.mark.slow
 

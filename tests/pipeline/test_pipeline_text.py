@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import REPO, git, make_project
 
-from tasks.layout import STAGES
+from tasks.runtime.layout import STAGES
 
 pytestmark = pytest.mark.slow
 
@@ -186,8 +186,8 @@ def test_status_and_predict_use_the_registry(project):
 
 
 def test_promote_after_a_calibrate_rerun_without_the_gate_is_refused(project):
-    from tasks.lineage import dvc_md5
     from tasks.params import load_params, write_params
+    from tasks.release.lineage import dvc_md5
 
     params = project / "params.yaml"
     original, model_md5 = params.read_text(), dvc_md5(project / "models" / "hydra")
@@ -260,7 +260,7 @@ def test_force_needs_reason_and_records_it(project):
 
 
 def test_a_new_clone_checks_out_a_version_and_pulls_it_byte_for_byte(project, tmp_path):
-    from tasks.registry import parse_message, resolve_bundle_dir
+    from tasks.release.model_registry import parse_message, resolve_bundle_dir
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)

@@ -18,7 +18,7 @@ from hydra_ops.uq.ood_thresholds import (
     fit_ood_thresholds,
 )
 from tasks.params import ConfigError, resolve_params, validate_params
-from tasks.predict import ROW_FIELDS, legend, rows_from_member_logits, validate_inputs
+from tasks.serving.predict import ROW_FIELDS, legend, rows_from_member_logits, validate_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -139,9 +139,10 @@ def test_calibrate_stage_stores_thresholds_the_evaluate_stage_reads(tmp_path, mo
 
     from hydra_ops.hydra.merge import merge_members
     from hydra_ops.hydra.serialization import read_hydra_config, save_hydra
-    from tasks import calibrate, scorecard
-    from tasks import evaluate_markdown as report
-    from tasks.layout import HYDRA, MERGED
+    from tasks import calibrate
+    from tasks.evaluation import scorecard
+    from tasks.reports import evaluate_markdown as report
+    from tasks.runtime.layout import HYDRA, MERGED
 
     save_hydra(
         merge_members(make_members("bert", member_plans(2), fine_tuned=True)), tmp_path / MERGED
@@ -197,9 +198,9 @@ def served_stub(monkeypatch):
     """`predict` wired to a stub bundle: two inputs, T = 0.5, msp thresholds in the metadata."""
     from types import SimpleNamespace
 
-    import tasks.predict
-    import tasks.registry
-    import tasks.served
+    import tasks.release.model_registry
+    import tasks.serving.predict
+    import tasks.serving.served
 
     logits = torch.cat(
         [member_logits_of((0.8, 0.2), (0.8, 0.2)), member_logits_of((0.8, 0.2), (0.2, 0.8))]
@@ -212,16 +213,18 @@ def served_stub(monkeypatch):
         preprocessing=SimpleNamespace(describe=lambda: "bundle tokenizer stub, max_length 8"),
     )
     prod = {"version": "v0.0.7", "tag": "hydra@v0.0.7"}
-    monkeypatch.setattr(tasks.registry, "resolve_prod_dir", lambda root, n, s: (root, prod))
-    monkeypatch.setattr(tasks.served, "load_served", lambda d: served)
-    monkeypatch.setattr(tasks.predict, "_batch", lambda cfg, inputs: {})
+    monkeypatch.setattr(
+        tasks.release.model_registry, "resolve_prod_dir", lambda root, n, s: (root, prod)
+    )
+    monkeypatch.setattr(tasks.serving.served, "load_served", lambda d: served)
+    monkeypatch.setattr(tasks.serving.predict, "_batch", lambda cfg, inputs: {})
     return served
 
 
 def test_predict_reads_temperature_thresholds_and_runtime_from_the_served_bundle(
     tmp_path, served_stub
 ):
-    from tasks.predict import predict
+    from tasks.serving.predict import predict
 
     rows, info = predict(resolve_params("quick"), tmp_path, ["good", "odd"])
     assert [r["verdict"] for r in rows] == ["ok", "likely_ood"]

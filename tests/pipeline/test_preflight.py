@@ -1,6 +1,6 @@
-"""tasks.preflight: what ``run`` refuses before anything is written (a CUDA device this machine
-lacks, a compile precision the compile stage would refuse, a ``--set`` value that is not YAML, an
-unknown allocator)."""
+"""tasks.runtime.preflight: what ``run`` refuses before anything is written (a CUDA device this
+machine lacks, a compile precision the compile stage would refuse, a ``--set`` value that is not
+YAML, an unknown allocator)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from flows import dvcops
 from flows.cli import app
 from tasks.params import ConfigError, resolve_params, write_params
-from tasks.preflight import check_compile_here, check_device_here
+from tasks.runtime.preflight import check_compile_here, check_device_here
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")

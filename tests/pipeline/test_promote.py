@@ -18,7 +18,7 @@ from hydra_ops.hydra.serialization import save_hydra
 from tasks import bundle, gate
 from tasks.params import GateCheck, resolve_params, write_params
 from tasks.promote import promote, rollback
-from tasks.registry import (
+from tasks.release.model_registry import (
     VERSIONS_BRANCH,
     RegistryError,
     assignments,
@@ -27,7 +27,7 @@ from tasks.registry import (
     resolve_prod_dir,
     versions,
 )
-from tasks.served import load_served
+from tasks.serving.served import load_served
 
 GATES = [
     {"metric": "accuracy", "split": "id_test", "threshold": 0.5},
@@ -76,7 +76,7 @@ def _cfg(root: Path):
 
 def _stamp(root: Path) -> None:
     """What compile and evaluate record of the model there now (this project skips both)."""
-    from tasks.custody import scored_record, source_record
+    from tasks.release.custody import scored_record, source_record
 
     compiled = root / "models" / "compiled" / "compiled.json"
     pp.write(compiled, {**json.loads(compiled.read_text()), "source": source_record(root)})
@@ -90,7 +90,7 @@ def _gate_and_bundle(root: Path) -> dict:
     test_promotion_guarantees.py)."""
     import yaml
 
-    from tasks.lineage import dvc_md5
+    from tasks.release.lineage import dvc_md5
 
     _stamp(root)
     verdict = gate.run(_cfg(root), root)
@@ -256,7 +256,7 @@ def _fill_cache_from_first_bundle(project: Path, cache: Path, md5: str) -> None:
     import hashlib
     import shutil
 
-    from tasks.lineage import dvc_md5
+    from tasks.release.lineage import dvc_md5
 
     _save_model(project, 0)
     pp.write(project / "metrics" / "evaluate.json", pp.evaluation(0.95))

@@ -8,7 +8,7 @@ is built and run once for the module (``hydra@v0.0.1`` in ``prod``); each test w
 Holes 2 (a verdict judging one model and shipping another), 4 (preprocessing shipped in the
 bundle) and 8 (the compiled artifact scored) are built and tested with the compile, evaluate and
 predict stages; ``promote`` reads evaluate's ``scored`` record where it is present
-(:func:`tasks.custody.check_chain`).
+(:func:`tasks.release.custody.check_chain`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from tasks import gate
 from tasks.params import ConfigError, GateCheck, write_params
-from tasks.registry import (
+from tasks.release.model_registry import (
     RECORD_HEADER,
     RegistryError,
     prod_version,
@@ -115,7 +115,7 @@ def test_1_stages_run_outside_dvc_do_not_promote(project):
 # 3. bundle.json does not vouch for itself
 def test_3_an_edited_bundle_with_its_manifest_updated_is_refused(project):
     from hydra_ops.hashing import sha256_file
-    from tasks.lineage import dvc_md5
+    from tasks.release.lineage import dvc_md5
 
     before = state(project)
     pp.train(project, seed=2)
@@ -137,7 +137,7 @@ def test_3_an_edited_bundle_with_its_manifest_updated_is_refused(project):
 
 
 def test_3_a_file_the_manifest_does_not_list_is_refused(project):
-    from tasks.served import load_served
+    from tasks.serving.served import load_served
 
     before = state(project)
     pp.train(project, seed=2)
@@ -191,7 +191,7 @@ def test_6_the_stage_is_read_exactly_as_gto_show_reads_it(project):
     assert ours() == gto_prod(project) == "v0.0.1"
     gto = {"cwd": project, "check": True, "capture_output": True}
     # GTO orders tags by their whole-second tag time: a tag written by hand in the same second as
-    # the last one may be read before it (ours wait the same way, tasks.registry)
+    # the last one may be read before it (ours wait the same way, tasks.release.model_registry)
     tick = lambda: time.sleep(1.1)  # noqa: E731
     tick()
     subprocess.run([GTO, "deprecate", "hydra", "v0.0.2"], **gto)  # deregisters v0.0.2
@@ -237,7 +237,7 @@ def test_6_every_field_read_back_from_a_tag_is_validated(project):
 
 # 7. A bundle rebuilt from the DVC cache or a remote is verified
 def test_7_a_corrupt_cache_object_is_refused_not_served(project):
-    from tasks.lineage import file_md5
+    from tasks.release.lineage import file_md5
 
     record = prod_version(project, "hydra", "prod")
     shutil.rmtree(project / "models" / "bundle")  # not in the workspace: rebuilt from the cache

@@ -79,8 +79,9 @@ def test_stages_that_run_no_model_import_no_torch():
     neither they nor the params machinery import torch (2-3 s), and a family's library is imported
     only with a model of that family."""
     found = _imported_after(
-        "import tasks.gate, tasks.bundle, tasks.promote, tasks.select_members, tasks.stage\n"
-        "tasks.stage.set_threads()"
+        "import tasks.gate, tasks.bundle, tasks.promote, tasks.select_members\n"
+        "import tasks.runtime.stage\n"
+        "tasks.runtime.stage.set_threads()"
     )
     assert "torch" not in found and "tasks" in found
     found = _imported_after(
@@ -102,7 +103,7 @@ def test_a_model_family_imports_only_its_own_library():
 
 def test_set_threads_reaches_torch_imported_after_it():
     code = (
-        "from tasks.stage import set_threads\nset_threads()\nimport torch\n"
+        "from tasks.runtime.stage import set_threads\nset_threads()\nimport torch\n"
         "assert torch.get_num_threads() == 1, torch.get_num_threads()"
     )
     _imported_after(code, env={"HYDRA_ENS_THREADS": "1", "OMP_NUM_THREADS": "2"})

@@ -1,4 +1,5 @@
-"""tasks.resumable: units skipped when verified, rebuilt when tampered, never half-written."""
+"""tasks.runtime.resumable: units skipped when verified, rebuilt when tampered, never
+half-written."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.resumable import ensure_unit, finalise, unit_is_done
+from tasks.runtime.resumable import ensure_unit, finalise, unit_is_done
 
 
 def test_resumable_unit_skips_verified_and_rebuilds_tampered(tmp_path):

@@ -21,10 +21,16 @@ import pytest
 import torch
 from conftest import REPO, git
 
-from tasks.key_metrics import KEY_METRICS_DIR, KEYS, LATENCY_KEY, key_metrics, write_key_metrics
-from tasks.layout import METRICS, PLOTS, REPORTS
-from tasks.outputs import LATENCY_FILE, write_json, write_text
 from tasks.params import resolve_params
+from tasks.reports.key_metrics import (
+    KEY_METRICS_DIR,
+    KEYS,
+    LATENCY_KEY,
+    key_metrics,
+    write_key_metrics,
+)
+from tasks.runtime.layout import METRICS, PLOTS, REPORTS
+from tasks.runtime.outputs import LATENCY_FILE, write_json, write_text
 
 BIN = Path(sys.executable).parent
 #: The synthetic models and their members (Hydra, the baselines).
@@ -66,9 +72,9 @@ def synthetic_outputs() -> tuple[dict, dict]:
 
 def write_evaluation(root: Path) -> dict:
     """What ``evaluate`` writes, from :func:`synthetic_outputs`; returns the evaluation."""
-    from tasks.evaluate_markdown import latency_setup, render_report
-    from tasks.score_histograms import score_histograms
-    from tasks.scorecard import ood_by_score, plot_rows, split_metrics
+    from tasks.evaluation.scorecard import ood_by_score, plot_rows, split_metrics
+    from tasks.reports.evaluate_markdown import latency_setup, render_report
+    from tasks.reports.score_histograms import score_histograms
 
     cfg = resolve_params("quick")
     outputs, labels = synthetic_outputs()
@@ -175,7 +181,7 @@ def test_every_figure_is_a_small_png_of_its_own(project):
 
 
 def test_every_legend_names_every_model(project):
-    from tasks import figures
+    from tasks.reports import figures
 
     rows = {
         p: json.loads((project / PLOTS / f"{p}.json").read_text()) for p in ("reliability", "roc")
@@ -300,7 +306,10 @@ def dvc_project(project, tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("dvc_plots")
     shutil.copy2(REPO / "dvc.yaml", root / "dvc.yaml")
-    shutil.copytree(REPO / "tasks" / "plot_templates", root / "tasks" / "plot_templates")
+    shutil.copytree(
+        REPO / "tasks" / "reports" / "plot_templates",
+        root / "tasks" / "reports" / "plot_templates",
+    )
     for rel in ("plots", "metrics", "reports"):
         shutil.copytree(project / rel, root / rel)
     git(root, "init", "-q")

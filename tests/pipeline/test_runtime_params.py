@@ -77,7 +77,7 @@ def test_model_stages_run_in_reduced_precision(tmp_path, caplog, precision, memb
         select_members,
     )
     from tasks import compile as compile_stage
-    from tasks.layout import HYDRA
+    from tasks.runtime.layout import HYDRA
 
     sets = {
         "data.name": "digits",

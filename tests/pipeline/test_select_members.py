@@ -21,7 +21,7 @@ def test_shared_layers_plans_keep_the_trunk_whole_and_merge_exactly(tmp_path, me
     from hydra_ops.heads.surgery import prune_heads
     from hydra_ops.scoring import random_scores, score_heads
     from tasks import select_members
-    from tasks.layout import PLANS, SCORES
+    from tasks.runtime.layout import PLANS, SCORES
 
     base = tiny_model("bert")
     sets = {"scoring.method": method, "members.heads_per_layer": 2, "merge.shared_layers": 2}

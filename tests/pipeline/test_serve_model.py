@@ -26,12 +26,12 @@ from flows.serve_model import PredictionService
 from flows.service_client import SERVICE_FILE, find_service
 from hydra_ops.hydra.merge import merge_members
 from hydra_ops.hydra.serialization import save_hydra
-from tasks.custody import scored_record, source_record
 from tasks.params import load_params
-from tasks.predict import ROW_FIELDS
-from tasks.predict import predict as local_predict
-from tasks.prod_model import ModelHolder, load_prod_snapshot, stage_fingerprint
 from tasks.promote import promote
+from tasks.release.custody import scored_record, source_record
+from tasks.serving.predict import ROW_FIELDS
+from tasks.serving.predict import predict as local_predict
+from tasks.serving.prod_model import ModelHolder, load_prod_snapshot, stage_fingerprint
 
 TEXTS = ["Shares rose on strong profits", "The band's new album", "A late goal won the match"]
 #: A tiny BERT that reads the MiniLM tokenizer's ids (what predict tokenizes with).
@@ -236,7 +236,7 @@ def test_the_single_model_is_served_as_one_member(project):
     from tiny_models import tiny_model
 
     from hydra_ops.models.checkpoints import save_model
-    from tasks.prod_model import load_single_snapshot
+    from tasks.serving.prod_model import load_single_snapshot
 
     save_model(tiny_model("bert", 0, **TOKENIZER_SHAPE), project / "models" / "base")
     holder = ModelHolder(lambda: load_single_snapshot(project))
@@ -362,7 +362,7 @@ def test_a_promotion_killed_between_its_two_tags_is_covered_for_a_bounded_grace(
     finishing the move serves again."""
     import gto.api
 
-    import tasks.registry as registry
+    import tasks.release.model_registry as registry
 
     holder = ModelHolder(
         lambda: load_prod_snapshot(project), lambda: stage_fingerprint(project), poll_s=60

@@ -1,5 +1,5 @@
-"""Per-source defaults (tasks/source_defaults.py): image sources get their own training defaults,
-layered under every user choice, and the default text run's params are untouched."""
+"""Per-source defaults (tasks/params/source_defaults.py): image sources get their own training
+defaults, layered under every user choice, and the default text run's params are untouched."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 import torch
 import yaml
 
-from tasks import data
 from tasks.params import (
     PROFILES,
     ConfigError,
@@ -20,7 +19,8 @@ from tasks.params import (
     validate_params,
     write_params,
 )
-from tasks.source_defaults import SOURCE_DEFAULTS, source_defaults
+from tasks.params.source_defaults import SOURCE_DEFAULTS, source_defaults
+from tasks.runtime import data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -168,11 +168,11 @@ def test_bad_random_shift_names_the_key(sets, words):
 
 
 def test_train_batches_apply_random_shift(tmp_path):
-    """tasks.data.train_batches shifts the training images by ``finetune.random_shift`` (same
-    examples and order, seeded per epoch); evaluation batches never are."""
+    """tasks.runtime.data.train_batches shifts the training images by ``finetune.random_shift``
+    (same examples and order, seeded per epoch); evaluation batches never are."""
 
     from hydra_ops.data import materialise_splits
-    from tasks.layout import DATA
+    from tasks.runtime.layout import DATA
 
     materialise_splits({"name": "digits", "max_per_split": 24}, tmp_path / DATA)
     sets = {"data.name": "digits", "data.max_per_split": 24}

@@ -1,5 +1,5 @@
-"""tasks.stage: a stage process logs the library lines, and removes what a killed run of it left
-(and nothing else) before it runs."""
+"""tasks.runtime.stage: a stage process logs the library lines, and removes what a killed run of it
+left (and nothing else) before it runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from leftover_files import LEFTOVERS, REAL
 from leftover_files import touch as _touch
 
-from tasks.stage import remove_stage_leftovers, stage_main
+from tasks.runtime.stage import remove_stage_leftovers, stage_main
 
 
 @pytest.fixture()
@@ -25,7 +25,7 @@ def test_stage_logs_show_the_library_lines():
     """A stage's stderr carries ``hydra_ops`` INFO lines (e.g. why ``compile: auto`` kept fp32 on
     a CPU without fast bf16), not only the stage's own."""
     code = (
-        "import logging; from tasks.stage import log, setup_logging; setup_logging(); "
+        "import logging; from tasks.runtime.stage import log, setup_logging; setup_logging(); "
         "logging.getLogger('hydra_ops.compile').info('compile: auto precision keeps fp32: why'); "
         "log.info('stage line')"
     )
@@ -58,6 +58,6 @@ def test_stage_main_cleans_before_the_stage_runs(project_files, monkeypatch):
     leftover = _touch(root, "models/.members.old-0a1b2c3d/")
     seen = []
     monkeypatch.chdir(root)
-    monkeypatch.setattr("tasks.stage.set_threads", lambda: None)
+    monkeypatch.setattr("tasks.runtime.stage.set_threads", lambda: None)
     stage_main("finetune_members", lambda cfg, r: seen.append(leftover.exists()))
     assert seen == [False]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tasks.stage_deps import ROOT, import_closure, missing_deps, stage_modules
+from tasks.runtime.stage_deps import ROOT, import_closure, missing_deps, stage_modules
 
 
 def test_every_stage_lists_its_import_closure():
@@ -119,8 +119,8 @@ def test_no_stage_imports_the_override_engine_nor_the_registries_check():
         "tasks/params/overrides.py",
         "tasks/params/profiles.py",
         "tasks/params/names.py",
-        "tasks/preflight.py",
-        "tasks/source_defaults.py",
+        "tasks/runtime/preflight.py",
+        "tasks/params/source_defaults.py",
     }
     for stage, module in stage_modules().items():
         files = {p.relative_to(ROOT).as_posix() for p in import_closure(module)}

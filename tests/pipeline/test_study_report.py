@@ -21,8 +21,8 @@ from flows.study.report import (
     write_study_report,
 )
 from tasks.gate import evaluate_check
+from tasks.gates.twin import resolve_any_of
 from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
-from tasks.twin_gate import resolve_any_of
 
 SEEDS = (0, 1, 2)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -299,7 +299,7 @@ def test_baselines_as_candidates(study):
     assert [r["seed"] for r in single["rows"]] == list(SEEDS)  # once per seed, not per run
     assert single["seeds_passed"] == []
     # a strict improvement over single: no model improves on itself; an any_of group over
-    # single does not apply to single (as in the run's gate, tasks.candidate_gate)
+    # single does not apply to single (as in the run's gate, tasks.gates.candidates)
     assert single["caught_by"] == {
         "near_ood.auroc vs deep_ensemble": [0, 1, 2],
         "shift.nll vs single": [0, 1, 2],

@@ -1,4 +1,4 @@
-"""tasks.twin_gate and the default gates: the ``any_of`` groups that hold a Hydra against the
+"""tasks.gates.twin and the default gates: the ``any_of`` groups that hold a Hydra against the
 cheaper models its own run built (its naive pruned twin, the single model)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import copy
 import pytest
 
 from tasks.gate import evaluate_check
+from tasks.gates.twin import resolve_any_of
 from tasks.params import TWIN_GROUP, GateCheck, default_gates, validate_params
-from tasks.twin_gate import resolve_any_of
 
 
 def _entry(nll: float, ece: float, auroc: float, shift_nll: float) -> dict:

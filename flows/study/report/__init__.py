@@ -18,7 +18,8 @@ Conventions (docs/study_report.md says what each table means):
   depend on the variant; ``single``, ``deep_ensemble``, ``mc_dropout`` are pooled once per seed
   (their timings averaged over the runs at that seed) unless they differ between variants.
 - Cost is each model's latency ratio to the single model of the same point, timed side by side in
-  the point's process (``metrics/cost.json``, :mod:`tasks.cost`), with FLOPs and parameters.
+  the point's process (``metrics/cost.json``, :mod:`tasks.evaluation.cost`), with FLOPs and
+  parameters.
 - Paired differences are Hydra minus a baseline within one point (the same run), per seed, with
   that run's paired bootstrap interval beside them.
 - ``confirm_seeds``: points at those seeds never enter the choice; they are reported apart.

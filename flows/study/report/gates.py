@@ -8,11 +8,11 @@ from typing import Any
 
 from flows.study.report.collect import Collected
 from flows.study.report.results import PointResult
-from tasks.candidate_gate import applicability
 from tasks.gate import evaluate_check
-from tasks.outputs import with_latency
+from tasks.gates.candidates import applicability
+from tasks.gates.twin import resolve_any_of
 from tasks.params import GateCheck, default_gates
-from tasks.twin_gate import resolve_any_of
+from tasks.runtime.outputs import with_latency
 
 
 def _gate_checks(params: Mapping[str, Any]) -> list[GateCheck]:
@@ -34,9 +34,9 @@ def baseline_as_candidate(
     fails. A check with
     ``use_bootstrap_bound`` compares the point difference instead (a point written before
     evaluate recorded ``candidate_bootstrap`` has only Hydra minus each baseline); for the same
-    reason an ``any_of`` group (:mod:`tasks.twin_gate`) asks for a better point difference. A
+    reason an ``any_of`` group (:mod:`tasks.gates.twin`) asks for a better point difference. A
     candidate that is the group's own baseline: not applicable, as in the run's own gate
-    (:func:`tasks.candidate_gate.applicability`).
+    (:func:`tasks.gates.candidates.applicability`).
     """
     ev = {
         **evaluation,
@@ -55,7 +55,7 @@ def baseline_as_candidate(
             out.append({**r, "note": "a model cannot improve on itself"})
         elif check.baseline == candidate and check.any_of is not None:
             # the group holds a model against this cheaper model: not applicable, as in the
-            # run's own gate (tasks.candidate_gate.applicability)
+            # run's own gate (tasks.gates.candidates.applicability)
             _, note = applicability(check, candidate) or ("", "")
             out.append({**rec, "status": "n/a", "note": note})
         elif check.baseline == candidate:

@@ -2,10 +2,10 @@
 beats its own naive pruned twin across seeds; otherwise, in words, that the pruned model is
 enough and what it costs.
 
-Cost is the Hydra's within-point ratio to the single model (``model.cost_ratio``, :mod:`tasks.cost`)
-averaged over seeds. Two variants whose ratios differ by less than the larger half-width of their
-intervals (across seeds; the mean within-point interval with one seed) are tied on cost; a tie is
-broken by FLOPs, then parameters.
+Cost is the Hydra's within-point ratio to the single model (``model.cost_ratio``,
+:mod:`tasks.evaluation.cost`) averaged over seeds. Two variants whose ratios differ by less than the
+larger half-width of their intervals (across seeds; the mean within-point interval with one seed)
+are tied on cost; a tie is broken by FLOPs, then parameters.
 """
 
 from __future__ import annotations

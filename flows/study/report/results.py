@@ -24,7 +24,7 @@ POINT_FILES = {
     "params": "params.yaml",
 }
 #: Files a point may lack (written by a newer pipeline): field -> path. ``metrics/cost.json``:
-#: evaluate's side-by-side timing of every model (:mod:`tasks.cost`).
+#: evaluate's side-by-side timing of every model (:mod:`tasks.evaluation.cost`).
 OPTIONAL_FILES = {"cost": "metrics/cost.json"}
 
 
@@ -35,7 +35,8 @@ class PointResult:
     ``evaluation``: ``metrics/evaluate.json``; ``latency``: ``metrics/latency.json`` (model name ->
     median ms per batch); ``gate``: ``reports/gate.json``; ``params``: the resolved
     ``params.yaml`` as a plain dict; ``cost``: ``metrics/cost.json`` (every model timed side by
-    side in the run's process, :mod:`tasks.cost`), None for a point written before it existed.
+    side in the run's process, :mod:`tasks.evaluation.cost`), None for a point written before it
+    existed.
     """
 
     variant: str

@@ -57,11 +57,11 @@ def twin_of(ev: dict, variant, seed: int) -> None:
 
 
 def cost(ev: dict, rounds: int) -> dict:
-    """metrics/cost.json as tasks.cost writes it: every model a tiny torch stand-in (one linear
-    layer per member), all timed in this one process."""
+    """metrics/cost.json as tasks.evaluation.cost writes it: every model a tiny torch stand-in (one
+    linear layer per member), all timed in this one process."""
     import torch
 
-    from tasks.cost import measure_cost
+    from tasks.evaluation.cost import measure_cost
 
     x = torch.randn(8, 32)
     layer = torch.nn.Linear(32, 32)
@@ -110,8 +110,8 @@ elif stage == "evaluate":
     write("metrics/cost.json", cost(ev, params["evaluate"]["cost_rounds"]))
 elif stage == "gate":
     from tasks.gate import evaluate_check
+    from tasks.gates.twin import resolve_any_of
     from tasks.params import validate_params
-    from tasks.twin_gate import resolve_any_of
 
     cfg = validate_params(params)
     ev = json.loads(Path("metrics/evaluate.json").read_text())
