@@ -5,7 +5,10 @@ runs one of these stages through DVC.
 
 Each stage module reads its params view (:mod:`tasks.params`), calls the library
 (:mod:`hydra_ops`) and writes its outputs atomically (:mod:`tasks.runtime.outputs`) through
-:func:`tasks.runtime.stage.stage_main`. The other modules are what the stages share (artifact
-layout, DVC files, lineage, units of resumable work, report rendering) and the model's life after
-the DAG (bundle verification, the registry, serving, ``predict``). docs/architecture.md lists them.
+:func:`tasks.runtime.stage.stage_main`. The top level holds only the stages; the packages beside
+them are named for their job: what every stage runs on (:mod:`tasks.runtime`), the models
+``evaluate`` compares (:mod:`tasks.candidates`) and what it computes (:mod:`tasks.evaluation`),
+the reports (:mod:`tasks.reports`), the gate logic (:mod:`tasks.gates`), the release path
+(:mod:`tasks.release`) and the prediction service (:mod:`tasks.serving`). docs/architecture.md
+lists every module.
 """
