@@ -4,17 +4,17 @@ DVC's default ``cache.type`` is ``reflink,copy``: on a filesystem without reflin
 Linux disks) every output exists twice, in the workspace and in ``.dvc/cache``, and ``dvc push`` to
 the project's ``local`` remote (``.dvc-remote/``, same disk) makes a third copy.
 
-- :func:`ensure_cache_links` (called by :func:`flows.dvcops.ensure_project`): where the user has set
-  no ``cache.type``, it picks by what the cache's filesystem supports (:func:`supported_link`):
-  reflinks -> DVC's default stays (copy-on-write: one physical copy, writable files); else
-  ``hardlink,symlink,copy`` in the project's local config (``.dvc/config.local``: a property of
-  this disk, not of the project). With ``hardlink`` first, ``dvc repro`` moves each new output
-  into the cache by a hard link (no copy at all) and leaves a read-only link in the workspace;
-  symlinks where the cache is on another device; a copy where neither works. DVC 3 always makes
-  linked outputs read-only (the old ``cache.protected`` is gone: protection is implied by the
-  link type). Stages never edit an output in place (they write through :mod:`hydra_ops.atomic`:
-  a new file renamed over the old link) and DVC unlinks a stage's outputs before it reruns, so a
-  linked output is never written through.
+- :func:`flows.dvcops.ensure_cache_links` (called by :func:`flows.dvcops.ensure_project`): where
+  the user has set no ``cache.type``, it picks by what the cache's filesystem supports
+  (:func:`supported_link`): reflinks -> DVC's default stays (copy-on-write: one physical copy,
+  writable files); else ``hardlink,symlink,copy`` in the project's local config
+  (``.dvc/config.local``: a property of this disk, not of the project). With ``hardlink`` first,
+  ``dvc repro`` moves each new output into the cache by a hard link (no copy at all) and leaves a
+  read-only link in the workspace; symlinks where the cache is on another device; a copy where
+  neither works. DVC 3 always makes linked outputs read-only (the old ``cache.protected`` is gone:
+  protection is implied by the link type). Stages never edit an output in place (they write through
+  :mod:`hydra_ops.atomic`: a new file renamed over the old link) and DVC unlinks a stage's outputs
+  before it reruns, so a linked output is never written through.
 - :func:`link_remote_to_cache` (after ``dvc push`` to the project's own ``local`` remote): every
   object of that remote that the cache holds too, on the same device, becomes a hard link to the
   cache's file (content-addressed and read-only, so they can share the bytes). A remote the user
@@ -57,30 +57,6 @@ def supported_link(directory: Path) -> str:
 def _remove(path: Path) -> None:
     """Remove a file or link, absent or not."""
     path.unlink(missing_ok=True)
-
-
-def cache_dir(root: Path) -> Path:
-    """The project's DVC cache folder (``dvc cache dir``; default ``.dvc/cache``)."""
-    from flows.dvcops import dvc
-
-    out = dvc(root, "cache", "dir", check=False).stdout.strip()
-    path = Path(out) if out else root / ".dvc" / "cache"
-    return path if path.is_absolute() else root / path
-
-
-def ensure_cache_links(root: Path) -> list[str]:
-    """Set ``cache.type`` for one copy of each output (module doc) unless the user set one at
-    any level; returns what it did (for the log), nothing when there was nothing to do."""
-    from flows.dvcops import dvc
-
-    if dvc(root, "config", "cache.type", check=False).stdout.strip():
-        return []  # the user's choice stands
-    link = supported_link(root / ".dvc" / "tmp")
-    if link in ("reflink", "copy"):
-        return []  # DVC's default reflink,copy already shares the bytes, or nothing links here
-    types = LINK_TYPES if link == "hardlink" else "symlink,copy"
-    dvc(root, "config", "--local", "cache.type", types)
-    return [f"dvc cache.type {types} (no reflinks here: outputs link to the cache)"]
 
 
 def link_remote_to_cache(remote: Path, cache: Path) -> int:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from flows.dvclinks import cache_dir, ensure_cache_links, link_remote_to_cache
+from flows.dvclinks import LINK_TYPES, link_remote_to_cache, supported_link
 from tasks.runtime.dvcfiles import REMOTE_DIR
 
 REMOTE_NAME = "local"
@@ -155,6 +155,26 @@ def _run(args: list[str], root: Path, check: bool = True) -> subprocess.Complete
 
 def dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     return _run([bin_path("dvc"), *args], root, check)
+
+
+def cache_dir(root: Path) -> Path:
+    """The project's DVC cache folder (``dvc cache dir``; default ``.dvc/cache``)."""
+    out = dvc(root, "cache", "dir", check=False).stdout.strip()
+    path = Path(out) if out else root / ".dvc" / "cache"
+    return path if path.is_absolute() else root / path
+
+
+def ensure_cache_links(root: Path) -> list[str]:
+    """Set ``cache.type`` for one copy of each output (:mod:`flows.dvclinks`) unless the user set
+    one at any level; returns what it did (for the log), nothing when there was nothing to do."""
+    if dvc(root, "config", "cache.type", check=False).stdout.strip():
+        return []  # the user's choice stands
+    link = supported_link(root / ".dvc" / "tmp")
+    if link in ("reflink", "copy"):
+        return []  # DVC's default reflink,copy already shares the bytes, or nothing links here
+    types = LINK_TYPES if link == "hardlink" else "symlink,copy"
+    dvc(root, "config", "--local", "cache.type", types)
+    return [f"dvc cache.type {types} (no reflinks here: outputs link to the cache)"]
 
 
 def check_project_file(root: Path) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
 from tasks.candidates.bundle import check_candidate
-from tasks.gate import compares_with_prod, decide, load_cost, prod_seen
+from tasks.gates.verdict import compares_with_prod, decide, load_cost, prod_seen
 from tasks.params.schema import PipelineConfig
 from tasks.release.custody import check_chain
 from tasks.release.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
@@ -93,8 +93,8 @@ def _outcome(verdict: dict[str, Any]) -> tuple[Any, ...]:
 
 def recompute_verdict(cfg: PipelineConfig, root: Path, gate: dict[str, Any]) -> dict[str, Any]:
     """The verdict of the gates in params on ``metrics/evaluate.json``, computed again here
-    (:func:`tasks.gate.decide`), after checking that the prod version a ``prod`` comparison saw
-    still holds the stage and that ``gate``'s recorded outcome is this one (ValueError, one
+    (:func:`tasks.gates.verdict.decide`), after checking that the prod version a ``prod`` comparison
+    saw still holds the stage and that ``gate``'s recorded outcome is this one (ValueError, one
     line, naming the broken link). Its ``passed`` is the one promotion acts on."""
     prod = None
     if compares_with_prod(cfg):

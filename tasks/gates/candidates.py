@@ -2,10 +2,10 @@
 
 A candidate is any model ``metrics/evaluate.json`` holds (``hydra``, ``single``, ``naive_pruned``,
 ``deep_ensemble``, ``mc_dropout``, ``control``, and whatever kinds a later release adds): each is
-judged by the gate list in params, as the Hydra is (:func:`tasks.gate.evaluate_check`, the any_of
-groups of :mod:`tasks.gates.twin` with the paired bootstrap of (candidate - baseline) that evaluate
-records in ``candidate_bootstrap``). Where a check cannot mean for another candidate what it means
-for the Hydra, :func:`applicability` decides, and the record says why:
+judged by the gate list in params, as the Hydra is (:func:`tasks.gates.checks.evaluate_check`, the
+any_of groups of :mod:`tasks.gates.twin` with the paired bootstrap of (candidate - baseline) that
+evaluate records in ``candidate_bootstrap``). Where a check cannot mean for another candidate what
+it means for the Hydra, :func:`applicability` decides, and the record says why:
 
 - a compile agreement check (``compile_*``) is ``not applicable``: a candidate other than the Hydra
   ships as its eager model, nothing was compiled;
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tasks.gate import COMPILE_METRICS, NO_CHECK, evaluate_check
+from tasks.gates.checks import COMPILE_METRICS, NO_CHECK, evaluate_check
 from tasks.gates.twin import resolve_any_of
 from tasks.params import GateCheck, PipelineConfig
 

@@ -68,8 +68,8 @@ def resolve_any_of(
     point: bool = False,
     candidate: str = "hydra",
 ) -> list[dict[str, Any]]:
-    """The records of ``checks`` (one each, in order, from ``tasks.gate.evaluate_check``) with
-    every ``any_of`` group resolved: each record of a group gains ``any_of``, ``better`` and
+    """The records of ``checks`` (one each, in order, from ``tasks.gates.checks.evaluate_check``)
+    with every ``any_of`` group resolved: each record of a group gains ``any_of``, ``better`` and
     ``evidence``; a group with no separably better member fails every member that passed.
     ``point``, ``candidate``: see :func:`separably_better`. Records of checks without a group,
     and ``not applicable`` records (:mod:`tasks.gates.candidates`), are unchanged."""

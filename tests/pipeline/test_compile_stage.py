@@ -18,7 +18,7 @@ from hydra_ops.hydra.merge import merge_members
 from hydra_ops.hydra.serialization import save_hydra
 from tasks import compile as compile_stage
 from tasks.evaluate import compile_fields
-from tasks.gate import evaluate_check
+from tasks.gates.checks import evaluate_check
 from tasks.params import GateCheck, default_gates, resolve_params
 
 

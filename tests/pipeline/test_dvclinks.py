@@ -39,7 +39,7 @@ def project(tmp_path: Path) -> Path:
 
 def cached(root: Path, data: bytes) -> Path:
     md5 = hashlib.md5(data).hexdigest()
-    return dvclinks.cache_dir(root) / "files" / "md5" / md5[:2] / md5[2:]
+    return dvcops.cache_dir(root) / "files" / "md5" / md5[:2] / md5[2:]
 
 
 def test_outputs_and_local_remote_share_one_copy(tmp_path, monkeypatch):
@@ -78,7 +78,7 @@ def test_outputs_and_local_remote_share_one_copy(tmp_path, monkeypatch):
 def test_a_cache_type_the_user_set_stays(tmp_path):
     root = project(tmp_path)
     dvcops.dvc(root, "config", "cache.type", "copy")
-    assert dvclinks.ensure_cache_links(root) == []
+    assert dvcops.ensure_cache_links(root) == []
     assert dvcops.dvc(root, "config", "cache.type").stdout.strip() == "copy"
 
 

@@ -241,7 +241,7 @@ def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(proje
     from tasks.candidates.bundle import write_candidate
     from tasks.candidates.export import source_hashes
     from tasks.candidates.serving import candidate_logits
-    from tasks.gate import decide, load_cost
+    from tasks.gates.verdict import decide, load_cost
     from tasks.runtime.outputs import load_evaluation
 
     cfg, root, _, _ = project

@@ -1,11 +1,11 @@
-"""tasks.gate: the gate rules, against a baseline, prod and the compile tolerance of the shipped
-precision."""
+"""tasks.gates.checks: the gate rules, against a baseline, prod and the compile tolerance of the
+shipped precision."""
 
 from __future__ import annotations
 
 import pytest
 
-from tasks.gate import evaluate_check
+from tasks.gates.checks import evaluate_check
 from tasks.params import GateCheck
 
 

@@ -16,6 +16,7 @@ from tiny_models import make_members, member_plans
 from hydra_ops.hydra.merge import merge_members
 from hydra_ops.hydra.serialization import save_hydra
 from tasks import bundle, gate
+from tasks.gates.checks import evaluate_check
 from tasks.params import GateCheck, resolve_params, write_params
 from tasks.promote import promote, rollback
 from tasks.release.model_registry import (
@@ -300,7 +301,7 @@ def test_missing_comparisons_fail_unless_the_check_is_optional(project):
     for optional, status in ((False, "failed"), (True, "skipped")):
         for baseline in ("control", "prod"):
             check = GateCheck(metric="accuracy", baseline=baseline, tolerance=0, optional=optional)
-            assert gate.evaluate_check(check, ev, prod=None)["status"] == status
+            assert evaluate_check(check, ev, prod=None)["status"] == status
 
 
 def test_a_model_level_metric_against_a_baseline_is_refused_at_validation():

@@ -26,6 +26,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tasks import gate
+from tasks.gates.checks import NO_CHECK
+from tasks.gates.verdict import decide, prod_seen
 from tasks.params import ConfigError, GateCheck, write_params
 from tasks.release.model_registry import (
     RECORD_HEADER,
@@ -338,7 +340,7 @@ def test_10_zero_applicable_checks_fail_with_their_own_line(project):
     write_params(cfg, project / "params.yaml")
     pp.train(project, seed=2)
     verdict = pp.gate_and_bundle(project)
-    assert verdict["verdict"] == "failed" and verdict["failed"] == [gate.NO_CHECK]
+    assert verdict["verdict"] == "failed" and verdict["failed"] == [NO_CHECK]
     assert "| no applicable check | failed |" in (project / "reports" / "gate.md").read_text()
     from tasks.promote import run as promote_stage
 
@@ -348,8 +350,8 @@ def test_10_zero_applicable_checks_fail_with_their_own_line(project):
     assert "not promoted: gate failed (failed: no applicable check)" in res.output
     only_eager = [{"metric": "compile_max_abs_diff", "threshold": 1e-4}]
     cfg = pp.cfg(project).model_copy(update={"gates": [GateCheck(**g) for g in only_eager]})
-    decided = gate.decide(cfg, pp.evaluation(0.95), None)
-    assert decided["counts"]["not applicable"] == 1 and decided["failed"] == [gate.NO_CHECK]
+    decided = decide(cfg, pp.evaluation(0.95), None)
+    assert decided["counts"]["not applicable"] == 1 and decided["failed"] == [NO_CHECK]
     assert state(project) == before
 
 
@@ -358,5 +360,5 @@ def test_10_a_clone_without_the_registry_tags_says_so(base, tmp_path):
     pp.git(tmp_path, "clone", "-q", "--no-tags", str(base), str(clone))
     with pytest.raises(RegistryError, match="this clone has no hydra registry tags"):
         prod_version(clone, "hydra", "prod")
-    prod, seen = gate.prod_seen(pp.cfg(clone), clone)
+    prod, seen = prod_seen(pp.cfg(clone), clone)
     assert "unreadable" in seen and "fetch them" in prod

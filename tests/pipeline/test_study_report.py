@@ -20,7 +20,7 @@ from flows.study.report import (
     load_point,
     write_study_report,
 )
-from tasks.gate import evaluate_check
+from tasks.gates.checks import evaluate_check
 from tasks.gates.twin import resolve_any_of
 from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
 
@@ -487,7 +487,7 @@ def twin_like_hydra(p: PointResult) -> PointResult:
 
 def test_optional_failed_checks_count_under_other_gates(tmp_path):
     """Failing before: with ``gates=`` an optional check that was compared and failed was
-    ignored, while tasks.gate (and the baselines' rows) count it."""
+    ignored, while tasks.gates.checks (and the baselines' rows) count it."""
     points = [make_point("fast", s) for s in SEEDS]
     impossible = GateCheck(metric="accuracy", split="id_test", threshold=0.99, optional=True)
     summary = write_study_report(points, tmp_path, "t", gates=[impossible])

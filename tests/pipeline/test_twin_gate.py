@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from tasks.gate import evaluate_check
+from tasks.gates.checks import evaluate_check
 from tasks.gates.twin import resolve_any_of
 from tasks.params import TWIN_GROUP, GateCheck, default_gates, validate_params
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from flows.study.report.collect import Collected
 from flows.study.report.results import PointResult
-from tasks.gate import evaluate_check
 from tasks.gates.candidates import applicability
+from tasks.gates.checks import evaluate_check
 from tasks.gates.twin import resolve_any_of
 from tasks.params import GateCheck, default_gates
 from tasks.runtime.outputs import with_latency
@@ -25,7 +25,7 @@ def baseline_as_candidate(
     checks: Sequence[GateCheck], evaluation: Mapping[str, Any], candidate: str
 ) -> list[dict[str, Any]]:
     """The gate checks judged with baseline ``candidate`` in Hydra's place (a shim over
-    :func:`tasks.gate.evaluate_check`, which always judges ``models.hydra``).
+    :func:`tasks.gates.checks.evaluate_check`, which always judges ``models.hydra``).
 
     Not applicable (status ``n/a``): model-level checks (split ``model``: compile, latency and
     parameter thresholds are facts of the shipped Hydra artifact), ``prod`` comparisons (a study
@@ -75,7 +75,7 @@ def point_gate(p: PointResult, gates: Sequence[GateCheck] | None = None) -> dict
     if gates is not None:
         ev = with_latency(p.evaluation, p.latency)
         checks = resolve_any_of(gates, [evaluate_check(c, ev, None) for c in gates], ev)
-        # an optional check that was compared and failed counts, as in tasks.gate
+        # an optional check that was compared and failed counts, as in tasks.gates.checks
         failed = [c["name"] for c in checks if c["status"] == "failed"]
         gate = {"verdict": "failed" if failed else "passed", "failed": failed, "checks": checks}
     else:

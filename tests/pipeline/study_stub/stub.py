@@ -109,7 +109,7 @@ elif stage == "evaluate":
     write("metrics/latency.json", {n: 10.0 + 5 * jitter(n) for n in ev["models"]})
     write("metrics/cost.json", cost(ev, params["evaluate"]["cost_rounds"]))
 elif stage == "gate":
-    from tasks.gate import evaluate_check
+    from tasks.gates.checks import evaluate_check
     from tasks.gates.twin import resolve_any_of
     from tasks.params import validate_params
 
