@@ -73,7 +73,7 @@ def build_project(root: Path) -> Path:
     from tasks import bundle, gate
     from tasks.params import load_params, resolve_params, write_params
     from tasks.promote import promote
-    from tasks.release.model_registry import git
+    from tasks.release.git_repo import git
 
     root.mkdir(parents=True, exist_ok=True)
     git(root, "init", "-q", "-b", "main")

@@ -247,7 +247,7 @@ def commit_dvc_setup(root: Path, force: bool) -> str | None:
     ``dvc init`` stages them and leaves them uncommitted, so a clone of the branch was no DVC
     repository (``dvc pull``: "you are not inside of a DVC repository"). Nothing is done on a
     repo without a commit or with a detached ``HEAD``; other staged changes stay staged."""
-    from tasks.release.model_registry import ensure_git_identity
+    from tasks.release.git_repo import ensure_git_identity
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return _run(["git", *args], root, check=False)

@@ -140,7 +140,7 @@ def verify_bundle(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, Any]
     """``bundle.json`` after checking every file it lists but ``skip``, and that the folder holds
     no file it does not list (ValueError naming the first change). This checks the bundle
     against its own manifest only: where a bundle's origin matters, its folder md5 is checked
-    against what was judged (``promote``) or registered (:func:`tasks.release.model_registry.
+    against what was judged (``promote``) or registered (:func:`tasks.release.dvc_cache.
     resolve_bundle_dir`)."""
     manifest = read_json(directory / MANIFEST, "bundle")
     if manifest.get("format") != FORMAT:

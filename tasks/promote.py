@@ -36,13 +36,13 @@ from tasks.candidates.bundle import check_candidate
 from tasks.gates.verdict import compares_with_prod, decide, load_cost, prod_seen
 from tasks.params.schema import PipelineConfig
 from tasks.release.custody import check_chain
+from tasks.release.dvc_cache import bundle_available
+from tasks.release.git_repo import ensure_git_identity
 from tasks.release.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
 from tasks.release.model_registry import (
     RECORD_FIELDS,
     assign,
-    bundle_available,
     check_reason,
-    ensure_git_identity,
     prod_version,
     register,
     versions,

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from flows.study.points import experiment_refs
-from tasks.release.model_registry import git
+from tasks.release.git_repo import git
 
 
 class BundleError(RuntimeError):

@@ -44,7 +44,7 @@ from flows.study.points import (
 from flows.study.report import load_point, write_study_report
 from flows.study.spec import StudyPoint, load_study, select_points, study_points
 from tasks.params import GateCheck
-from tasks.release.model_registry import git
+from tasks.release.git_repo import git
 from tasks.runtime.outputs import write_json
 
 #: Project files a point does not take from the commit: it writes its own params and lock, and

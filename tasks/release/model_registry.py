@@ -32,28 +32,26 @@ an older release) is refused with a line saying how to settle it. Every field re
 tag message is validated (:func:`parse_record`: known keys, no repeats, formats and lengths)
 before it is used, and nothing from a tag is joined into a path unchecked. A bundle rebuilt from
 the DVC cache or a local remote is verified object by object and as a folder
-(:func:`materialise_from_cache`). A clone that lacks the registry's tags says so instead of
-reading as an empty registry.
+(:func:`tasks.release.dvc_cache.materialise_from_cache`). A clone that lacks the registry's tags
+says so instead of reading as an empty registry.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
 import unicodedata
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from tasks.release.lineage import file_md5
-from tasks.runtime.dvcfiles import REMOTE_DIR
+from tasks.release import git_repo
+from tasks.release.dvc_cache import MD5, resolve_bundle_dir
+from tasks.release.git_repo import has_commit
 from tasks.runtime.layout import BUNDLE
-from tasks.runtime.outputs import publish_dir
 
 VERSIONS_BRANCH = "hydra-ens/versions"
 #: Project files a version commit takes from the working tree (when present).
@@ -66,19 +64,16 @@ RUN_FILES = (
     ".dvc/config",
     ".dvc/.gitignore",
 )
-#: Who tags a promotion when git has no identity configured (a fresh machine or CI runner).
-FALLBACK_IDENTITY = ("hydra-ens", "hydra-ens@localhost")
 
 
 #: The first line of every registration message hydra-ens writes.
 RECORD_HEADER = f"hydra-ens promotion of {BUNDLE}"
-_MD5 = r"[0-9a-f]{32}"
 #: Every key a registration message may hold: value pattern and longest length.
 RECORD_FIELDS: dict[str, tuple[str, int]] = {
-    "bundle_md5": (_MD5 + r"\.dir", 36),
-    "model_md5": (_MD5 + r"\.dir", 36),
-    "params_md5": (_MD5, 32),
-    "verdict_md5": (_MD5, 32),
+    "bundle_md5": (MD5 + r"\.dir", 36),
+    "model_md5": (MD5 + r"\.dir", 36),
+    "params_md5": (MD5, 32),
+    "verdict_md5": (MD5, 32),
     "gate": (r"passed|FAILED \(forced\)", 16),
     "candidate": (r"[a-z][a-z0-9_]*", 40),
     "reason": (r".+", 500),
@@ -94,6 +89,11 @@ _REFUSED_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
 
 class RegistryError(ValueError):
     """The registry (git tags) could not be read or written."""
+
+
+def git(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """:func:`tasks.release.git_repo.git`, failing with :class:`RegistryError`."""
+    return git_repo.git(root, *args, env=env, error=RegistryError)
 
 
 class NoVersionInStage(ValueError):
@@ -130,49 +130,6 @@ def check_reason(reason: str | None, option: str = "--reason", longest: int = MA
             "give the reason on one line"
         )
     return text
-
-
-def git(
-    root: Path,
-    *args: str,
-    env: dict[str, str] | None = None,
-    error: type[Exception] = RegistryError,
-) -> str:
-    """``git ARGS`` in ``root``; its stdout, or ``error`` with git's last line when it fails."""
-    r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        msg = (r.stderr.strip() or r.stdout.strip()).splitlines()
-        raise error(f"git {' '.join(args[:2])} failed: {msg[-1] if msg else r.returncode}")
-    return r.stdout
-
-
-def has_commit(root: Path) -> bool:
-    r = subprocess.run(
-        ["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=root, capture_output=True, text=True
-    )
-    return r.returncode == 0
-
-
-def ensure_git_identity(root: Path) -> str | None:
-    """Make sure git can write commits and annotated tags in ``root``.
-
-    When git has no committer identity (``git var GIT_COMMITTER_IDENT`` fails), sets the
-    ``GIT_{AUTHOR,COMMITTER}_{NAME,EMAIL}`` variables of this process to :data:`FALLBACK_IDENTITY`
-    and returns a line saying so; returns None when an identity is configured.
-    """
-    r = subprocess.run(
-        ["git", "var", "GIT_COMMITTER_IDENT"], cwd=root, capture_output=True, text=True
-    )
-    if r.returncode == 0:
-        return None
-    name, email = FALLBACK_IDENTITY
-    for role in ("AUTHOR", "COMMITTER"):
-        os.environ[f"GIT_{role}_NAME"] = name
-        os.environ[f"GIT_{role}_EMAIL"] = email
-    return (
-        f"git has no user.name/user.email here; registry commits and tags are signed {name} "
-        f"<{email}> (set git config user.name and user.email to sign them yourself)"
-    )
 
 
 # ---- reading the registry ----
@@ -218,14 +175,6 @@ def parse_record(tag: str, text: str) -> dict[str, str]:
         except ValueError as err:
             raise RegistryError(f"{tag}: unreadable metrics in its message ({err})") from None
     return fields
-
-
-def check_md5(value: str, what: str, folder: bool = False) -> str:
-    """``value`` if it is a hex md5 (``folder``: plus ``.dir``), else ValueError naming ``what``;
-    what may be joined into a cache path."""
-    if not re.fullmatch(_MD5 + (r"\.dir" if folder else ""), str(value)):
-        raise ValueError(f"{what}: {str(value)[:60]!r} is not a DVC md5")
-    return value
 
 
 def _tags(root: Path, pattern: str) -> list[tuple[str, str, str]]:
@@ -535,121 +484,6 @@ def _after_last_tag(root: Path, name: str) -> None:
     ).strip()
     if newest and (wait := int(newest) + 1 - time.time()) > 0:
         time.sleep(min(wait, 1.0))
-
-
-# ---- getting a registered bundle back ----
-def local_remote_dirs(root: Path) -> list[Path]:
-    """The folders of the project's DVC remotes that are local paths (``.dvc/config`` and
-    ``.dvc/config.local``; a relative URL is relative to ``.dvc/``), then :data:`REMOTE_DIR`.
-    Read from the files, not with ``dvc config``: promote runs inside ``dvc repro``."""
-    from configobj import ConfigObj, ConfigObjError
-
-    found: list[Path] = []
-    for name in ("config", "config.local"):
-        path = root / ".dvc" / name
-        if not path.is_file():
-            continue
-        try:
-            conf = ConfigObj(str(path), encoding="utf-8")
-        except ConfigObjError:
-            continue
-        for section, values in conf.items():
-            url = values.get("url") if section.startswith("remote ") else None
-            if isinstance(url, str) and url and "://" not in url:
-                found.append((root / ".dvc" / url).resolve())
-    found.append((root / REMOTE_DIR).resolve())
-    return list(dict.fromkeys(found))
-
-
-def _cache_object(root: Path, md5: str) -> Path | None:
-    """The file of DVC object ``md5`` (``xxx`` or ``xxx.dir``, checked before it is joined into
-    a path) in the project's cache or a local remote; None when none holds it."""
-    check_md5(md5.removesuffix(".dir"), "DVC object")
-    rel = Path("files") / "md5" / md5[:2] / md5[2:]
-    for base in (root / ".dvc" / "cache", *local_remote_dirs(root)):
-        if (base / rel).is_file():
-            return base / rel
-    return None
-
-
-def bundle_available(root: Path, md5: str) -> bool:
-    """Whether bundle ``md5`` is in the workspace, the DVC cache or a local remote."""
-    from tasks.release.lineage import dvc_md5
-
-    check_md5(md5, "bundle_md5", folder=True)
-    ws = root / BUNDLE
-    return (ws.is_dir() and dvc_md5(ws) == md5) or _cache_object(root, md5) is not None
-
-
-def _listing(root: Path, md5: str) -> list[tuple[str, str]]:
-    """``[(relpath, md5)]`` of DVC folder object ``md5``, after checking the listing's own md5
-    and every entry (a hex md5; a relative POSIX path without ``..``, unique)."""
-    listing = _cache_object(root, md5)
-    if listing is None:
-        raise ValueError(
-            f"bundle {md5} is in neither the DVC cache nor a local DVC remote; run `dvc pull`"
-        )
-    raw = listing.read_bytes()
-    if hashlib.md5(raw).hexdigest() != md5.removesuffix(".dir"):
-        raise ValueError(f"the DVC cache's listing of bundle {md5} is corrupt (md5 mismatch)")
-    try:
-        entries = json.loads(raw)
-        rows = [(str(e["relpath"]), str(e["md5"])) for e in entries]
-    except (ValueError, TypeError, KeyError) as err:
-        raise ValueError(f"the DVC cache's listing of bundle {md5} is unreadable: {err}") from None
-    for relpath, digest in rows:
-        check_md5(digest, f"bundle {md5}: {relpath[:60]!r}")
-        pure = PurePosixPath(relpath)
-        if pure.is_absolute() or ".." in pure.parts or "\\" in relpath or not pure.parts:
-            raise ValueError(f"bundle {md5}: unsafe path {relpath[:60]!r} in its listing")
-    if len({r for r, _ in rows}) != len(rows):
-        raise ValueError(f"bundle {md5}: a path appears twice in its listing")
-    return rows
-
-
-def materialise_from_cache(root: Path, md5: str, target: Path) -> Path:
-    """Rebuild DVC-tracked folder ``md5`` (``xxx.dir``) from the cache or a local remote into
-    ``target``, verified: the listing's md5, every object's md5, and the folder's DVC md5 at the
-    end (ValueError naming the first mismatch; nothing is published then)."""
-    from tasks.release.lineage import dvc_md5
-
-    check_md5(md5, "bundle_md5", folder=True)
-    rows = _listing(root, md5)
-    with publish_dir(target) as tmp:
-        for relpath, digest in rows:
-            obj = _cache_object(root, digest)
-            if obj is None:
-                raise ValueError(f"file {relpath} of bundle {md5} missing from the cache")
-            dst = tmp / relpath
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(obj, dst)
-            if file_md5(dst) != digest:
-                raise ValueError(
-                    f"file {relpath} of bundle {md5} is corrupt in the DVC cache (md5 mismatch)"
-                )
-        if dvc_md5(tmp) != md5:
-            raise ValueError(f"bundle {md5} rebuilt from the DVC cache has another folder md5")
-    return target
-
-
-def resolve_bundle_dir(root: Path, record: dict[str, Any]) -> Path:
-    """The folder holding the bundle a version record names (workspace copy or rebuilt)."""
-    from tasks.release.lineage import dvc_md5
-
-    md5 = record["fields"].get("bundle_md5")
-    if not md5:
-        raise ValueError(
-            f"{record['tag']} was registered before bundles (no bundle_md5 in its record); "
-            "promote a newer version"
-        )
-    check_md5(md5, f"{record['tag']}: bundle_md5", folder=True)
-    ws = root / BUNDLE
-    if ws.is_dir() and dvc_md5(ws) == md5:
-        return ws
-    target = root / ".hydra-ens" / "registry" / md5.removesuffix(".dir")
-    if not (target.is_dir() and dvc_md5(target) == md5):
-        materialise_from_cache(root, md5, target)
-    return target
 
 
 def resolve_prod_dir(root: Path, name: str, stage: str) -> tuple[Path, dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""tasks.release.model_registry: registry commits and tags on a machine without a git identity."""
+"""tasks.release.git_repo: registry commits and tags on a machine without a git identity."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 def test_promotion_tags_get_an_identity_on_a_machine_without_one(tmp_path, monkeypatch):
     import os
 
-    from tasks.release.model_registry import FALLBACK_IDENTITY, ensure_git_identity
+    from tasks.release.git_repo import FALLBACK_IDENTITY, ensure_git_identity
 
     for role in ("AUTHOR", "COMMITTER"):  # registered with monkeypatch, so restored afterwards
         for field in ("NAME", "EMAIL"):

@@ -260,7 +260,8 @@ def test_force_needs_reason_and_records_it(project):
 
 
 def test_a_new_clone_checks_out_a_version_and_pulls_it_byte_for_byte(project, tmp_path):
-    from tasks.release.model_registry import parse_message, resolve_bundle_dir
+    from tasks.release.dvc_cache import resolve_bundle_dir
+    from tasks.release.model_registry import parse_message
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)

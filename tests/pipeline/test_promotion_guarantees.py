@@ -29,11 +29,11 @@ from tasks import gate
 from tasks.gates.checks import NO_CHECK
 from tasks.gates.verdict import decide, prod_seen
 from tasks.params import ConfigError, GateCheck, write_params
+from tasks.release.dvc_cache import resolve_bundle_dir
 from tasks.release.model_registry import (
     RECORD_HEADER,
     RegistryError,
     prod_version,
-    resolve_bundle_dir,
     resolve_prod_dir,
     versions,
 )
