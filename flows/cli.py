@@ -1,7 +1,7 @@
 """``hydra-ens``: the command line (typer + rich). Each command parses its options, calls what does
 the work and renders what it returns: the checks before a run in :mod:`tasks.runtime.preflight`,
 running a flow in :mod:`flows.launch`, the tables in :mod:`flows.render`, the service in
-:mod:`flows.serve_model`. A failure is one ``error:`` line and an exit status: 2 for bad input
+:mod:`tasks.serving.service`. A failure is one ``error:`` line and an exit status: 2 for bad input
 (found before anything is written), 1 for a failed run, 3 for a failed gate; Ctrl-C (SIGINT) or
 SIGTERM during ``run`` or ``study`` ends it with one line, exit 130 (:mod:`flows.interrupts`):
 what finished is kept, and running the command again resumes. Every command works offline and
@@ -73,7 +73,8 @@ def _note(text: str) -> None:
 @contextlib.contextmanager
 def _exit_on(*errors: type[BaseException], code: int = 1, prefix: str = "") -> Iterator[None]:
     """One of ``errors`` raised inside becomes the one ``error:`` line and exit ``code`` (the CLI
-    status a :class:`~flows.launch.FlowFailed` or :class:`~flows.serve_model.ServeError` names)."""
+    status a :class:`~flows.launch.FlowFailed` or :class:`~tasks.serving.service.ServeError`
+    names)."""
     try:
         yield
     except errors as err:
@@ -159,7 +160,7 @@ def predict(
     project's running `hydra-ens serve-model` when there is one (milliseconds), else loads the
     model (seconds)."""
     from flows.render import prediction_table, service_title
-    from flows.service_client import RequestError, ask_project_service
+    from tasks.serving.client import RequestError, ask_project_service
 
     root = _root(project)
     answer = None
@@ -280,8 +281,8 @@ def serve_model(
     [...]} answers with the rows of `predict --json`; GET /health, /version. A promotion or
     rollback is picked up without a restart; `hydra-ens predict` asks this service while it runs.
     """
-    from flows.serve_model import ServeError, serve_until_stopped
     from tasks.runtime.stage import set_threads, setup_logging
+    from tasks.serving.service import ServeError, serve_until_stopped
 
     root = _root(project)
     setup_logging()

@@ -22,16 +22,16 @@ import torch
 from conftest import REPO, kill_group
 from tiny_models import make_members, member_plans
 
-from flows.serve_model import PredictionService
-from flows.service_client import SERVICE_FILE, find_service
 from hydra_ops.hydra.merge import merge_members
 from hydra_ops.hydra.serialization import save_hydra
 from tasks.params import load_params
 from tasks.promote import promote
 from tasks.release.custody import scored_record, source_record
+from tasks.serving.client import SERVICE_FILE, find_service
 from tasks.serving.predict import ROW_FIELDS
 from tasks.serving.predict import predict as local_predict
 from tasks.serving.prod_model import ModelHolder, load_prod_snapshot, stage_fingerprint
+from tasks.serving.service import PredictionService
 
 TEXTS = ["Shares rose on strong profits", "The band's new album", "A late goal won the match"]
 #: A tiny BERT that reads the MiniLM tokenizer's ids (what predict tokenizes with).

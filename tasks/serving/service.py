@@ -22,7 +22,7 @@ that). Answers within one batch are computed on inputs padded to the batch's lon
 a lone ``predict`` to float rounding.
 
 While it runs, the service is registered in ``.hydra-ens/service.json`` (URL, pid, model, stage);
-``hydra-ens predict`` asks it first (:mod:`flows.service_client`) and loads the model itself when
+``hydra-ens predict`` asks it first (:mod:`tasks.serving.client`) and loads the model itself when
 there is none.
 """
 
@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from flows.service_client import SERVICE_FILE, RequestError
+from tasks.serving.client import SERVICE_FILE, RequestError
 from tasks.serving.prod_model import ModelSnapshot, Withdrawn
 
 log = logging.getLogger("hydra_ens")
