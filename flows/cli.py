@@ -73,7 +73,7 @@ def _note(text: str) -> None:
 @contextlib.contextmanager
 def _exit_on(*errors: type[BaseException], code: int = 1, prefix: str = "") -> Iterator[None]:
     """One of ``errors`` raised inside becomes the one ``error:`` line and exit ``code`` (the CLI
-    status a :class:`~flows.launch.FlowFailed` or :class:`~tasks.serving.service.ServeError`
+    status a :class:`~flows.launch.FlowFailed` or :class:`~flows.serve_model.ServeError`
     names)."""
     try:
         yield
@@ -281,8 +281,8 @@ def serve_model(
     [...]} answers with the rows of `predict --json`; GET /health, /version. A promotion or
     rollback is picked up without a restart; `hydra-ens predict` asks this service while it runs.
     """
+    from flows.serve_model import ServeError, serve_until_stopped
     from tasks.runtime.stage import set_threads, setup_logging
-    from tasks.serving.service import ServeError, serve_until_stopped
 
     root = _root(project)
     setup_logging()
