@@ -10,36 +10,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-
-from hydra_ops.heads.plans import load_plans
-from hydra_ops.models.checkpoints import CheckpointError, load_member, load_pruned, weights_hash
+from hydra_ops.models.checkpoints import weights_hash
 from tasks.params.core import CoreConfig
 from tasks.runtime.data import manifest
-from tasks.runtime.layout import BASE, MEMBERS, MERGED, PLANS
-from tasks.runtime.outputs import publish_dir, read_json
+from tasks.runtime.layout import BASE, MERGED
+from tasks.runtime.members import load_members
+from tasks.runtime.outputs import publish_dir
 from tasks.runtime.stage import stage_main
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = CoreConfig
 
 log = logging.getLogger("hydra_ens")
-
-
-def load_members(cfg: CoreConfig, root: Path, kind: str = "member") -> list[nn.Module]:
-    """The M members (``kind="member"``) or, when fine-tuned, the M controls (``"control"``)."""
-    index = read_json(root / MEMBERS / "index.json", "finetune_members output")
-    plans = load_plans(root / PLANS / "plans.json")
-    if index.get("finetuned"):
-        try:
-            return [
-                load_member(root / MEMBERS / f"{kind}_{m}", root / BASE) for m in range(len(plans))
-            ]
-        except CheckpointError as err:
-            raise ValueError(f"{err}; rerun finetune_members") from None
-    if kind == "control":
-        return []
-    return [load_pruned(root / BASE, plan) for plan in plans]
 
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:

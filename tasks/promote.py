@@ -31,14 +31,21 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.bundle import MANIFEST, stale_verdict_message, verify_bundle
 from tasks.candidates.bundle import check_candidate
 from tasks.gates.verdict import compares_with_prod, decide, load_cost, prod_seen
 from tasks.params.schema import PipelineConfig
+from tasks.release.bundle_format import MANIFEST, verify_bundle
 from tasks.release.custody import check_chain
 from tasks.release.dvc_cache import bundle_available
 from tasks.release.git_repo import ensure_git_identity
-from tasks.release.lineage import JUDGED, dvc_md5, judged_hashes, lock_break, stale_roles
+from tasks.release.lineage import (
+    JUDGED,
+    dvc_md5,
+    judged_hashes,
+    lock_break,
+    stale_roles,
+    stale_verdict_message,
+)
 from tasks.release.model_registry import (
     RECORD_FIELDS,
     assign,

@@ -122,7 +122,7 @@ def build_candidates(
     of the baselines never changes the precision an eager Hydra is scored at; its cost row is
     timed at ``runtime``'s precision, like the baselines'."""
     from hydra_ops.hydra.serialization import load_hydra
-    from tasks.merge import load_members
+    from tasks.runtime.members import load_members
 
     rt = runtime or Runtime()
     hydra = load_hydra(root / HYDRA)

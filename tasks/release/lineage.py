@@ -116,3 +116,17 @@ def lock_break(root: Path, paths: list[Path], skip_stages: tuple[str, ...] = ())
                     "wrote (stages ran out of order); run the pipeline: hydra-ens run"
                 )
     return None
+
+
+def stale_verdict_message(stale: list[str], recorded: dict, current: dict) -> str:
+    """One line: which judged artifacts changed since the verdict, and what to run."""
+    parts = [
+        f"{current[r]['path']} ({str((recorded.get(r) or {}).get('md5'))[:8]} -> "
+        f"{current[r]['md5'][:8]})"
+        for r in stale
+    ]
+    return (
+        "the gate verdict (reports/gate.json) is stale: changed since it was written: "
+        + ", ".join(parts)
+        + "; rerun the gate on what is there now: hydra-ens run (or dvc repro gate)"
+    )

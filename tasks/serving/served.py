@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.bundle import MANIFEST, verify_bundle
 from tasks.candidates.serving import ServedCandidate, load_candidate
+from tasks.release.bundle_format import MANIFEST, verify_bundle
 from tasks.release.custody import check_bundle
 from tasks.release.preprocessing import Preprocessing, load_preprocessing
 from tasks.runtime.outputs import read_json

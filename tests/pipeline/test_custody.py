@@ -22,6 +22,7 @@ import yaml
 
 from tasks import bundle, gate
 from tasks.params import ConfigError, resolve_params, validate_params, write_params
+from tasks.release.bundle_format import MANIFEST
 from tasks.runtime.layout import BUNDLE, COMPILED, HYDRA, METRICS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +176,7 @@ def test_a_served_bundle_checks_its_own_chain(project):
 def _revouch(folder: Path) -> None:
     from hydra_ops.hashing import sha256_file
 
-    manifest_path = folder / bundle.MANIFEST
+    manifest_path = folder / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     manifest["files"] = {rel: sha256_file(folder / rel) for rel in manifest["files"]}
     manifest_path.write_text(json.dumps(manifest))
@@ -284,7 +285,7 @@ def test_the_bundle_ships_its_preprocessing_and_predict_uses_it(project, monkeyp
     record = json.loads((folder / "preprocessing.json").read_text())
     assert record["image_size"] == _cfg().model.vit.image_size and record["channels"] == 1
     assert record["normalisation"]["divide_by"] == 255.0
-    assert "preprocessing.json" in json.loads((folder / bundle.MANIFEST).read_text())["files"]
+    assert "preprocessing.json" in json.loads((folder / MANIFEST).read_text())["files"]
     monkeypatch.setattr(
         tasks.release.model_registry,
         "resolve_prod_dir",

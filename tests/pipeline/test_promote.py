@@ -19,6 +19,7 @@ from tasks import bundle, gate
 from tasks.gates.checks import evaluate_check
 from tasks.params import GateCheck, resolve_params, write_params
 from tasks.promote import promote, rollback
+from tasks.release.bundle_format import verify_bundle
 from tasks.release.model_registry import (
     VERSIONS_BRANCH,
     RegistryError,
@@ -229,7 +230,7 @@ def test_two_passing_runs_at_one_code_commit_get_two_reproducible_versions(proje
 def test_rollback_moves_prod_back_and_needs_a_reason(project):
     _gate_and_bundle(project)
     promote(_cfg(project), project)
-    first_bundle = bundle.verify_bundle(project / "models" / "bundle")["files"]
+    first_bundle = verify_bundle(project / "models" / "bundle")["files"]
     _save_model(project, 1)
     _gate_and_bundle(project)
     promote(_cfg(project), project)
@@ -248,7 +249,7 @@ def test_rollback_moves_prod_back_and_needs_a_reason(project):
     assert prod_version(project, "hydra", "prod")["version"] == "v0.0.1"
     served_dir, record = resolve_prod_dir(project, "hydra", "prod")
     assert record["version"] == "v0.0.1"
-    assert bundle.verify_bundle(served_dir)["files"] == first_bundle
+    assert verify_bundle(served_dir)["files"] == first_bundle
     assert "rollback from v0.0.2" in assignments(project, "hydra", "prod")[-1]["message"]
 
 
