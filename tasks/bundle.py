@@ -3,7 +3,7 @@ registers; its layout and :func:`~tasks.release.bundle_format.verify_bundle` are
 :mod:`tasks.release.bundle_format`).
 
 The stage refuses a verdict that does not match the workspace (it was written for another model,
-evaluation or params). The card is :func:`tasks.release.model_card.render_card`; loading a bundle
+evaluation or params). The card is :func:`tasks.reports.model_card.render_card`; loading a bundle
 back to serve it (every file verified first) is :func:`tasks.serving.served.load_served`.
 """
 
@@ -20,8 +20,8 @@ from tasks.params.schema import PipelineConfig
 from tasks.release.bundle_format import CARD, FORMAT, MANIFEST
 from tasks.release.custody import check_chain
 from tasks.release.lineage import judged_hashes, stale_roles, stale_verdict_message
-from tasks.release.model_card import render_card
 from tasks.release.preprocessing import write_preprocessing
+from tasks.reports.model_card import render_card
 from tasks.runtime.dvcfiles import cached_outputs, locked_outs
 from tasks.runtime.layout import BUNDLE, COMPILED, DATA, HYDRA, METRICS, REPORTS
 from tasks.runtime.outputs import publish_dir, read_json, write_json, write_text
