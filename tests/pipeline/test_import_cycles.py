@@ -9,7 +9,20 @@ from pathlib import Path
 
 from conftest import REPO
 
+from tasks.runtime.layout import STAGES
+
 PACKAGES = ("hydra_ops", "tasks", "flows")
+#: The packages of ``tasks/``, each importing only those before it (docs/architecture.md).
+TASKS_LAYERS = (
+    "params",
+    "runtime",
+    "evaluation",
+    "release",
+    "candidates",
+    "gates",
+    "reports",
+    "serving",
+)
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -97,6 +110,28 @@ def cycles(root: Path) -> list[list[str]]:
 
 def test_no_import_circle_among_the_project_modules():
     assert cycles(REPO) == []
+
+
+def test_tasks_packages_import_down_their_layers_and_no_stage():
+    """A package of ``tasks/`` imports only the packages before it in :data:`TASKS_LAYERS`, and
+    no stage: the stages sit on top of the packages, and the top level holds only them."""
+    known = _modules(REPO)
+    stages = {f"tasks.{s}" for s in STAGES}
+    top = {n for n in known if n.count(".") == 1 and n.startswith("tasks.")}
+    assert top - stages == {f"tasks.{p}" for p in TASKS_LAYERS}
+    wrong = []
+    for name, path in known.items():
+        parts = name.split(".")
+        if parts[0] != "tasks" or len(parts) < 3:
+            continue
+        layer = TASKS_LAYERS.index(parts[1])
+        for target in imports(name, path, known):
+            to = target.split(".")
+            if target in stages or (
+                len(to) > 1 and to[1] in TASKS_LAYERS and TASKS_LAYERS.index(to[1]) > layer
+            ):
+                wrong.append(f"{name} -> {target}")
+    assert wrong == []
 
 
 def test_a_circle_through_a_function_level_import_is_found(tmp_path: Path):
