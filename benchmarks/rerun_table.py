@@ -10,6 +10,13 @@ restructure, to compare)::
         --edit tasks/params.py --out rerun.json
 
 A path that is not in the project is reported as ``missing`` (a module that moved).
+
+Which stages an edit reruns depends on ``dvc.yaml``'s deps and outs alone, not on what the
+outputs hold: ``--fill`` measures a fresh clone of any commit without running it, after giving it
+a placeholder for every output it lacks and recording them in ``dvc.lock`` (``dvc commit -f``)::
+
+    git clone -q . /tmp/at && git -C /tmp/at checkout -q COMMIT
+    python -m benchmarks.rerun_table --project /tmp/at --fill --edit tasks/gate.py
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ app = typer.Typer(add_completion=False)
 PROJECT_OPTION = typer.Option(Path("."), help="a project after `hydra-ens run`")
 EDIT_OPTION = typer.Option(..., help="a file to edit, relative to the project")
 OUT_OPTION = typer.Option(None, help="write the rows as JSON here")
+FILL_OPTION = typer.Option(False, help="first give a fresh clone placeholder outputs (module doc)")
 
 
 def downstream(dvc_yaml: dict[str, Any], changed: set[str]) -> list[str]:
@@ -56,6 +64,28 @@ def downstream(dvc_yaml: dict[str, Any], changed: set[str]) -> list[str]:
                 rerun.add(name)
                 grew = True
     return [s for s in stages if s in rerun]
+
+
+def fill_outputs(project: Path) -> list[str]:
+    """Give ``project`` every output ``dvc.yaml`` declares and it lacks (a file, or a folder
+    holding one, saying which stage it stands for), then record them all in ``dvc.lock``
+    (``dvc init`` first when the project has no ``.dvc``). Returns the outputs it made."""
+    made = []
+    for name, stage in yaml.safe_load((project / "dvc.yaml").read_text())["stages"].items():
+        for entry in [*stage.get("outs", []), *stage.get("metrics", []), *stage.get("plots", [])]:
+            out = next(iter(entry)) if isinstance(entry, dict) else entry
+            path = project / out
+            if path.exists():
+                continue
+            file = path / "placeholder.txt" if not Path(out).suffix else path
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text("{}\n" if file.suffix == ".json" else f"{name}\n")
+            made.append(out)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    if not (project / ".dvc").is_dir():
+        subprocess.run(["dvc", "init", "-q"], cwd=project, check=True, env=env)
+    subprocess.run(["dvc", "commit", "-f", "-q"], cwd=project, check=True, env=env)
+    return made
 
 
 def changed_stages(project: Path) -> set[str]:
@@ -91,7 +121,10 @@ def main(
     project: Path = PROJECT_OPTION,
     edit: list[str] = EDIT_OPTION,
     out: Path | None = OUT_OPTION,
+    fill: bool = FILL_OPTION,
 ) -> None:
+    if fill:
+        typer.echo(f"placeholders for {len(fill_outputs(project))} outputs, recorded in dvc.lock")
     if changed_stages(project):
         raise typer.BadParameter("the project has stale stages already; run it first")
     rows = [rerun_of(project, e) for e in edit]
