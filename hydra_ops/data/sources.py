@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hydra_ops.data.catalog.brown_genres import GENRES
+from hydra_ops.data.catalog.fashion_mnist import CLASSES as FASHION_CLASSES
 from hydra_ops.data.raw import RawData
-from hydra_ops.data.spec import BUILTIN_CLASSES
 from hydra_ops.data.user_sources import load_text_folder
 
 
@@ -71,7 +72,7 @@ def load_brown_genres(documents: list[str] | None = None) -> RawData:
 
     folder = BROWN.folder()
     texts, genres, docs = brown.load_passages(folder, documents=documents)
-    names = list(BUILTIN_CLASSES["brown-genres"])
+    names = list(GENRES)
     unknown = sorted(set(genres) - set(names))
     if unknown:
         raise ValueError(f"brown-genres: cats.txt names unknown genre(s) {unknown}")
@@ -96,7 +97,7 @@ def load_fashion_mnist(limit: int | None = None) -> RawData:
     folder = FASHION_MNIST.folder()
     images, labels = fashion_mnist.load(folder, limit)
     return RawData(
-        names=list(BUILTIN_CLASSES["fashion-mnist"]),
+        names=list(FASHION_CLASSES),
         labels=labels,
         images=images,
         description=f"Fashion-MNIST (Debian dataset-fashion-mnist, {str(folder)!r}), "

@@ -129,7 +129,8 @@ def load_image_folder(
 
 
 def folder_is_images(root: str | os.PathLike[str]) -> bool:
-    """True when the first regular file found under ``root`` has an image extension."""
+    """True when the first regular file found under ``root`` has an image extension (the rule
+    of :func:`hydra_ops.data.catalog.data_modality`)."""
     for dirpath, _, filenames in sorted(os.walk(root)):
         for name in sorted(filenames):
             if not name.startswith("."):

@@ -42,7 +42,6 @@ from typing import Any
 _EXPORTS = {
     "ConfigError": "tasks.params.base",
     "Strict": "tasks.params.base",
-    "IMAGE_SOURCES": "tasks.params.model",
     "MINILM_LAYERS": "tasks.params.model",
     "MINILM_HEADS": "tasks.params.model",
     "data_modality": "tasks.params.model",

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hydra_ops.uq.ood_criteria import OOD_SCORE_KINDS, ood_scores
+from hydra_ops.uq.ood_criteria import OOD_CRITERIA, ood_scores
 from hydra_ops.uq.uncertainty import decompose, entropy
 
 
@@ -48,7 +48,7 @@ def test_ood_scores_disagreement_hand_values() -> None:
     # one member always agrees with itself
     one = ood_scores(probs, member_probs=probs[:, None], kind="disagreement")
     assert torch.equal(one, torch.zeros(3))
-    assert "disagreement" in OOD_SCORE_KINDS
+    assert "disagreement" in OOD_CRITERIA
 
 
 def test_ood_scores_reject_bad_input() -> None:

@@ -14,9 +14,9 @@ import pytest
 from hydra_ops.data import DataSpec, brown, sources
 from hydra_ops.data.assets import BROWN, FASHION_MNIST, MissingAssetError
 from hydra_ops.data.build import build_splits
+from hydra_ops.data.catalog import DATA_SOURCES
 from hydra_ops.data.fashion_mnist import read_idx
 from hydra_ops.data.groups import grouped_stratified_split
-from hydra_ops.data.spec import BUILTIN_CLASSES, DEFAULT_ID_CLASSES
 
 # 4 documents of each of 3 non-fiction genres (ID) and 2 of each of 2 fiction genres (near-OOD)
 BROWN_SLICE = [f"{g}{i:02d}" for g in ("ca", "cb", "cj") for i in (1, 2, 3, 4)] + [
@@ -84,7 +84,7 @@ def test_brown_tags_stripped_into_readable_text():
 
 
 def test_brown_passages_are_whole_sentences_of_enough_words(brown_slice):
-    assert brown_slice.names == list(BUILTIN_CLASSES["brown-genres"])
+    assert brown_slice.names == list(DATA_SOURCES["brown-genres"].classes)
     docs, counts = np.unique(brown_slice.groups, return_counts=True)
     assert sorted(docs.tolist()) == sorted(BROWN_SLICE)
     assert (counts == brown.PASSAGES_PER_DOCUMENT).all()  # every Brown document is long enough
@@ -123,9 +123,9 @@ def test_brown_splits_keep_each_document_whole_and_hold_out_fiction(brown_slice,
 
 
 def test_brown_default_genres():
-    spec_id = DEFAULT_ID_CLASSES["brown-genres"]
+    spec_id = list(DATA_SOURCES["brown-genres"].default_id_classes)
     assert len(spec_id) == 10 and "fiction" in spec_id
-    held = [g for g in BUILTIN_CLASSES["brown-genres"] if g not in spec_id]
+    held = [g for g in DATA_SOURCES["brown-genres"].classes if g not in spec_id]
     assert held == ["mystery", "science_fiction", "adventure", "romance", "humor"]
 
 
@@ -150,7 +150,7 @@ def test_grouped_split_is_deterministic_by_group_and_checks_groups():
 def test_fashion_mnist_holds_out_shirt_and_uses_mnist_far_ood(
     fashion_raw, fashion_built, mnist_once
 ):
-    names = list(BUILTIN_CLASSES["fashion-mnist"])
+    names = list(DATA_SOURCES["fashion-mnist"].classes)
     assert fashion_raw.images.shape == (2 * FASHION_LIMIT, 28, 28)
     assert fashion_raw.images.dtype == np.uint8 and fashion_raw.labels.max() == 9
     assert fashion_built.classes == [n for n in names if n != "shirt"]
