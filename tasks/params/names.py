@@ -8,8 +8,8 @@ stage imports (gate, bundle and promote import no torch, and a stage's code deps
 registry): the CLI runs it before anything is written (:func:`tasks.preflight.check_runs_here`),
 and a stage that resolves a name refuses an unknown one through the registry itself.
 
-A value at its schema default is not looked up (``tests/pipeline/test_params.py`` holds every
-default to its registry), so a run on the defaults imports no registry.
+A value at its schema default is not looked up (``tests/pipeline/test_params_names.py`` holds
+every default to its registry), so a run on the defaults imports no registry.
 """
 
 from __future__ import annotations
