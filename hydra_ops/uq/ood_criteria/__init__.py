@@ -14,12 +14,15 @@ schema can list the names without loading a criterion.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra_ops.registry import Registry
 
+if TYPE_CHECKING:
+    from hydra_ops.uq.ood_criteria.base import OodCriterion
+
 #: ``name -> OodCriterion subclass``, in report order.
-OOD_CRITERIA: Registry[Any] = Registry("OOD score", package=__name__)
+OOD_CRITERIA: Registry[type[OodCriterion]] = Registry("OOD score", package=__name__)
 OOD_CRITERIA.register_lazy("msp", ".msp:MaxSoftmaxProbability")
 OOD_CRITERIA.register_lazy("entropy", ".entropy:PredictiveEntropy")
 OOD_CRITERIA.register_lazy("energy", ".energy:Energy")
