@@ -59,7 +59,14 @@ class BuiltData:
 
 
 def _load_raw(cfg: DataSpec) -> RawData:
-    return data_source(cfg.name).load(cfg)
+    source = data_source(cfg.name)
+    raw = source.load(cfg)
+    if source.modality != "files" and raw.modality != source.modality:
+        raise ValueError(
+            f"data source {cfg.name!r} declares modality {source.modality!r} but loaded "
+            f"{raw.modality} examples"
+        )
+    return raw
 
 
 def _subset(raw: RawData, idx: np.ndarray) -> tuple[list[str] | None, np.ndarray | None]:

@@ -88,3 +88,23 @@ def test_the_catalog_is_read_without_numpy_or_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["8", "False"]
+
+
+def test_a_source_whose_examples_contradict_its_modality_is_refused_in_one_line() -> None:
+    from hydra_ops.data.build import build_splits
+    from hydra_ops.data.catalog import register_source
+    from hydra_ops.data.raw import RawData
+
+    def load(spec) -> RawData:
+        texts = [f"example {i}" for i in range(12)]
+        return RawData(names=["a", "b"], labels=np.arange(12) % 2, texts=texts)
+
+    register_source(DataSource(name="toy-liar", modality="image", load=load, description="x"))
+    try:
+        with pytest.raises(ValueError) as err:
+            build_splits(DataSpec(name="toy-liar", near_ood_classes=["b"]))
+    finally:
+        DATA_SOURCES.unregister("toy-liar")
+    assert str(err.value) == (
+        "data source 'toy-liar' declares modality 'image' but loaded text examples"
+    )
