@@ -11,7 +11,9 @@ What counts as a reference (precise patterns, so prose never matches):
 - a dotted module name rooted at a package of the repository (``tasks.params.resolve_params``),
   not a file name (``benchmarks.md``): its longest module prefix must exist, and the first name
   after it must be defined in that module (a def, class, assignment, import, a lazy export of
-  its ``_EXPORTS``, or a module attribute such as ``__file__``).
+  its ``_EXPORTS``, or a module attribute such as ``__file__``);
+- a Markdown link of a doc (``[text](study.md#results)``, not a URL): the file, relative to the
+  doc, must exist, and the anchor must be a heading of it (GitHub's slugs).
 
 Where: README.md, CONTRIBUTING.md and docs/*.md (all their text); the docstrings (every string
 statement) and ``#`` comments of every Python file, and the ``#`` comments of the shell scripts and
@@ -23,6 +25,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import tokenize
 from functools import cache
 from pathlib import Path
@@ -83,6 +86,42 @@ def texts(path: Path) -> list[tuple[int, str]]:
     if path.suffix == ".py":
         return _python_text(source)
     return [(i, ln) for i, ln in enumerate(source.splitlines(), 1) if "#" in ln]
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@cache
+def _anchors(doc: Path) -> frozenset[str]:
+    """GitHub's slugs of a Markdown file's headings (``-1``, ``-2``... for repeats)."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return frozenset(found)
+
+
+def stale_links(doc: Path) -> list[str]:
+    found = []
+    for line, text in texts(doc):
+        for m in LINK.finditer(text):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):  # a URL, mailto:...
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (doc.parent / path).resolve() if path else doc
+            if not linked.exists() or (
+                anchor and linked.suffix == ".md" and anchor not in _anchors(linked)
+            ):
+                found.append(f"{doc.relative_to(REPO)}:{line}: {target}")
+    return found
 
 
 def _comment(line: str) -> str:
@@ -176,10 +215,29 @@ def test_the_patterns_find_what_they_should_and_no_prose():
     assert _module_exists("hydra_ops.__file__") and _module_exists("benchmarks.md")
 
 
+def test_links_resolve_to_a_file_and_one_of_its_headings(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    (tmp_path / "a.md").write_text(
+        "# Results (seeds 3-5)\n\n## `predict` and X\n\n## Results (seeds 3-5)\n"
+    )
+    (tmp_path / "b.md").write_text(
+        "[ok](a.md#results-seeds-3-5) [again](a.md#results-seeds-3-5-1)\n"
+        "[code](a.md#predict-and-x) [gone](a.md#results) [none](c.md)\n"
+        "[web](https://example.org/x.md) [self](#nothing)\n"
+    )
+    assert stale_links(tmp_path / "b.md") == [
+        "b.md:2: a.md#results",
+        "b.md:2: c.md",
+        "b.md:3: #nothing",
+    ]
+
+
 @pytest.mark.parametrize("kind", ["code", "docs"])
 def test_every_named_path_and_module_exists(kind: str) -> None:
     files = code_files() if kind == "code" else doc_files()
     stale = [ref for path in files for ref in stale_references(path)]
+    if kind == "docs":
+        stale += [ref for path in files for ref in stale_links(path)]
     assert not stale, f"{len(stale)} references name nothing in the repository:\n" + "\n".join(
         stale
     )
