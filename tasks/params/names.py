@@ -62,6 +62,12 @@ def _attention() -> tuple[str, ...]:
     return tuple(ATTENTION_IMPLEMENTATIONS)
 
 
+def _ood_scores() -> tuple[str, ...]:
+    from hydra_ops.uq.ood_criteria import OOD_CRITERIA
+
+    return tuple(OOD_CRITERIA)
+
+
 def _backends() -> tuple[str, ...]:
     from hydra_ops.compile.backends import BACKEND_REGISTRY
 
@@ -79,6 +85,7 @@ REGISTRY_KEYS: dict[str, tuple[str, Callable[[], tuple[str, ...]]]] = {
     "merge.mode": ("merge mode", _merge_modes),
     "merge.attention": ("attention implementation", _attention),
     "compile.backend": ("compile backend", _backends),
+    "evaluate.ood_score": ("OOD score", _ood_scores),
 }
 
 

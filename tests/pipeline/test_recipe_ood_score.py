@@ -1,5 +1,5 @@
 """CONTRIBUTING.md's recipe "Add an OOD score", followed with a toy criterion defined here: once
-registered, the params schema accepts it, the evaluate stage's ``ood_by_score`` and its report
+registered, the params check accepts it, the evaluate stage's ``ood_by_score`` and its report
 table carry it, and ``predict`` rows score with it, with nothing else edited."""
 
 from __future__ import annotations
@@ -78,17 +78,22 @@ def _logits_gap(logits: torch.Tensor, t: float) -> torch.Tensor:
     return top2[:, 0] - top2[:, 1]
 
 
-def test_the_params_schema_accepts_the_toy_score_only_once_registered(toy):
-    from tasks.params import resolve_params
+def test_the_params_check_accepts_the_toy_score_only_once_registered(toy):
+    from tasks.params import ConfigError, check_names, resolve_params
 
     cfg = resolve_params("quick", sets={"evaluate.ood_score": TOY})
+    check_names(cfg)  # what the CLI runs before anything is written
     assert cfg.evaluate.ood_score == TOY
     OOD_CRITERIA.unregister(TOY)
     try:
-        with pytest.raises(ValueError, match=f"unknown OOD score '{TOY}'; registered: msp"):
-            resolve_params("quick", sets={"evaluate.ood_score": TOY})
+        with pytest.raises(ConfigError) as err:
+            check_names(cfg)
     finally:
         OOD_CRITERIA.register(TOY, LogitGap)
+    assert str(err.value) == (
+        f"params: evaluate.ood_score: unknown OOD score '{TOY}'; allowed: msp, entropy, energy, "
+        "mutual_information, disagreement"
+    )
 
 
 def test_predict_rows_score_with_the_toy_and_say_what_it_measures(toy):
