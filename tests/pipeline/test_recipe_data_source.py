@@ -64,11 +64,15 @@ def test_prepare_data_writes_the_toy_sources_splits(toy_sources, tmp_path, monke
     from tasks.params import resolve_params
 
     monkeypatch.chdir(tmp_path)
-    summary = prepare_data.run(resolve_params("quick", sets={"data.name": "toy-scenes"}), tmp_path)
+    far = tmp_path / "far.csv"  # a small far-OOD set (the text default, kaomoji, takes seconds)
+    far.write_text("text\n" + "".join(f"unrelated line {i} about tea\n" for i in range(12)))
+    sets = {"data.name": "toy-scenes", "data.far_ood": {"kind": "csv", "path": str(far)}}
+    summary = prepare_data.run(resolve_params("quick", sets=sets), tmp_path)
     assert summary["source"] == "toy-scenes" and summary["modality"] == "text"
     counts = summary["counts"]
     assert counts["train"] + counts["val"] + counts["test"] == 2 * PER_CLASS  # river, mountain
     assert counts["near_ood"] == PER_CLASS  # desert, the class the source holds out
+    assert counts["far_ood"] == 12
     manifest = json.loads((tmp_path / "data" / "prepared" / "manifest.json").read_text())
     assert manifest["classes"] == ["river", "mountain"]
     assert json.loads((tmp_path / "metrics" / "data.json").read_text()) == summary
