@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11's CPU measurements on this machine, one command (run from the repository root after
+# The CPU measurements of docs/benchmarks.md on this machine, one command (run from the repository root after
 # `make install`):  bash benchmarks/cpu_targets.sh
 # Writes under CPU_OUT (default benchmarks/results/cpu_<kind>, kind = amx | avx512bf16 | avx512 |
 # avx2 from /proc/cpuinfo), each step under a wall limit:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check and table (issue 11): run from the repository root on a CUDA machine:
+# The GPU check and table of docs/benchmarks.md: run from the repository root on a CUDA machine:
 #   bash benchmarks/gpu.sh [extra run.py flags]
 # Environment: GPU_OUT (output folder, default benchmarks/results), GPU_BENCH_SECONDS (wall limit
 # of step 3, default 240; 0 skips it), GPU_CHECK_SECONDS (wall limit of steps 0, 1 and 2 each,

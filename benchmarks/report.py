@@ -64,10 +64,11 @@ def _same_precision(row: dict[str, Any]) -> float | None:
 
 
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets, per case (and precision) where they apply; ``met`` is None if not
-    measurable. With ``--precisions`` every latency target is judged within one precision, plus
-    (a) served default Hydra at each low precision vs the reference (single model, fp32 eager)
-    <= 1.0 and (b) Hydra / single at equal precision within 1.15x of the FLOP ratio."""
+    """The targets of docs/benchmarks.md, per case (and precision) where they apply; ``met`` is
+    None if not measurable. With ``--precisions`` every latency target is judged within one
+    precision, plus (a) served default Hydra at each low precision vs the reference (single
+    model, fp32 eager) <= 1.0 and (b) Hydra / single at equal precision within 1.15x of the FLOP
+    ratio."""
     out: list[dict[str, Any]] = []
     models = results.get("models", {})
     precision_mode = bool(results.get("config", {}).get("precisions"))

@@ -6,8 +6,8 @@ output of a rerun stage reruns too), restore the file byte for byte. The project
 (the edit is undone in a ``finally``). Run in a project after ``hydra-ens run`` (before and after a
 restructure, to compare)::
 
-    python -m benchmarks.rerun_table --project . --edit hydra_ops/uq/ood_criteria.py \\
-        --edit tasks/params.py --out rerun.json
+    python -m benchmarks.rerun_table --project . --edit hydra_ops/uq/ood_criteria/base.py \\
+        --edit tasks/params/schema.py --out rerun.json
 
 A path that is not in the project is reported as ``missing`` (a module that moved).
 

@@ -131,7 +131,7 @@ def run_study(
     only: list[str] | None = None,
     bundle: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the study ``spec`` of the project in ``root`` (:func:`flows.study.hydra_study`) on
+    """Run the study ``spec`` of the project in ``root`` (:func:`flows.study.flow.hydra_study`) on
     ``workers`` local Dask workers or the scheduler ``cluster`` (``report_only``: no cluster, only
     the report of the points done), with a local Prefect API for local workers
     (:class:`flows.prefect_api.LocalPrefectApi`); its summary. ``threads``: torch threads per

@@ -1,39 +1,13 @@
-"""Stage ``evaluate``: Hydra and the baselines a user needs to trust it, on ID test, near-OOD,
-far-OOD and shift, each raw and after temperature scaling fitted on validation. Every model is a
-candidate the gate judges with the same checks; :mod:`tasks.candidates.scoring` adds what that
-needs (the paired bootstrap of each candidate against every baseline, its own verdict
-thresholds, how it ships).
+"""Stage ``evaluate``: every candidate model (the Hydra and its baselines) on ID test, shift,
+near-OOD and far-OOD, raw and temperature-scaled, each judged with the same checks the gate reads.
 
-Models: ``hydra`` (``models/hydra``), ``single`` (the fine-tuned base), ``naive_pruned`` (the base
-pruned to the top-k heads, one member, the members' per-layer budget), ``deep_ensemble`` (the base
-plus ``models/baselines``), ``mc_dropout`` (the base with dropout on at inference,
-``baselines.mc_dropout.samples`` seeded passes as members; when enabled) and, when members were
-fine-tuned, ``control`` (M unpruned copies of the base given the same member fine-tune). Metrics:
-all of ``hydra_ops.metrics`` (OOD = positive class, score ``evaluate.ood_score``), parameters,
-latency, and the paired bootstrap interval of Hydra minus each baseline. Every model the stage
-runs itself (``naive_pruned``, ``control``) runs on ``runtime.device`` in the precision
-``runtime.precision`` resolves to for inference (:mod:`tasks.runtime.precision`; ``auto``: the probe
-stage ``baseline_logits`` ran on the base, read back from the measurement cache, so every
-baseline runs at one precision); the Hydra is scored as it ships and checked against its fp32
-eager model. The logits of ``single``, ``deep_ensemble`` and ``mc_dropout`` are read from stage
-``baseline_logits`` (the same for every variant of a seed, computed once). Every model is timed
-here, side by side (:mod:`tasks.evaluation.cost`, ``evaluate.cost_rounds`` interleaved rounds on one
-batch of ``evaluate.latency_batch``): ``metrics/cost.json``, and each model's median in
-``metrics/latency.json`` (for ``mc_dropout`` all its passes; for the Hydra its shipped artifact).
-Besides: ``ood_by_score``, the calibrated near-/far-OOD metrics under every OOD score of
-``hydra_ops.uq.ood_criteria.OOD_SCORE_KINDS`` (``null`` for the ensemble-only scores of a one-member
-model), so the detectors can be compared beyond the one score the gates read.
-For Hydra also ``verdicts`` / ``verdict_fractions``: per split (ID test, near-OOD, far-OOD), how
-many examples ``hydra-ens predict`` calls ``ok`` / ``uncertain`` / ``likely_ood`` with the
-thresholds calibrate stored in ``models/hydra`` (``hydra_ops.uq.ood_thresholds``).
-
-Outputs: ``metrics/evaluate.json`` (everything, versioned by DVC), ``metrics/key/<model>.json`` (the
-few numbers per model that decide) and ``metrics/hydra.json`` (the Hydra's, the DVC metrics;
-:mod:`tasks.reports.key_metrics`), ``plots/reliability.json``,
-``plots/roc.json`` and ``plots/histograms.json`` (DVC plots; :mod:`tasks.reports.score_histograms`),
-``reports/evaluate.md`` (the Markdown tables; stage ``run_report`` draws the figures). What is
-computed from each model's member logits (metrics, OOD per score, bootstrap, verdicts, plot rows)
-is :mod:`tasks.evaluation.scorecard`.
+What is computed from a model's member logits (metrics, OOD metrics under every registered OOD
+score, the paired bootstrap, verdicts, plot rows) is :mod:`tasks.evaluation.scorecard`; the
+side-by-side timings :mod:`tasks.evaluation.cost`; what a candidate needs to ship
+:mod:`tasks.candidates.scoring`.
+Outputs: ``metrics/evaluate.json``, ``metrics/key/<model>.json``, ``metrics/hydra.json``,
+``plots/{reliability,roc,histograms}.json`` and ``reports/evaluate.md``; the models, metrics and
+files are described in docs/pipeline.md, "evaluate".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Compile backends for a merged :class:`~hydra_ops.hydra.merge.HydraEnsemble` (or any module with
 the same call signature).
 
-Public API (the pipeline's ``tasks/compile`` stage codes against this)::
+Public API (what the pipeline's compile stage codes against)::
 
     compile_model(model, backend, example_inputs, out_dir, *, max_batch=64, opt_batch=None,
                   precision="fp32", heldout_inputs=(), tolerance=None, min_agreement=1.0)

@@ -1,7 +1,8 @@
 """Data sources, stratified splits and verified on-disk manifests.
 
-Built-in sources: ``bbc-news`` (default, text), ``brown-genres`` (text: Brown corpus passages,
-split by document), ``mnist5k``, ``digits`` and ``fashion-mnist`` (images); user sources:
+The sources are registered in :data:`DATA_SOURCES` (:mod:`hydra_ops.data.catalog`, one module
+each): built-in ``bbc-news`` (default, text), ``brown-genres`` (text: Brown corpus passages,
+split by document), ``mnist5k``, ``digits`` and ``fashion-mnist`` (images); the user's
 ``folder`` (class sub-folders of text or image files), ``csv`` and ``jsonl`` (text,label). See
 docs/data.md. A loaded split becomes contract batches with :func:`split_batches`.
 
@@ -26,9 +27,10 @@ _EXPORTS = {
     "grouped_stratified_split": "hydra_ops.data.groups",
     "bbc_news_folder": "hydra_ops.data.sources",
     "kaomoji_texts": "hydra_ops.data.sources",
-    "ALL_SOURCES": "hydra_ops.data.spec",
-    "BUILTIN_SOURCES": "hydra_ops.data.spec",
-    "USER_SOURCES": "hydra_ops.data.spec",
+    "DATA_SOURCES": "hydra_ops.data.catalog",
+    "DataSource": "hydra_ops.data.catalog",
+    "data_modality": "hydra_ops.data.catalog",
+    "register_source": "hydra_ops.data.catalog",
     "DataSpec": "hydra_ops.data.spec",
     "OODSource": "hydra_ops.data.spec",
     "stratified_cap": "hydra_ops.data.splits",

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hydra_ops.data import sources, transforms, user_sources
+from hydra_ops.data.catalog import data_source
 from hydra_ops.data.groups import grouped_stratified_split
 from hydra_ops.data.raw import RawData, dedupe_texts
 from hydra_ops.data.spec import (
-    DEFAULT_FAR_OOD,
-    DEFAULT_ID_CLASSES,
     IMAGE_OOD_VAL,
     TEXT_OOD_VAL,
     DataSpec,
@@ -60,32 +59,13 @@ class BuiltData:
 
 
 def _load_raw(cfg: DataSpec) -> RawData:
-    if cfg.name == "bbc-news":
-        return sources.load_bbc_news()
-    if cfg.name == "mnist5k":
-        return sources.load_mnist5k()
-    if cfg.name == "digits":
-        return sources.load_digits_source()
-    if cfg.name == "brown-genres":
-        return sources.load_brown_genres()
-    if cfg.name == "fashion-mnist":
-        return sources.load_fashion_mnist()
-    assert cfg.path is not None
-    if cfg.name in ("csv", "jsonl"):
-        return user_sources.load_table(
-            cfg.path, cfg.name, cfg.text_column, cfg.label_column, cfg.classes
+    source = data_source(cfg.name)
+    raw = source.load(cfg)
+    if source.modality != "files" and raw.modality != source.modality:
+        raise ValueError(
+            f"data source {cfg.name!r} declares modality {source.modality!r} but loaded "
+            f"{raw.modality} examples"
         )
-    if user_sources.folder_is_images(cfg.path):
-        raw = user_sources.load_image_folder(cfg.path, cfg.channels, cfg.image_size)
-    else:
-        raw = user_sources.load_text_folder(cfg.path)
-    if cfg.classes is not None:
-        unknown = sorted(set(raw.names) - set(cfg.classes))
-        if unknown:
-            raise ValueError(
-                f"folder source {cfg.path!r}: class folder(s) {unknown} "
-                f"not in classes {cfg.classes}"
-            )
     return raw
 
 
@@ -152,7 +132,7 @@ def build_splits(cfg: DataSpec) -> BuiltData:
     if cfg.id_classes:
         id_names = list(cfg.id_classes)
     else:  # the source's default ID classes, less the classes held out as near-OOD
-        default = DEFAULT_ID_CLASSES.get(cfg.name) or list(raw.names)
+        default = list(data_source(cfg.name).default_id_classes or raw.names)
         id_names = [n for n in default if n not in (near_given or [])]
     id_ids = _class_ids(raw, id_names, "id_classes")
     near_names = (
@@ -266,7 +246,7 @@ def _far_ood(cfg: DataSpec, raw: RawData) -> SplitData:
     seed = int(_rng(cfg.seed, "far_ood").integers(2**31))
     kind = (
         cfg.far_ood
-        or DEFAULT_FAR_OOD.get(cfg.name)
+        or data_source(cfg.name).default_far_ood
         or ("kaomoji" if raw.modality == "text" else "sample_images")
     )
     if raw.modality == "text":

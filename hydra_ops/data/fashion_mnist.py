@@ -2,7 +2,7 @@
 
 The 60,000 training and 10,000 test images are pooled (the pipeline draws its own stratified
 splits per seed); labels 0-9 index
-``hydra_ops.data.spec.BUILTIN_CLASSES["fashion-mnist"]``.
+``hydra_ops.data.catalog.fashion_mnist.CLASSES``.
 """
 
 from __future__ import annotations

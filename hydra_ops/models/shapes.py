@@ -15,8 +15,8 @@ TEXT_MODEL_TYPES = ("bert",)
 
 @dataclass(frozen=True)
 class VitShape:
-    """The from-scratch timm ViT's shape; its defaults are the one default for library and
-    pipeline (``tasks/params.py``'s ``model.vit`` reads them from here)."""
+    """The from-scratch timm ViT's shape; its defaults are the one default for the library and
+    for any params schema built on it (the pipeline's ``model.vit`` reads them from here)."""
 
     image_size: int = 16
     patch_size: int = 4

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from hydra_ops.uq.calibration import apply_temperature, ensemble_log_probs, ensemble_probs
-from hydra_ops.uq.ood_criteria import OOD_SCORE_KINDS, ood_scores
+from hydra_ops.uq.ood_criteria.base import ood_criterion, ood_scores
 
 __all__ = ["CalibratedUncertainty", "calibrated_ood_score", "calibrated_uncertainty"]
 
@@ -51,8 +51,8 @@ def calibrated_ood_score(member_logits: Tensor, temperature: float, kind: str = 
     Args:
         member_logits: [N, M, C] member logits.
         temperature: calibration temperature ``T > 0`` (1.0 = raw).
-        kind: ``msp``, ``entropy``, ``mutual_information``, ``energy`` or ``disagreement``
-            (:data:`hydra_ops.uq.ood_criteria.OOD_SCORE_KINDS`).
+        kind: a criterion of :data:`hydra_ops.uq.ood_criteria.OOD_CRITERIA` (``msp``,
+            ``entropy``, ``energy``, ``mutual_information``, ``disagreement``...).
 
     Returns:
         [N] scores.
@@ -62,7 +62,7 @@ def calibrated_ood_score(member_logits: Tensor, temperature: float, kind: str = 
         probs,
         member_probs=member_logits.softmax(-1),
         logits=member_logits / float(temperature),
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
     )
 
 
@@ -123,17 +123,13 @@ def calibrated_uncertainty(
     Args:
         member_logits: [N, M, C] member logits (finite, floating).
         temperature: calibration temperature ``T > 0``.
-        ood_score_kind: score of :func:`calibrated_ood_score` (``msp``, ``entropy``,
-            ``mutual_information``, ``energy``, ``disagreement``).
+        ood_score_kind: a criterion of :data:`hydra_ops.uq.ood_criteria.OOD_CRITERIA`.
 
     Returns:
         :class:`CalibratedUncertainty` in ``member_logits``' dtype; definitions in the module
         docstring (the entropies are computed in float64, then cast).
     """
-    if ood_score_kind not in OOD_SCORE_KINDS:
-        raise ValueError(
-            f"ood_score_kind must be one of {list(OOD_SCORE_KINDS)}, got {ood_score_kind!r}"
-        )
+    ood_criterion(ood_score_kind, "ood_score_kind")
     log_mean = ensemble_log_probs(member_logits)  # validates member_logits
     p_cal = apply_temperature(log_mean, temperature)  # validates temperature; evaluate's probs
     t = float(temperature)

@@ -93,10 +93,10 @@ def fit_thresholds(
     Hydra (``like``: the Hydra's stored thresholds); None when that score is ensemble-only and
     the candidate is one model (every score 0: nothing to threshold)."""
     from hydra_ops.uq.calibrated import calibrated_ood_score
-    from hydra_ops.uq.ood_criteria import ENSEMBLE_ONLY_KINDS
+    from hydra_ops.uq.ood_criteria.base import ood_criterion
     from hydra_ops.uq.ood_thresholds import fit_ood_thresholds
 
-    if members == 1 and like["score"] in ENSEMBLE_ONLY_KINDS:
+    if members == 1 and ood_criterion(like["score"]).needs_members():
         return None
     scores = calibrated_ood_score(val_logits, temperature, like["score"])
     return fit_ood_thresholds(

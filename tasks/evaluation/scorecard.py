@@ -64,15 +64,16 @@ def ood_by_score(
     out: dict[str, torch.Tensor], t: float, members: int
 ) -> dict[str, dict[str, dict[str, float] | None]]:
     """``{split: {score kind: ood_metrics | None}}`` for near/far-OOD at temperature ``t``, every
-    kind of ``OOD_SCORE_KINDS``; ``None`` for an ensemble-only kind when ``members == 1`` (the
-    score is 0 for every input: there is nothing to detect with, and 0.5 would look like data)."""
+    criterion of ``hydra_ops.uq.ood_criteria.OOD_CRITERIA``; ``None`` for one that needs members
+    when ``members == 1`` (the score is 0 for every input: there is nothing to detect with, and
+    0.5 would look like data)."""
     from hydra_ops.metrics import ood_metrics
     from hydra_ops.uq.calibrated import calibrated_ood_score
-    from hydra_ops.uq.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
+    from hydra_ops.uq.ood_criteria import OOD_CRITERIA
 
     result: dict[str, dict[str, dict[str, float] | None]] = {s: {} for s in OOD_SPLITS}
-    for kind in OOD_SCORE_KINDS:
-        if members == 1 and kind in ENSEMBLE_ONLY_KINDS:
+    for kind, criterion in OOD_CRITERIA.items():
+        if members == 1 and criterion.needs_members():
             for split in OOD_SPLITS:
                 result[split][kind] = None
             continue

@@ -1,7 +1,7 @@
 """The pipeline's parameters (``params.yaml``) as validated pydantic models, plus named profiles.
 
 ``params.yaml`` is the single, fully resolved configuration the DVC DAG runs on: every stage reads
-it through :func:`~tasks.params.files.load_params`, which validates it before anything runs.
+it through :func:`~tasks.params.schema.load_params`, which validates it before anything runs.
 Profiles (``default``, ``quick``) are override dicts applied on top of the defaults by
 :func:`~tasks.params.overrides.resolve_params`; the CLI writes the resolved result to
 ``params.yaml`` so DVC tracks exactly the values a stage used.
@@ -42,7 +42,6 @@ from typing import Any
 _EXPORTS = {
     "ConfigError": "tasks.params.base",
     "Strict": "tasks.params.base",
-    "IMAGE_SOURCES": "tasks.params.model",
     "MINILM_LAYERS": "tasks.params.model",
     "MINILM_HEADS": "tasks.params.model",
     "data_modality": "tasks.params.model",

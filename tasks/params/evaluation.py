@@ -57,7 +57,9 @@ class CalibrateConfig(Strict):
 
 
 class EvaluateConfig(Strict):
-    ood_score: Literal["msp", "entropy", "mutual_information", "energy"] = "msp"
+    ood_score: str = "msp"
+    """The OOD score the gates, the verdict thresholds and ``predict`` read: a name registered
+    in ``hydra_ops.uq.ood_criteria.OOD_CRITERIA`` (checked by :mod:`tasks.params.names`)."""
     bootstrap_samples: int = Field(default=1000, ge=10)
     bootstrap_seed: int = 0
     bootstrap_raw: bool = False

@@ -4,16 +4,14 @@ modality and the text model's shape they derive from."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer
 
-from hydra_ops.data.spec import IMAGE_EXTENSIONS, DataSpec
+from hydra_ops.data.catalog import data_modality as source_modality
+from hydra_ops.data.spec import DataSpec
 from hydra_ops.models.shapes import VIT_DEFAULTS, text_model_shape
 from tasks.params.base import Strict
-
-IMAGE_SOURCES = ("mnist5k", "digits", "fashion-mnist")
 
 #: Heads per layer / layers of the built-in text model (MiniLM-L6).
 MINILM_LAYERS, MINILM_HEADS = 6, 12
@@ -27,14 +25,9 @@ def _text_model_shape(path: str | None) -> tuple[int, int]:
 
 
 def data_modality(data: DataSpec) -> str:
-    """``"image"`` for the built-in image sources and folders of images, else ``"text"``."""
-    if data.name in IMAGE_SOURCES:
-        return "image"
-    if data.name == "folder" and data.path and Path(data.path).is_dir():
-        for f in Path(data.path).rglob("*"):
-            if f.is_file():
-                return "image" if f.suffix.lower() in IMAGE_EXTENSIONS else "text"
-    return "text"
+    """``"text"`` or ``"image"``: the modality the data source declares in
+    ``hydra_ops.data.catalog.DATA_SOURCES`` (a folder's: its files')."""
+    return source_modality(data)
 
 
 class VitConfig(Strict):

@@ -9,8 +9,8 @@ registry): the CLI runs it before anything is written
 (:func:`tasks.runtime.preflight.check_runs_here`), and a stage that resolves a name refuses an
 unknown one through the registry itself.
 
-A value at its schema default is not looked up (``tests/pipeline/test_params.py`` holds every
-default to its registry), so a run on the defaults imports no registry.
+A value at its schema default is not looked up (``tests/pipeline/test_params_names.py`` holds
+every default to its registry), so a run on the defaults imports no registry.
 """
 
 from __future__ import annotations
@@ -63,6 +63,12 @@ def _attention() -> tuple[str, ...]:
     return tuple(ATTENTION_IMPLEMENTATIONS)
 
 
+def _ood_scores() -> tuple[str, ...]:
+    from hydra_ops.uq.ood_criteria import OOD_CRITERIA
+
+    return tuple(OOD_CRITERIA)
+
+
 def _backends() -> tuple[str, ...]:
     from hydra_ops.compile.backends import BACKEND_REGISTRY
 
@@ -80,6 +86,7 @@ REGISTRY_KEYS: dict[str, tuple[str, Callable[[], tuple[str, ...]]]] = {
     "merge.mode": ("merge mode", _merge_modes),
     "merge.attention": ("attention implementation", _attention),
     "compile.backend": ("compile backend", _backends),
+    "evaluate.ood_score": ("OOD score", _ood_scores),
 }
 
 

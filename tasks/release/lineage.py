@@ -80,7 +80,7 @@ def lock_break(root: Path, paths: list[Path], skip_stages: tuple[str, ...] = ())
     """The first broken link between ``dvc.lock`` and the workspace, as one line, or None.
 
     Every path in ``paths`` must be an output ``dvc.lock`` records, with the md5 the workspace
-    holds (a stage run outside DVC, ``hydra-ens stage`` or ``python -m tasks.X``, changes the
+    holds (a stage run outside DVC, ``hydra-ens stage`` or ``python -m tasks.<stage>``, changes the
     workspace and not the lock); and every stage's dependency on another stage's output must
     have been recorded at that output's locked md5 (stages run out of order, e.g. ``dvc repro
     --single-item``, leave an older input under a newer stage). ``skip_stages``: stages whose

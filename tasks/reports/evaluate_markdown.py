@@ -210,8 +210,8 @@ def render_report(result: dict[str, Any]) -> str:
                 [
                     "## OOD detection by score (calibrated): AUROC / FPR@95%TPR",
                     "Every OOD score of the library, higher = more OOD; the gates read "
-                    f"`{result['ood_score']}`. `-`: an ensemble-only score (mutual information, "
-                    "disagreement) of a one-member model.",
+                    f"`{result['ood_score']}`. `-`: a score that needs members, of a one-member "
+                    "model.",
                     ood_score_table(result),
                 ]
                 if all("ood_by_score" in e for e in result["models"].values())

@@ -48,13 +48,13 @@ ROW_FIELDS = (
 )
 """Keys of every row, in order."""
 
-SCORE_MEANINGS = {
-    "msp": "-(max calibrated prob) = -prob, in [-1, -1/C]",
-    "entropy": "entropy of the calibrated prediction (= entropy), nats",
-    "mutual_information": "mutual information of the uncalibrated member softmaxes, nats",
-    "energy": "mean member -logsumexp(logits / T)",
-}
-"""What each ``ood_score_kind`` measures (always higher = more OOD)."""
+
+def score_meaning(kind: str) -> str:
+    """What the OOD score ``kind`` measures (always higher = more OOD): the ``meaning`` its
+    criterion declares in ``hydra_ops.uq.ood_criteria.OOD_CRITERIA``."""
+    from hydra_ops.uq.ood_criteria import OOD_CRITERIA
+
+    return (OOD_CRITERIA.get(kind).meaning or "?") if kind in OOD_CRITERIA else "?"
 
 
 def validate_inputs(inputs: Sequence[str] | None) -> list[str]:
@@ -166,7 +166,7 @@ def legend(
     head = (
         f"entropy, MI (mutual_information): nats (max ln C = {math.log(num_classes):.3f} for these "
         f"{num_classes} classes); disagree(ment): fraction of the {num_members} members voting "
-        f"for another class; ood_score: {score_kind} = {SCORE_MEANINGS.get(score_kind, '?')}, "
+        f"for another class; ood_score: {score_kind} = {score_meaning(score_kind)}, "
         "higher = more OOD"
         + (" (in --json only: the table's prob says it); " if score_kind == "msp" else "; ")
     )

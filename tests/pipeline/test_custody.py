@@ -1,4 +1,5 @@
-"""The chain of custody of the model side (issue 27, holes 2, 4 and 8), on one tiny digits project
+"""The chain of custody of the model side (one verdict per model, the compiled artifact scored,
+the preprocessing in the bundle), on one tiny digits project
 run stage by stage (an ``export`` artifact, so a compiled artifact really ships) and copied per
 test; the text preprocessing on a prepared BBC News split and the bundled MiniLM tokenizer.
 
@@ -98,7 +99,7 @@ def _one_line_error(fn, *args, match: str) -> str:
     return str(err.value)
 
 
-# ---- hole 2: one chain of custody -------------------------------------------------------------
+# ---- one chain of custody --------------------------------------------------------------------
 def test_compiled_and_evaluate_record_where_they_came_from(built):
     from tasks.release.custody import folder_sha256, scored_params_md5
 
@@ -115,7 +116,7 @@ def test_compiled_and_evaluate_record_where_they_came_from(built):
 
 
 def test_a_model_recalibrated_after_compile_and_evaluate_is_never_judged(project):
-    """The issue's scenario: change params, merge and calibrate again, skip compile and evaluate,
+    """A broken chain: change params, merge and calibrate again, skip compile and evaluate,
     then gate and bundle: both refuse in one line naming the broken link."""
     from tasks import calibrate, merge
     from tasks import compile as compile_stage
@@ -189,7 +190,7 @@ def test_scored_params_are_the_params_evaluate_declares_in_dvc_yaml():
     assert sorted(SCORED_PARAMS) == sorted(declared)
 
 
-# ---- hole 8: the artifact that ships is the artifact that was scored --------------------------
+# ---- the artifact that ships is the artifact that was scored --------------------------
 def test_evaluate_scores_the_compiled_artifact_on_every_split(built):
     ev = json.loads((built / METRICS / "evaluate.json").read_text())
     hydra = ev["models"]["hydra"]
@@ -274,7 +275,7 @@ def test_check_batches_hold_out_every_split_at_several_lengths(tmp_path):
     assert n_test == min(cfg.compile.check_examples, len(test_texts) - 8)
 
 
-# ---- hole 4: the bundle carries its preprocessing ---------------------------------------------
+# ---- the bundle carries its preprocessing ---------------------------------------------
 def test_the_bundle_ships_its_preprocessing_and_predict_uses_it(project, monkeypatch):
     import tasks.release.model_registry
     from tasks.serving.predict import predict

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from hydra_ops.uq.ood_criteria import ENSEMBLE_ONLY_KINDS, OOD_SCORE_KINDS
+from hydra_ops.uq.ood_criteria import OOD_CRITERIA
 from tasks.params import OOD_METRICS, resolve_params
 
 SETS = {
@@ -142,9 +142,9 @@ def test_ood_metrics_under_every_score_with_nulls_for_single_models(project):
         by_score = entry["ood_by_score"]
         assert set(by_score) == {"near_ood", "far_ood"}
         for split, by_kind in by_score.items():
-            assert list(by_kind) == list(OOD_SCORE_KINDS)
+            assert list(by_kind) == list(OOD_CRITERIA)
             for kind, metrics in by_kind.items():
-                if entry["members"] == 1 and kind in ENSEMBLE_ONLY_KINDS:
+                if entry["members"] == 1 and OOD_CRITERIA[kind].needs_members():
                     assert metrics is None, (name, split, kind)
                     continue
                 assert set(metrics) >= set(OOD_METRICS), (name, split, kind)
@@ -163,7 +163,7 @@ def test_ood_metrics_under_every_score_with_nulls_for_single_models(project):
     assert "| lora_ensemble | near_ood |" in report and "| batch_ensemble | far_ood |" in report
     assert "3 members in one pass" in report  # what batch_ensemble's latency timed
     header = next(line for line in report.splitlines() if line.startswith("| model | split |"))
-    assert all(kind in header for kind in OOD_SCORE_KINDS)
+    assert all(kind in header for kind in OOD_CRITERIA)
 
 
 def test_precision_quality_compares_the_shipped_precision_with_fp32(project):
@@ -262,7 +262,7 @@ def test_every_candidate_is_scored_for_the_gate_and_ships_as_it_was_scored(proje
     unexported = {"lora_ensemble", "batch_ensemble"} & others
     assert unexported and set(ev["scored"]["candidates"]) == others - unexported
     for name in others:
-        one_model = models[name]["members"] == 1 and kind in ENSEMBLE_ONLY_KINDS
+        one_model = models[name]["members"] == 1 and OOD_CRITERIA[kind].needs_members()
         assert (models[name]["ood_thresholds"] is None) == one_model
         if name in unexported:
             continue

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from hydra_ops.data import sources, split_labels
-from hydra_ops.data.spec import BUILTIN_CLASSES, DEFAULT_ID_CLASSES
+from hydra_ops.data.catalog import DATA_SOURCES
+from hydra_ops.data.catalog.brown_genres import GENRES
 from hydra_ops.models.checkpoints import load_model
 from hydra_ops.models.inference import logits
 from tasks import prepare_data
@@ -42,18 +43,18 @@ def test_brown_genres_prepares_by_document_and_trains(tmp_path):
     sets = {"data.far_ood": {"kind": "jsonl", "path": str(far)}}
     cfg, summary, trained = prepare_and_train("brown-genres", tmp_path, sets)
     assert cfg.modality == "text" and cfg.family == "bert"
-    classes = DEFAULT_ID_CLASSES["brown-genres"]
+    classes = list(DATA_SOURCES["brown-genres"].default_id_classes)
     assert summary["num_classes"] == 10 and data.manifest(tmp_path).classes == classes
     counts = summary["counts"]
     assert counts["train"] == counts["near_ood"] == 160 and counts["test"] > 50
-    raw = sources.load_brown_genres()
+    raw = sources.load_brown_genres(GENRES)
     doc_of = dict(zip(raw.texts, raw.groups, strict=True))
     genre_of = {t: raw.names[y] for t, y in zip(raw.texts, raw.labels, strict=True)}
     docs = {s: {doc_of[t] for t in data.split(tmp_path, s).texts} for s in ("train", "val", "test")}
     assert not (
         docs["train"] & docs["val"] or docs["train"] & docs["test"] or docs["val"] & docs["test"]
     )
-    held = set(BUILTIN_CLASSES["brown-genres"]) - set(classes)
+    held = set(DATA_SOURCES["brown-genres"].classes) - set(classes)
     assert {genre_of[t] for t in data.split(tmp_path, "near_ood").texts} <= held
     assert not {genre_of[t] for t in data.split(tmp_path, "train").texts} & held
     check_model(cfg, tmp_path, trained, 10)

@@ -7,7 +7,7 @@ the calibrated Hydra, hash exactly as those of a second, fresh project built wit
 by ``dvc repro`` with its members built a process each (``python -m tasks.finetune_members
 --member m``, what a mapped member task runs when ``max_parallel`` > 1).
 
-bf16 (issue 11: the quick profile passes with ``precision: bf16``) costs no extra run here: every
+bf16 (the quick profile passes with ``precision: bf16``) costs no extra run here: every
 model-running stage of the flow runs in it, training included (on the CPU only ``auto`` keeps
 training in fp32; an explicit ``bf16`` is honoured,
 :func:`hydra_ops.models.runtime.resolve_precision`). The text pipeline (``test_pipeline_text.py``)
@@ -202,7 +202,7 @@ def test_image_report_and_promotion(resumed):
 
 
 def test_bf16_reached_every_model_stage_and_the_gate_passed(resumed):
-    """Issue 11: the killed run and the resumed one (their run logs) ran every model stage on the
+    """The killed run and the resumed one (their run logs) ran every model stage on the
     CPU in bf16, as configured (``emulated`` on a CPU without native bf16), and the gate passed."""
     root = resumed["root"]
     assert yaml.safe_load((root / "params.yaml").read_text())["runtime"]["precision"] == "bf16"

@@ -1,12 +1,12 @@
-"""What promotion guarantees (issue 27), one test per hole of its "Why" list, tried as written.
+"""What promotion guarantees, one test per attack on the release path, tried as written.
 
 Every attack ends in a one-line refusal that names the broken link, with the registry (its tags)
 and what ``predict`` would serve (the version in ``prod``) unchanged. One small real project
 (:mod:`promotion_project`: git, DVC with a local remote, GTO; a stand-in for the model stages)
 is built and run once for the module (``hydra@v0.0.1`` in ``prod``); each test works on a copy.
 
-Holes 2 (a verdict judging one model and shipping another), 4 (preprocessing shipped in the
-bundle) and 8 (the compiled artifact scored) are built and tested with the compile, evaluate and
+A verdict judging one model and shipping another, preprocessing shipped in the bundle and the
+compiled artifact scored are built and tested with the compile, evaluate and
 predict stages; ``promote`` reads evaluate's ``scored`` record where it is present
 (:func:`tasks.release.custody.check_chain`).
 """

@@ -459,7 +459,7 @@ def test_a_missing_point_counts_as_not_passing(tmp_path):
     assert summary["models"]["single"]["metrics"]["id_test.accuracy"]["n"] == 3
 
 
-# --- issue 25: evidence you can bet on -------------------------------------------------------
+# --- evidence you can bet on ----------------------------------------------------------------
 
 
 def with_cost(p: PointResult, hydra_ratio: float, flops: int, width: float = 0.05) -> PointResult:

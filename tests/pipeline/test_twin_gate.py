@@ -46,7 +46,7 @@ def _verdict(ev: dict) -> dict[str, dict]:
 
 
 def test_no_default_gate_passes_a_hydra_its_cheaper_twin_matches():
-    """The property of issue 25: the same Hydra passes the default gates when its paired
+    """The twin property: the same Hydra passes the default gates when its paired
     bootstrap separates it from its naive pruned twin, and fails them when the twin is the same
     model (a zero-width interval at 0) or when the difference is inside the test-set noise."""
     single = _entry(0.40, 0.05, 0.80, 0.50)

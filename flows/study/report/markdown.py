@@ -22,10 +22,8 @@ from flows.study.report.collect import Collected
 from flows.study.report.paired import BEATS_SINGLE, HEADLINE, TWIN_METRICS
 from flows.study.report.recommend import ratio_text
 from flows.study.report.results import OOD_SPLITS, SPLITS
+from hydra_ops.uq.ood_criteria import OOD_CRITERIA
 from tasks.params import GateCheck
-
-#: Report order of the OOD scores of ``ood_by_score``; others follow, sorted.
-OOD_SCORE_ORDER = ("msp", "entropy", "energy", "mutual_information", "disagreement")
 
 
 def _flatten_overrides(d: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -209,7 +207,7 @@ def section_ood(col: Collected, ood: Mapping[str, Any]) -> list[str]:
         for by_score in e.values()
         for score in by_score
     }
-    scores = [s for s in OOD_SCORE_ORDER if s in scores_found]
+    scores = [s for s in OOD_CRITERIA if s in scores_found]  # registry order, then the rest
     scores += sorted(scores_found - set(scores))
     for split in OOD_SPLITS:
         for metric in ("auroc", "fpr_at_95_tpr"):
