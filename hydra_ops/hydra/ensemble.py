@@ -63,9 +63,9 @@ class HydraBlock(nn.Module):
         self, x: Tensor, key_padding_mask: Tensor | None, positions: PositionContext | None = None
     ) -> Tensor:
         if self.norm_first:
-            x = x + self.attention(self.attn_norm(x), key_padding_mask, positions)
+            x = x + self.attention(self.attn_norm(x), key_padding_mask, positions=positions)
             return x + self.mlp(self.mlp_norm(x))
-        x = self.attn_norm(x + self.attention(x, key_padding_mask, positions))
+        x = self.attn_norm(x + self.attention(x, key_padding_mask, positions=positions))
         return self.mlp_norm(x + self.mlp(x))
 
 
@@ -203,10 +203,10 @@ class HydraEnsemble(nn.Module):
         positions = None if self.positions is None else self._position_context(x.shape[2], x)
         if not isinstance(self.embeddings, nn.ModuleList):
             for block in self.trunk:
-                x = block(x, mask, positions)
+                x = block(x, mask, positions=positions)
             x = x.expand(self.num_members, -1, -1, -1)
         for block in self.blocks:
-            x = block(x, mask, positions)
+            x = block(x, mask, positions=positions)
         return self.head(x).transpose(0, 1).contiguous()
 
     def _position_context(self, length: int, like: Tensor) -> PositionContext:

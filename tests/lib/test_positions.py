@@ -93,9 +93,9 @@ def test_a_pruned_mpnet_reads_its_own_heads_bias_columns():
 def test_stack_merge_equals_members(variant, num_members, attention):
     members = relative_members(variant, member_plans(num_members, unequal=True))
     hydra = merge_members(members, mode="stack", attention=attention)
-    assert hydra.architecture["positions"]["kind"] == get_adapter(members[0]).position_scores()[
-        "kind"
-    ]
+    assert (
+        hydra.architecture["positions"]["kind"] == get_adapter(members[0]).position_scores()["kind"]
+    )
     for size in (1, 5):
         batch = relative_inputs(variant, size)
         out = hydra_logits(hydra, batch)
