@@ -226,3 +226,22 @@ def test_pruned_checkpoint_round_trip(tmp_path, variant):
     assert get_adapter(loaded).heads_per_layer() == [2, 1, 3]
     batch = relative_inputs(variant, 3)
     assert torch.equal(logits(loaded, batch), logits(pruned, batch))
+
+
+# ----- compile --------------------------------------------------------------------------------
+def test_a_merged_model_compiles_to_onnx_and_agrees(tmp_path):
+    import hydra_ops.compile as hc
+
+    variant = "deberta_v3"  # the position term with projected embeddings; MPNet's is a lookup
+
+    hydra = merge_members(relative_members(variant, member_plans(2)))
+    heldout = [relative_inputs(variant, 3, seed=11), relative_inputs(variant, 5, seed=12)]
+    artifact = hc.compile_model(
+        hydra, "onnxruntime", relative_inputs(variant, 4), tmp_path, heldout_inputs=heldout
+    )
+    assert artifact.backend == "onnxruntime"
+    batch = heldout[1]
+    inputs = [batch[name] for name in artifact.input_names]
+    with torch.no_grad():
+        expected = hydra_logits(hydra, batch)
+    assert (artifact(*inputs) - expected).abs().max().item() <= ATOL

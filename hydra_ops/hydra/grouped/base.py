@@ -153,7 +153,10 @@ class GroupedAttention(nn.Module, abc.ABC):
         if mask is not None:
             mask = mask.expand(groups, b, *mask.shape[2:]).reshape(gb, *mask.shape[2:])
         scale = self.position.softmax_scale()
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        # a copy with memory [G*B, T, S, dh], as _attend's: the callers flatten the heads as a
+        # view, which an exported graph needs whatever layout its attention kernel writes
+        return context.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
 
     @staticmethod
     def _attend(
