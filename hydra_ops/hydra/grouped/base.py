@@ -150,7 +150,9 @@ class GroupedAttention(nn.Module, abc.ABC):
             pad = torch.zeros(b, t, dtype=q.dtype, device=q.device)
             pad = pad.masked_fill(~key_padding_mask, float("-inf"))[None, :, None, None, :]
             mask = pad.expand(groups, b, 1, 1, t) if mask is None else mask + pad
-        if mask is not None:
+        if mask is not None and groups == 1:
+            mask = mask[0]  # [B or 1, S or 1, T or 1, T]: broadcast by the kernel, no copy
+        elif mask is not None:
             mask = mask.expand(groups, b, *mask.shape[2:]).reshape(gb, *mask.shape[2:])
         scale = self.position.softmax_scale()
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
