@@ -18,9 +18,9 @@ from hydra_ops.heads.plans import HeadPlan
 from hydra_ops.heads.surgery import prune_heads
 
 #: family variants: MPNet; DeBERTa-v3's layout (log buckets, normed relative embeddings, no
-#: absolute positions, no token types); a DeBERTa-v2-like one (no buckets, absolute positions,
-#: token types, one attention term).
-VARIANTS = ("mpnet", "deberta_v3", "deberta_v2_c2p")
+#: absolute positions, no token types, position projections shared with q/k); a DeBERTa-v2-like
+#: one (no buckets, absolute positions, token types, separate position projections).
+VARIANTS = ("mpnet", "deberta_v3", "deberta_v2")
 VOCAB = 60
 LENGTH = 11
 
@@ -46,8 +46,8 @@ def tiny_relative_model(variant: str, seed: int = 0, **overrides) -> nn.Module:
         v3 = variant == "deberta_v3"
         kwargs = dict(
             relative_attention=True,
-            share_att_key=True,
-            pos_att_type=["p2c", "c2p"] if v3 else ["c2p"],
+            share_att_key=v3,
+            pos_att_type=["p2c", "c2p"],
             position_buckets=8 if v3 else -1,
             max_relative_positions=16 if v3 else 6,
             norm_rel_ebd="layer_norm" if v3 else "none",
@@ -75,7 +75,7 @@ def relative_inputs(variant: str, batch: int, seed: int = 1) -> dict[str, torch.
         mask[row, length:] = 0
         ids[row, length:] = pad
     out = {"input_ids": ids, "attention_mask": mask}
-    if variant == "deberta_v2_c2p":
+    if variant == "deberta_v2":
         out["token_type_ids"] = (torch.arange(LENGTH) >= 3).long().expand(batch, -1).clone()
     return out
 

@@ -10,13 +10,15 @@ then ``model.pooler.dense`` + ``pooler_hidden_act`` on token 0 and ``model.class
 Attention is disentangled: besides ``q . k`` each head adds content-to-position and
 position-to-content terms read from the shared relative embeddings projected by *the head's own*
 query and key weights (``share_att_key``, as in every DeBERTa-v3 checkpoint), so pruning q/k/v
-rows prunes the position terms with them. The merge adds the same terms through ``disentangled``
-position scores; the relative embeddings travel with the embedding stage.
+rows prunes the position terms with them; without ``share_att_key`` the layer's separate
+``pos_key_proj`` / ``pos_query_proj`` rows are per head too and travel in
+``AttentionWeights.position`` (``pos_key_weight [h, dh, D]``, ``pos_key_bias [h, dh]``, same for
+``pos_query``). The merge adds the same terms through ``disentangled`` position scores; the
+relative embeddings travel with the embedding stage.
 
 Unsupported (one-line :class:`UnsupportedModelError`): the convolution layer
-(``conv_kernel_size > 0``), separate position projections (``share_att_key: false`` with
-relative attention), attention types other than ``c2p`` / ``p2c``, head sizes that do not tile
-the hidden size, and a pooler whose size differs from the hidden size.
+(``conv_kernel_size > 0``), attention types other than ``c2p`` / ``p2c``, head sizes that do not
+tile the hidden size, and a pooler whose size differs from the hidden size.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from .bert import HF_ACTIVATIONS, hf_activation
 #: ``config.json`` ``model_type`` values this family loads.
 MODEL_TYPES = ("deberta-v2",)
 _TERMS = ("c2p", "p2c")
+#: term -> the separate position projection it reads (without ``share_att_key``)
+_PROJECTIONS = {"c2p": "pos_key", "p2c": "pos_query"}
 
 
 def _pooler_activation(name: Any) -> str:
@@ -142,12 +146,6 @@ class DebertaV2Adapter(HuggingFaceAdapter):
             raise UnsupportedModelError(
                 f"DeBERTa pos_att_type={terms}: only {list(_TERMS)} are supported"
             )
-        relative = getattr(config, "relative_attention", False)
-        if relative and terms and not getattr(config, "share_att_key", False):
-            raise UnsupportedModelError(
-                "DeBERTa with share_att_key=false (separate position projections) is not "
-                "supported; DeBERTa-v3 shares them (share_att_key=true)"
-            )
         s = model.deberta.encoder.layer[0].attention.self
         if s.attention_head_size * config.num_attention_heads != config.hidden_size:
             raise UnsupportedModelError(
@@ -211,10 +209,28 @@ class DebertaV2Adapter(HuggingFaceAdapter):
     def out_proj(self, layer: int) -> nn.Linear:
         return self.block(layer).attention.output.dense
 
+    def _separate_projections(self, layer: int) -> list[str]:
+        """The separate position projections ``layer`` has (``pos_key`` / ``pos_query``)."""
+        s = self.block(layer).attention.self
+        if not s.relative_attention or s.share_att_key:
+            return []
+        return [_PROJECTIONS[t] for t in _TERMS if t in s.pos_att_type]
+
+    def _position_parts(self, layer: int) -> dict[str, Tensor] | None:
+        s = self.block(layer).attention.self
+        h, dh = self.num_heads(layer), self.head_dim
+        parts = {}
+        for name in self._separate_projections(layer):
+            proj = getattr(s, f"{name}_proj")
+            parts[f"{name}_weight"] = proj.weight.detach().view(h, dh, -1)
+            parts[f"{name}_bias"] = proj.bias.detach().view(h, dh)
+        return parts or None
+
     def attention_weights(self, layer: int) -> AttentionWeights:
         attn = self.block(layer).attention
         s, o = attn.self, attn.output.dense
         return AttentionWeights(
+            position=self._position_parts(layer),
             q_weight=s.query_proj.weight.detach(),
             q_bias=detached(s.query_proj.bias),
             k_weight=s.key_proj.weight.detach(),
@@ -234,6 +250,17 @@ class DebertaV2Adapter(HuggingFaceAdapter):
         s.key_proj = linear_from(weights.k_weight, weights.k_bias, s.key_proj)
         s.value_proj = linear_from(weights.v_weight, weights.v_bias, s.value_proj)
         attn.output.dense = linear_from(weights.o_weight, weights.o_bias, attn.output.dense)
+        for name in self._separate_projections(layer):
+            weight = weights.position[f"{name}_weight"] if weights.position else None
+            if weight is None or weight.shape[0] != weights.num_heads:
+                raise ValueError(f"DeBERTa attention weights must carry position['{name}_*']")
+            proj = getattr(s, f"{name}_proj")
+            new = linear_from(
+                weight.reshape(-1, weight.shape[-1]),
+                weights.position[f"{name}_bias"].reshape(-1),
+                proj,
+            )
+            setattr(s, f"{name}_proj", new)
         s.num_attention_heads = weights.num_heads
         s.all_head_size = weights.num_heads * weights.head_dim
 
@@ -287,6 +314,8 @@ class DebertaV2Adapter(HuggingFaceAdapter):
                 "span": int(s.pos_ebd_size) if relative else 0,
                 "position_buckets": int(s.position_buckets) if relative else -1,
                 "max_relative_positions": int(s.max_relative_positions) if relative else -1,
+                "separate_projections": bool(self._separate_projections(0)),
+                "hidden_size": self.hidden_size,
             },
         }
 
