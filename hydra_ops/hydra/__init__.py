@@ -6,6 +6,6 @@ attention terms a family may add to every layer's scores (by name); ``ensemble``
 :class:`~hydra_ops.hydra.ensemble.HydraEnsemble`, built from its ``architecture`` description
 alone; ``merge`` builds it from pruned members (``merge_members``); ``format`` is what a saved
 ``hydra.json`` must hold (``check_hydra_config``); ``serialization`` saves and loads it with its
-hashes. Imports point one way: ``positions`` <- ``grouped`` <- ``ensemble`` <- ``merge`` <- ``format`` <-
-``serialization``. (The name is the model's, not the Hydra configuration framework's.)
+hashes. Imports point one way: ``positions`` <- ``grouped`` <- ``ensemble`` <- ``merge`` <-
+``format`` <- ``serialization``. (The name is the model's, not the Hydra configuration framework's.)
 """
