@@ -5,6 +5,7 @@ scoring runs; merged models and pruned checkpoints round-trip."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 
 import pytest
@@ -87,11 +88,17 @@ def test_a_pruned_mpnet_reads_its_own_heads_bias_columns():
 
 
 # ----- the merge ------------------------------------------------------------------------------
+@functools.cache
+def unequal_members(variant: str, num_members: int) -> tuple:
+    """Members with unequal head counts, built once per module (the merge only reads them)."""
+    return tuple(relative_members(variant, member_plans(num_members, unequal=True)))
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("num_members", [1, 2, 3])
 @pytest.mark.parametrize("attention", IMPLEMENTATIONS)
 def test_stack_merge_equals_members(variant, num_members, attention):
-    members = relative_members(variant, member_plans(num_members, unequal=True))
+    members = list(unequal_members(variant, num_members))
     hydra = merge_members(members, mode="stack", attention=attention)
     assert (
         hydra.architecture["positions"]["kind"] == get_adapter(members[0]).position_scores()["kind"]
