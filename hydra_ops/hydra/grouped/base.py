@@ -108,9 +108,12 @@ class GroupedAttention(nn.Module, abc.ABC):
         return converted
 
     # ----- relative-position term ------------------------------------------------------------
-    @abc.abstractmethod
     def position_slots(self) -> list[list[int]]:
-        """This layout's head slots ``[G][S]``: packed head index per slot, -1 for padding."""
+        """This layout's head slots ``[G][S]``: packed head index per slot, -1 for padding (an
+        implementation that runs position scores overrides it, and its forward passes them)."""
+        raise ValueError(
+            f"attention implementation {self.name!r} does not run relative-position scores"
+        )
 
     def attach_position(self, position: PositionScores) -> None:
         """Add ``position``'s term (over these members' heads) to every forward's logits."""
