@@ -4,7 +4,11 @@ Supported families (``SUPPORTED_FAMILIES``):
 
 * ``bert``: Hugging Face ``BertForSequenceClassification`` (MiniLM-L6 included);
 * ``hf_vit``: Hugging Face ``ViTForImageClassification``;
-* ``timm_vit``: timm ``VisionTransformer`` (fused ``qkv``).
+* ``timm_vit``: timm ``VisionTransformer`` (fused ``qkv``);
+* ``mpnet``: Hugging Face ``MPNetForSequenceClassification`` (all-mpnet-base-v2; relative
+  position bias);
+* ``deberta_v2``: Hugging Face ``DebertaV2ForSequenceClassification`` (DeBERTa-v2/v3;
+  disentangled relative attention).
 """
 
 from __future__ import annotations
@@ -61,6 +65,19 @@ SUPPORTED_FAMILIES = (
     "bert (transformers BertForSequenceClassification, e.g. MiniLM-L6)",
     "hf_vit (transformers ViTForImageClassification)",
     "timm_vit (timm VisionTransformer)",
+)
+
+# ----- relative-position families: mpnet, deberta_v2 (model_type values: each module's
+# MODEL_TYPES; merged attention term: each adapter's position_scores()) -----------------------
+ADAPTERS.register_lazy("mpnet", ".mpnet:MPNetAdapter")
+EMBEDDING_STAGES.register_lazy("mpnet", ".mpnet:MPNetEmbeddingStage")
+LIBRARIES["mpnet"] = "transformers"
+ADAPTERS.register_lazy("deberta_v2", ".deberta_v2:DebertaV2Adapter")
+EMBEDDING_STAGES.register_lazy("deberta_v2", ".deberta_v2:DebertaV2EmbeddingStage")
+LIBRARIES["deberta_v2"] = "transformers"
+SUPPORTED_FAMILIES += (
+    "mpnet (transformers MPNetForSequenceClassification, e.g. all-mpnet-base-v2)",
+    "deberta_v2 (transformers DebertaV2ForSequenceClassification, DeBERTa-v2/v3)",
 )
 
 

@@ -45,6 +45,11 @@ class AttentionWeights:
     ``v_weight`` are ``[h * dh, D]`` with biases ``[h * dh]`` (or None); ``o_weight`` is
     ``[D, h * dh]`` with bias ``[D]`` (or None). Rows ``i * dh : (i + 1) * dh`` of q/k/v and the
     same columns of ``o_weight`` belong to head ``i``.
+
+    ``position`` holds the family's per-head parts of its relative-position machinery (None when
+    it has none), each tensor with one row per head (``[h, ...]``), selected with the heads: what
+    the family's :class:`~hydra_ops.hydra.positions.PositionScores` reads (through
+    ``merge_attention_weights``) or its adapter reinstalls (``set_attention_weights``).
     """
 
     q_weight: Tensor
@@ -57,6 +62,7 @@ class AttentionWeights:
     o_bias: Tensor | None
     num_heads: int
     head_dim: int
+    position: dict[str, Tensor] | None = None
 
     def select_heads(self, heads: list[int] | tuple[int, ...]) -> AttentionWeights:
         """The weights of ``heads`` only (in the given order), as new tensors."""
@@ -83,6 +89,12 @@ class AttentionWeights:
             o_bias=None if self.o_bias is None else self.o_bias.detach().clone(),
             num_heads=len(heads),
             head_dim=dh,
+            position=None
+            if self.position is None
+            else {
+                name: t.detach().index_select(0, torch.tensor(heads, device=t.device)).clone()
+                for name, t in self.position.items()
+            },
         )
 
 
@@ -167,6 +179,11 @@ class EmbeddingStage(nn.Module, abc.ABC):
     @classmethod
     @abc.abstractmethod
     def from_config(cls, config: Mapping[str, Any]) -> EmbeddingStage: ...
+
+    def relative_embeddings(self) -> Tensor | None:
+        """The relative-position embeddings every layer's attention reads, ``[P, D]`` (the
+        family's :class:`~hydra_ops.hydra.positions.PositionScores` projects them), or None."""
+        return None
 
 
 class UnsupportedModelError(ValueError):
@@ -270,6 +287,12 @@ class ModelAdapter(abc.ABC):
     def architecture_config(self) -> dict[str, Any]:
         """JSON-serialisable description of the base architecture (for provenance)."""
         return {}
+
+    def position_scores(self) -> dict[str, Any] | None:
+        """The family's relative-position attention term, ``{"kind": name, "config": {...}}``
+        naming a :data:`hydra_ops.hydra.positions.POSITION_SCORES` entry (what the merged network
+        adds to every layer's attention scores), or None when attention has no such term."""
+        return None
 
     # ----- checkpoints (hydra_ops.models.checkpoints)
     # -----------------------------------------------

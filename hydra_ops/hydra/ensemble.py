@@ -9,9 +9,12 @@ Per layer, every member's q/k/v and output projections run as ONE grouped op (se
 The network is built from its ``architecture`` description alone (what
 :func:`~hydra_ops.hydra.merge.merge_members` writes and ``hydra.json`` stores): per block, the
 attention head counts and implementation and whether each norm / MLP layer is per member; the
-embedding stage(s); the head. A per-member layer holds ``[M, ...]`` parameters; a shared one is
-stored once and run once per stream. With a shared trunk (``shared_layers = k``) the first ``k``
-blocks run once on ``[1, B, T, D]`` and the streams fork after them (an expanded view, no copy).
+embedding stage(s); the head; for a family whose attention has a relative-position term,
+``positions`` (``{"kind", "config"}``, a :data:`~hydra_ops.hydra.positions.POSITION_SCORES` entry:
+every block's attention gets one, and its per-forward context is built once). A per-member layer
+holds ``[M, ...]`` parameters; a shared one is stored once and run once per stream. With a shared
+trunk (``shared_layers = k``) the first ``k`` blocks run once on ``[1, B, T, D]`` and the streams
+fork after them (an expanded view, no copy).
 
 The network is for inference: it has no dropout.
 """
@@ -35,6 +38,7 @@ from .grouped import (
     GroupedMLP,
     attention_implementation,
 )
+from .positions import PositionContext, position_scores_class
 
 
 class HydraBlock(nn.Module):
@@ -55,11 +59,13 @@ class HydraBlock(nn.Module):
         self.mlp = mlp
         self.mlp_norm = mlp_norm
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None, positions: PositionContext | None = None
+    ) -> Tensor:
         if self.norm_first:
-            x = x + self.attention(self.attn_norm(x), key_padding_mask)
+            x = x + self.attention(self.attn_norm(x), key_padding_mask, positions=positions)
             return x + self.mlp(self.mlp_norm(x))
-        x = self.attn_norm(x + self.attention(x, key_padding_mask))
+        x = self.attn_norm(x + self.attention(x, key_padding_mask, positions=positions))
         return self.mlp_norm(x + self.mlp(x))
 
 
@@ -121,6 +127,7 @@ class HydraEnsemble(nn.Module):
         self.modality = arch["modality"]
         self.mode = arch["mode"]
         self.plans = [HeadPlan.from_dict(p) for p in arch["plans"]]
+        self.positions = arch.get("positions")
         emb = arch["embedding"]
         if embeddings is not None:
             self.embeddings = embeddings
@@ -193,12 +200,26 @@ class HydraEnsemble(nn.Module):
             )
         else:
             x = self.embeddings(inputs, attention_mask, token_type_ids).unsqueeze(0)
+        positions = None if self.positions is None else self._position_context(x.shape[2], x)
+        if not isinstance(self.embeddings, nn.ModuleList):
             for block in self.trunk:
-                x = block(x, mask)
+                x = block(x, mask, positions=positions)
             x = x.expand(self.num_members, -1, -1, -1)
         for block in self.blocks:
-            x = block(x, mask)
+            x = block(x, mask, positions=positions)
         return self.head(x).transpose(0, 1).contiguous()
+
+    def _position_context(self, length: int, like: Tensor) -> PositionContext:
+        """The relative-position context every block's attention shares in one forward."""
+        stages = (
+            self.embeddings if isinstance(self.embeddings, nn.ModuleList) else [self.embeddings]
+        )
+        relative = [stage.relative_embeddings() for stage in stages]
+        embeddings = None if relative[0] is None else torch.stack(relative).to(like.dtype)
+        spec = self.positions
+        return position_scores_class(spec["kind"]).context(
+            spec["config"], length, like.device, embeddings
+        )
 
     def batch_logits(self, batch: dict[str, Tensor]) -> Tensor:
         """Member logits ``[B, M, C]`` of one contract batch (``pixel_values``, or ``input_ids``
@@ -260,6 +281,10 @@ def _block_from_arch(block: dict[str, Any], arch: dict[str, Any]) -> HydraBlock:
     attention = attention_implementation(att["implementation"])(
         att["head_counts"], arch["head_dim"], arch["hidden_size"]
     )
+    if arch.get("positions") is not None:
+        spec = arch["positions"]
+        position = position_scores_class(spec["kind"])
+        attention.attach_position(position(att["head_counts"], arch["head_dim"], spec["config"]))
     mlp_arch = block["mlp"]
     mlp = GroupedMLP(
         arch["hidden_size"],

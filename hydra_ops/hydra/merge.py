@@ -112,6 +112,7 @@ def _check_compatible(adapters: Sequence[ModelAdapter], stages: Sequence[Embeddi
             "mlp_hidden": int(block.mlp.fc1_weight.shape[0]),
             "activation": block.mlp.activation,
             "norm_first": block.norm_first,
+            "positions": a.position_scores(),
             "embedding": stage.config(),
         }
 
@@ -219,9 +220,23 @@ def merge_members(
                 "the shared layers must be identical (freeze them when fine-tuning) or use "
                 "mode='average'"
             )
+        positions = _position_groups(ws)
+        if mode == "stack" and not all(_all_equal(g) for g in positions.values()):
+            raise ValueError(
+                f"shared_layers={shared_layers}: members differ in layer {layer}'s relative "
+                "position weights; in stack mode the shared layers must be identical or use "
+                "mode='average'"
+            )
         combined = [_combine(g, per_member=False) for g in tensors]
         trunk_attn.append(
-            AttentionWeights(*combined, num_heads=ws[0].num_heads, head_dim=ws[0].head_dim)
+            AttentionWeights(
+                *combined,
+                num_heads=ws[0].num_heads,
+                head_dim=ws[0].head_dim,
+                position={k: _combine(g, per_member=False) for k, g in positions.items()}
+                if ws[0].position is not None
+                else None,
+            )
         )
 
     def block_arch(layer: int, trunk: bool) -> dict[str, Any]:
@@ -300,6 +315,9 @@ def merge_members(
         "head": head_arch,
         "base_architecture": first.architecture_config(),
     }
+    positions_spec = first.position_scores()
+    if positions_spec is not None:
+        architecture["positions"] = positions_spec
     if emb_per_member:
         embeddings: nn.Module = nn.ModuleList(stages)
     else:
@@ -318,12 +336,20 @@ def merge_members(
     for layer in range(num_layers):
         trunk = layer < shared_layers
         block = hydra.trunk[layer] if trunk else hydra.blocks[layer - shared_layers]
-        block.attention.load_members(
-            trunk_attn[layer : layer + 1] if trunk else attn_weights[layer]
-        )
+        layer_attn = trunk_attn[layer : layer + 1] if trunk else attn_weights[layer]
+        block.attention.load_members(layer_attn)
+        if block.attention.position is not None:
+            block.attention.position.load_members(layer_attn)
         _load_block(block, block_weights[layer])
     _load_head(hydra.head, hw)
     return hydra.eval()
+
+
+def _position_groups(ws: Sequence[AttentionWeights]) -> dict[str, list[Tensor]]:
+    """Each ``AttentionWeights.position`` tensor across members, by name (empty without)."""
+    if ws[0].position is None:
+        return {}
+    return {name: [w.position[name] for w in ws] for name in ws[0].position}
 
 
 def _block_tensor_groups(bws: Sequence[BlockWeights]) -> list[list[Tensor | None]]:

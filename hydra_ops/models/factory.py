@@ -2,6 +2,8 @@
 
 * :func:`load_text_classifier`: MiniLM-L6 (or any local BERT folder) as a
   ``BertForSequenceClassification``, loaded with ``local_files_only=True``; never touches a hub.
+* :func:`bundled_mpnet_path` / :func:`bundled_model_path`: the bundled all-mpnet-base-v2 folder,
+  or any bundled encoder by name (:mod:`hydra_ops.models.bundled`).
 * :func:`build_timm_vit`: a randomly initialised timm ``VisionTransformer`` (no ViT weights exist
   offline).
 * :func:`build_base`: a new base model of a family (one of the two above), seeded.
@@ -23,6 +25,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hydra_ops.models.bundled import (  # noqa: F401 (re-exported)
+    BUNDLED_TEXT_MODELS,
+    bundled_model_path,
+    bundled_mpnet_path,
+)
 from hydra_ops.models.shapes import (  # noqa: F401 (VitShape, TEXT_MODEL_TYPES re-exported)
     TEXT_MODEL_TYPES,
     VIT_DEFAULTS,

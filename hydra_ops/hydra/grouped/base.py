@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hydra_ops.adapters.base import AttentionWeights
+from hydra_ops.hydra.positions import PositionContext, PositionScores
 
 
 def _zeros_like_bias(weight: Tensor) -> Tensor:
@@ -39,12 +40,19 @@ def _member_attention(
 class GroupedAttention(nn.Module, abc.ABC):
     """Self-attention of M members over ``[M, B, T, D]`` streams, one grouped op per projection.
 
-    ``forward(x [M, B, T, D], key_padding_mask [B, T] bool or None) -> [M, B, T, D]`` (True in the
-    mask = a real token; the same mask for every member). The output includes the output
-    projection's bias and is contiguous.
+    ``forward(x [M, B, T, D], key_padding_mask [B, T] bool or None, positions=None) ->
+    [M, B, T, D]`` (True in the mask = a real token; the same mask for every member). The output
+    includes the output projection's bias and is contiguous.
+
+    A family with a relative-position term attaches a
+    :class:`~hydra_ops.hydra.positions.PositionScores` (:meth:`attach_position`); ``forward``
+    then takes that forward's :class:`~hydra_ops.hydra.positions.PositionContext` as
+    ``positions``, and each implementation lays its heads out in :meth:`position_slots` and adds
+    the term to the logits (:meth:`_attend_positions`). Without one, nothing changes.
     """
 
     name: ClassVar[str]
+    position: PositionScores | None
 
     def __init__(self, head_counts: Sequence[int], head_dim: int, hidden_size: int) -> None:
         super().__init__()
@@ -53,6 +61,7 @@ class GroupedAttention(nn.Module, abc.ABC):
         self.head_counts = [int(h) for h in head_counts]
         self.head_dim = int(head_dim)
         self.hidden_size = int(hidden_size)
+        self.position = None
 
     @property
     def num_members(self) -> int:
@@ -93,7 +102,66 @@ class GroupedAttention(nn.Module, abc.ABC):
         is :func:`hydra_ops.hydra.grouped.attention_implementation`."""
         if isinstance(self, impl):
             return self
-        return impl.from_members(self.member_weights())
+        converted = impl.from_members(self.member_weights())
+        if self.position is not None:
+            converted.attach_position(self.position)
+        return converted
+
+    # ----- relative-position term ------------------------------------------------------------
+    def position_slots(self) -> list[list[int]]:
+        """This layout's head slots ``[G][S]``: packed head index per slot, -1 for padding (an
+        implementation that runs position scores overrides it, and its forward passes them)."""
+        raise ValueError(
+            f"attention implementation {self.name!r} does not run relative-position scores"
+        )
+
+    def attach_position(self, position: PositionScores) -> None:
+        """Add ``position``'s term (over these members' heads) to every forward's logits."""
+        if position.head_counts != self.head_counts or position.head_dim != self.head_dim:
+            raise ValueError(
+                f"position scores cover heads {position.head_counts} of size "
+                f"{position.head_dim}; this attention has {self.head_counts} of {self.head_dim}"
+            )
+        self.position = position
+        device = next(iter(self.parameters())).device
+        slots = torch.tensor(self.position_slots(), dtype=torch.long, device=device)
+        self.register_buffer("position_slot_index", slots, persistent=False)
+
+    def _attend_positions(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        positions: PositionContext,
+        pos_qk: tuple[Tensor, Tensor] | None,
+        slots: Tensor,
+        groups: int,
+    ) -> Tensor:
+        """:meth:`_attend` with the position term: q, k, v ``[G*B, S, T, dh]`` over ``slots``
+        ``[G, S]``; ``pos_qk``: the position embeddings projected by each slot's query and key
+        weights, ``[G, 1, S, P, dh]`` each (when the term projects positions)."""
+        assert self.position is not None
+        gb, _, t, _ = q.shape
+        b = gb // groups
+        pos_q, pos_k = pos_qk if pos_qk is not None else (None, None)
+        scores = self.position(
+            slots, q.unflatten(0, (groups, b)), k.unflatten(0, (groups, b)), pos_q, pos_k, positions
+        )
+        mask = scores
+        if key_padding_mask is not None:
+            pad = torch.zeros(b, t, dtype=q.dtype, device=q.device)
+            pad = pad.masked_fill(~key_padding_mask, float("-inf"))[None, :, None, None, :]
+            mask = pad.expand(groups, b, 1, 1, t) if mask is None else mask + pad
+        if mask is not None and groups == 1:
+            mask = mask[0]  # [B or 1, S or 1, T or 1, T]: broadcast by the kernel, no copy
+        elif mask is not None:
+            mask = mask.expand(groups, b, *mask.shape[2:]).reshape(gb, *mask.shape[2:])
+        scale = self.position.softmax_scale()
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        # a copy with memory [G*B, T, S, dh], as _attend's: the callers flatten the heads as a
+        # view, which an exported graph needs whatever layout its attention kernel writes
+        return context.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
 
     @staticmethod
     def _attend(

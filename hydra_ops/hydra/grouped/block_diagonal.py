@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hydra_ops.adapters.base import AttentionWeights
+from hydra_ops.hydra.positions import PositionContext
 
 from .base import GroupedAttention, _bias_or_zeros, _member_attention
 
@@ -83,13 +84,42 @@ class BlockDiagonalAttention(GroupedAttention):
             )
         return result
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def position_slots(self) -> list[list[int]]:
+        return [list(range(self.total_heads))]
+
+    def _project_positions(self, embeddings: Tensor) -> tuple[Tensor, Tensor]:
+        """``embeddings [1 or M, P, D]`` through every packed head's q and k:
+        ``[1, 1, sum(h_m), P, dh]`` each."""
+        m, d = self.num_members, self.hidden_size
+        heads, dh = self.total_heads, self.head_dim
+        rows = 2 * heads * dh
+        p = embeddings.shape[1]
+        streams = embeddings.expand(m, p, d).transpose(0, 1).reshape(p, m * d)
+        projected = F.linear(streams, self.qkv_weight[:rows], self.qkv_bias[:rows])
+        pos_q, pos_k = projected.view(p, 2, heads, dh).permute(1, 2, 0, 3).unbind(0)
+        return pos_q[None, None], pos_k[None, None]
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = None,
+        positions: PositionContext | None = None,
+    ) -> Tensor:
         m, b, t, d = x.shape
         heads, dh = self.total_heads, self.head_dim
         streams = x.permute(1, 2, 0, 3).reshape(b, t, m * d)  # the copy in
         qkv = F.linear(streams, self.qkv_weight, self.qkv_bias)
         q, k, v = qkv.view(b, t, 3, heads, dh).permute(2, 0, 3, 1, 4).unbind(0)
-        context = self._attend(q, k, v, key_padding_mask)
+        if self.position is None:
+            context = self._attend(q, k, v, key_padding_mask)
+        else:
+            assert positions is not None, "a position-scored attention needs its PositionContext"
+            pos_qk = None
+            if self.position.projects_positions:
+                pos_qk = self._project_positions(positions.embeddings)
+            context = self._attend_positions(
+                q, k, v, key_padding_mask, positions, pos_qk, self.position_slot_index, 1
+            )
         context = context.transpose(1, 2).reshape(b, t, heads * dh)
         out = F.linear(context, self.out_weight, self.out_bias)
         return out.view(b, t, m, d).permute(2, 0, 1, 3).contiguous()  # the copy out

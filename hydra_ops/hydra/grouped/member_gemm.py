@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hydra_ops.adapters.base import AttentionWeights
+from hydra_ops.hydra.positions import PositionContext
 
 from .base import GroupedAttention, _bias_or_zeros
 from .layers import GroupedLinear, GroupedMLP, _activate
@@ -88,7 +89,35 @@ class MemberGemmAttention(GroupedAttention):
             )
         return result
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def position_slots(self) -> list[list[int]]:
+        # one row per member (G = 1 per call), padded with -1 to the longest; each call slices
+        # its member's row to its head count
+        h = max(self.head_counts)
+        offsets = [sum(self.head_counts[:m]) for m in range(self.num_members)]
+        return [
+            [offsets[m] + i if i < count else -1 for i in range(h)]
+            for m, count in enumerate(self.head_counts)
+        ]
+
+    def _member_positions(
+        self, member: int, qkv_weight: Tensor, qkv_bias: Tensor, positions: PositionContext
+    ) -> tuple[Tensor, Tensor]:
+        """Member ``member``'s view of the position embeddings through its q and k:
+        ``[1, 1, h_m, P, dh]`` each."""
+        h, dh = self.head_counts[member], self.head_dim
+        embeddings = positions.embeddings
+        rows = 2 * h * dh
+        own = embeddings[member if embeddings.shape[0] > 1 else 0]
+        projected = F.linear(own, qkv_weight[:rows], qkv_bias[:rows])
+        pos_q, pos_k = projected.view(-1, 2, h, dh).permute(1, 2, 0, 3).unbind(0)
+        return pos_q[None, None], pos_k[None, None]
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = None,
+        positions: PositionContext | None = None,
+    ) -> Tensor:
         _, b, t, _ = x.shape
         dh = self.head_dim
         outs = []
@@ -96,7 +125,18 @@ class MemberGemmAttention(GroupedAttention):
             qkv_weight, qkv_bias, out_weight, out_bias = self._member(member)
             qkv = F.linear(x[member], qkv_weight, qkv_bias)
             q, k, v = qkv.view(b, t, 3, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
-            context = self._attend(q, k, v, key_padding_mask).transpose(1, 2).reshape(b, t, h * dh)
+            if self.position is None:
+                context = self._attend(q, k, v, key_padding_mask)
+            else:
+                assert positions is not None, "a position-scored attention needs its context"
+                pos_qk = None
+                if self.position.projects_positions:
+                    pos_qk = self._member_positions(member, qkv_weight, qkv_bias, positions)
+                slots = self.position_slot_index[member : member + 1, :h]
+                context = self._attend_positions(
+                    q, k, v, key_padding_mask, positions, pos_qk, slots, 1
+                )
+            context = context.transpose(1, 2).reshape(b, t, h * dh)
             outs.append(F.linear(context, out_weight, out_bias))
         return torch.stack(outs)
 

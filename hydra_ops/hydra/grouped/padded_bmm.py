@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from hydra_ops.adapters.base import AttentionWeights
+from hydra_ops.hydra.positions import PositionContext
 
 from .base import GroupedAttention, _bias_or_zeros, _member_attention
 
@@ -72,14 +73,48 @@ class PaddedBmmAttention(GroupedAttention):
             )
         return result
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def position_slots(self) -> list[list[int]]:
+        h = self.max_heads
+        offsets = [sum(self.head_counts[:m]) for m in range(self.num_members)]
+        return [
+            [offsets[m] + i if i < count else -1 for i in range(h)]
+            for m, count in enumerate(self.head_counts)
+        ]
+
+    def _project_positions(self, embeddings: Tensor) -> tuple[Tensor, Tensor]:
+        """``embeddings [1 or M, P, D]`` through every member's q and k: ``[M, 1, H, P, dh]``."""
+        m, h, dh = self.num_members, self.max_heads, self.head_dim
+        rows = 2 * h * dh
+        projected = torch.baddbmm(
+            self.qkv_bias[:, :rows].unsqueeze(1),
+            embeddings.expand(m, -1, -1),
+            self.qkv_weight[:, :rows].transpose(1, 2),
+        )
+        pos_q, pos_k = projected.view(m, 1, -1, 2, h, dh).permute(3, 0, 1, 4, 2, 5).unbind(0)
+        return pos_q, pos_k
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = None,
+        positions: PositionContext | None = None,
+    ) -> Tensor:
         m, b, t, d = x.shape
         h, dh = self.max_heads, self.head_dim
         streams = x.reshape(m, b * t, d)  # a view (also of the expanded trunk output)
         qkv = torch.baddbmm(self.qkv_bias.unsqueeze(1), streams, self.qkv_weight.transpose(1, 2))
         # [M, B*T, 3*H*dh] is [M*B, T, 3, H, dh]: q, k, v are strided [M*B, H, T, dh] views
         q, k, v = qkv.view(m * b, t, 3, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
-        context = self._attend(q, k, v, key_padding_mask, m)
+        if self.position is None:
+            context = self._attend(q, k, v, key_padding_mask, m)
+        else:
+            assert positions is not None, "a position-scored attention needs its PositionContext"
+            pos_qk = None
+            if self.position.projects_positions:
+                pos_qk = self._project_positions(positions.embeddings)
+            context = self._attend_positions(
+                q, k, v, key_padding_mask, positions, pos_qk, self.position_slot_index, m
+            )
         context = context.transpose(1, 2).reshape(m, b * t, h * dh)
         out = torch.baddbmm(self.out_bias.unsqueeze(1), context, self.out_weight.transpose(1, 2))
         return out.view(m, b, t, d)
