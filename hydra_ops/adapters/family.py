@@ -150,7 +150,7 @@ def family_of_model_type(model_type: object, where: str) -> ModelFamily:
     known = model_types()
     if not isinstance(model_type, str) or model_type not in known:
         raise ValueError(
-            f"{where} has model_type {model_type!r}; supported model_types: "
+            f"{where} has model_type {model_type!r}, not a supported one: "
             + ", ".join(f"{t} ({f})" for t, f in known.items())
         )
     return FAMILIES[known[model_type]]

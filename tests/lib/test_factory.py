@@ -165,7 +165,8 @@ def test_a_gpt2_folder_is_refused_in_one_line(tmp_path):
         tmp_path
     )
     msg = _load_error(tmp_path)
-    assert str(tmp_path) in msg and "model_type 'gpt2'" in msg and "supported: 'bert'" in msg
+    assert str(tmp_path) in msg and "model_type 'gpt2'" in msg
+    assert "not a supported one: bert (bert), roberta (roberta), xlm-roberta (roberta)" in msg
 
 
 def test_a_tiny_bert_folder_loads_every_encoder_weight(tmp_path):

@@ -120,8 +120,11 @@ def test_model_shape_follows_model_path(tmp_path):
     assert one_line(info) == "params.yaml: merge.shared_layers: must be < the model's 2 layers"
     # the packaged MiniLM and the image family keep their shapes
     assert (validate_params({}).model_layers, validate_params({}).model_heads) == (6, 12)
-    image = validate_params({"data": {"name": "digits"}, "model": {"path": str(folder)}})
+    image = validate_params({"data": {"name": "digits"}})
     assert (image.model_layers, image.model_heads) == (image.model.vit.depth, 6)
+    with pytest.raises(ConfigError) as info:  # the folder's family picks the model: text only
+        validate_params({"data": {"name": "digits"}, "model": {"path": str(folder)}})
+    assert one_line(info) == "params.yaml: model.path: holds a bert model, which needs text data"
 
 
 def test_a_real_tiny_bert_folder_gives_its_shape(tmp_path):
@@ -139,7 +142,10 @@ def test_a_real_tiny_bert_folder_gives_its_shape(tmp_path):
     [
         (None, "is not a local model folder (no config.json)"),
         ("{not json", "is not readable JSON"),
-        ('{"model_type": "gpt2", "n_layer": 2}', "has model_type 'gpt2', supported: 'bert'"),
+        (
+            '{"model_type": "gpt2", "n_layer": 2}',
+            "has model_type 'gpt2', not a supported one: bert (bert), roberta (roberta), ",
+        ),
         ('{"model_type": "bert", "num_hidden_layers": 0}', "num_hidden_layers must be a positive"),
     ],
 )
