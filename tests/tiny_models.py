@@ -163,3 +163,37 @@ def train_one_epoch(model: nn.Module, batches: list[dict], **kwargs) -> object:
     return fine_tune(
         model, lambda _e: batches, epochs=1, lr=1e-3, progress=False, log_fn=None, **kwargs
     )
+
+
+def save_text_folder(
+    model: nn.Module, folder, texts: list[str] | tuple[str, ...] = ("a b c", "d e f")
+) -> None:
+    """Save ``model`` with ``save_pretrained`` and a word-level tokenizer built offline from
+    ``texts`` (whitespace words, ``[UNK]``, the model's padding id kept) into ``folder``: a local
+    model folder ``model.path`` and :func:`hydra_ops.models.factory.load_text_classifier` read."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    pad_id = int(model.config.pad_token_id or 0)
+    special = ["[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    special.insert(pad_id, "[PAD]")
+    words = sorted({w for t in texts for w in t.lower().split()})
+    vocab_size = int(model.config.vocab_size)
+    vocab = {tok: i for i, tok in enumerate((special + words)[:vocab_size])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)

@@ -302,7 +302,9 @@ class HuggingFaceAdapter(ModelAdapter):
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
-        return isinstance(model, tuple(model_class for _, model_class in cls.hf_classes.values()))
+        """True for an instance of exactly one of :attr:`hf_classes`' model classes: a subclass
+        may compute something else (and may be a family of its own)."""
+        return type(model) in {model_class for _, model_class in cls.hf_classes.values()}
 
     @classmethod
     def hf_class(cls, model_type: object) -> tuple[Any, Any]:

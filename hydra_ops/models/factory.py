@@ -103,9 +103,13 @@ def load_text_classifier(
             label2id=label2id,
             local_files_only=True,
             output_loading_info=True,
+            ignore_mismatched_sizes=True,  # a saved head of another class count is replaced
         )
+        mismatched = [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", ())]
         missing = sorted(
-            k for k in info.get("missing_keys", ()) if not k.startswith(adapter.new_weight_prefixes)
+            k
+            for k in [*info.get("missing_keys", ()), *mismatched]
+            if not k.startswith(adapter.new_weight_prefixes)
         )
         if missing:
             raise ValueError(
