@@ -129,6 +129,8 @@ FAMILIES: Registry[ModelFamily] = Registry("model family", reserved=("auto",))
 def register_family(family: ModelFamily) -> ModelFamily:
     """Add ``family`` to :data:`FAMILIES` (ValueError if its name or a ``model_type`` is taken,
     or its modality already has a default family); returns it."""
+    if family.name in FAMILIES:
+        raise ValueError(f"model family {family.name!r} is already registered")
     for other in FAMILIES.items():
         taken = set(family.model_types) & set(other[1].model_types)
         if taken:

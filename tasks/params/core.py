@@ -299,7 +299,7 @@ class CoreConfig(Strict):
         if name != "auto" and name not in FAMILIES:
             return None  # an unknown name: tasks.params.names reports it with the allowed ones
         found = None
-        if folder:
+        if folder and (name == "auto" or FAMILIES[name].from_folder):
             try:
                 found = read_model_folder(folder)[1]
             except ValueError as err:
@@ -313,6 +313,7 @@ class CoreConfig(Strict):
             problems.append(
                 ("model.path", f"holds a {found.name} model but model.family is {family.name!r}")
             )
+            return None
         if family.modality != self.modality and name == "auto":
             problems.append(
                 ("model.path", f"holds a {family.name} model, which needs {family.modality} data")
