@@ -235,3 +235,32 @@ def test_roberta_positions_come_from_the_ids_wherever_the_padding_is():
         batch = {"input_ids": left, "attention_mask": (left != 1).long()}
         out = hydra(*positional(batch))
     assert (out - member_logits(members, batch)).abs().max().item() <= ATOL
+
+
+@pytest.mark.parametrize("model_type", ["xlm-roberta", "camembert"])
+def test_roberta_copies_merge_exactly(model_type):
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=3,
+        pad_token_id=1,
+    )
+    base = perturbed(AutoModelForSequenceClassification.from_config(config), 7, scale=0.1).eval()
+    assert get_adapter(base).family == "roberta"
+    members = [
+        perturbed(prune_heads(copy.deepcopy(base), plan), 100 + i)
+        for i, plan in enumerate(member_plans(3))
+    ]
+    hydra = merge_members(members, mode="stack", shared_layers=0)
+    batch = tiny_inputs("roberta", 7)
+    with torch.no_grad():
+        out = hydra(*positional(batch))
+    assert (out - member_logits(members, batch)).abs().max().item() <= ATOL
