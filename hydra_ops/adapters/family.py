@@ -80,7 +80,7 @@ class ModelFamily:
     builder: str | None = None
     default_folder: str | None = None
     default_for_modality: bool = False
-    _loaded: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _loaded: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def from_folder(self) -> bool:
