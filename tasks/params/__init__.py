@@ -43,7 +43,7 @@ _EXPORTS = {
     "ConfigError": "tasks.params.base",
     "Strict": "tasks.params.base",
     "IMAGE_SOURCES": "tasks.params.model",
-    "model_family": "tasks.params.model",
+    "resolve_family": "tasks.params.model",
     "data_modality": "tasks.params.model",
     "VitConfig": "tasks.params.model",
     "ModelConfig": "tasks.params.model",

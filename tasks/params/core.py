@@ -35,7 +35,7 @@ from tasks.params.model import (
     ModelConfig,
     RuntimeConfig,
     data_modality,
-    model_family,
+    resolve_family,
 )
 
 #: How far apart replicate seeds put their stage seeds (Deep Ensemble members use base + k and
@@ -145,11 +145,12 @@ class CoreConfig(Strict):
 
     @property
     def model_family(self) -> ModelFamily:
-        """The base's registered family (:func:`tasks.params.model.model_family`: ``model.family``,
-        or with ``auto`` the family ``model.path``'s ``config.json`` names, else the modality's
-        default); ConfigError naming ``model.family`` / ``model.path`` when it cannot be found."""
+        """The base's registered family (:func:`tasks.params.model.resolve_family`:
+        ``model.family``, or with ``auto`` the family ``model.path``'s ``config.json`` names, else
+        the modality's default); ConfigError naming ``model.family`` / ``model.path`` when it
+        cannot be found."""
         try:
-            return model_family(self.model.family, self.model_dir, self.modality)
+            return resolve_family(self.model.family, self.model_dir, self.modality)
         except ValueError as err:
             key = "model.family" if self.model.family != "auto" else "model.path"
             raise ConfigError(f"{key}: {err}") from None
@@ -308,7 +309,7 @@ class CoreConfig(Strict):
         if name != "auto":
             family = FAMILIES[name]
         else:
-            family = found or model_family(name, None, self.modality)
+            family = found or resolve_family(name, None, self.modality)
         if found is not None and found.name != family.name and family.from_folder:
             problems.append(
                 ("model.path", f"holds a {found.name} model but model.family is {family.name!r}")

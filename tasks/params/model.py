@@ -17,7 +17,7 @@ from tasks.params.base import Strict
 IMAGE_SOURCES = ("mnist5k", "digits", "fashion-mnist")
 
 
-def model_family(name: str, path: str | None, modality: str) -> ModelFamily:
+def resolve_family(name: str, path: str | None, modality: str) -> ModelFamily:
     """The registered family of ``model.family`` = ``name``; ``auto``: the family of the folder
     ``path`` (its ``config.json`` ``model_type``), else the default family of ``modality``.
     ValueError (one line, no key) for an unknown name or an unreadable folder."""
