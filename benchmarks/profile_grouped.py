@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.workloads import MODELS, make_inputs, make_members, single_fn
+from benchmarks.workloads import MODELS, is_text, make_inputs, make_members, single_fn
 from hydra_ops.hydra.merge import merge_members
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,8 +229,8 @@ def main(
     torch.set_num_threads(threads)
     pinned = pin_malloc_thresholds() if mallopt else False
     spec = MODELS[model]
-    if spec.family != "bert":
-        raise typer.BadParameter(f"model must be a BERT-family key, got {model!r}")
+    if not is_text(spec.family):
+        raise typer.BadParameter(f"model must be a text model's key, got {model!r}")
     load_start = os.getloadavg()
     base = spec.build()
     member_models = make_members(base, spec.num_layers, spec.num_heads, members)

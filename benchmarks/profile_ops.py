@@ -12,7 +12,7 @@ import torch
 import typer
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.workloads import MODELS, make_inputs, make_members, single_fn
+from benchmarks.workloads import MODELS, is_text, make_inputs, make_members, single_fn
 from hydra_ops.hydra.merge import merge_members
 
 
@@ -34,7 +34,7 @@ def main(
         make_members(base, spec.num_layers, spec.num_heads, members), attention=implementation
     )
     inputs = make_inputs(
-        spec, batch, seq if spec.family == "bert" else None, torch.device("cpu"), torch.float32
+        spec, batch, seq if is_text(spec.family) else None, torch.device("cpu"), torch.float32
     )
     runs = {"base": single_fn(base, spec.family), f"hydra[{implementation}]": hydra}
     with torch.no_grad():

@@ -43,6 +43,7 @@ from benchmarks.workloads import (
     MODELS,
     SMOKE_MODELS,
     ModelSpec,
+    is_text,
     make_inputs,
     make_members,
     perturb,
@@ -536,7 +537,7 @@ def main(
         bench = ModelBench(spec, members, dev, DTYPES[dtype])
         case_batches = [int(b) for b in _csv(batches)] or list(spec.batches)
         max_batch = max(64, *case_batches)
-        case_seqs = [int(x) for x in _csv(seqs)] if seqs and spec.family == "bert" else None
+        case_seqs = [int(x) for x in _csv(seqs)] if seqs and is_text(spec.family) else None
         for seq in case_seqs or spec.seqs:
             for batch in case_batches:
                 results["rows"] += run_case(

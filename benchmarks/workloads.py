@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hydra_ops.adapters import FAMILIES
 from hydra_ops.heads.plans import HeadPlan
 from hydra_ops.heads.surgery import prune_heads
 
@@ -30,7 +31,7 @@ class ModelSpec:
     """One benchmarked architecture and its cases."""
 
     key: str
-    family: str  # "bert" | "timm_vit"
+    family: str  # a registered family (hydra_ops.adapters.FAMILIES)
     num_layers: int
     num_heads: int
     batches: tuple[int, ...]
@@ -182,12 +183,17 @@ def make_members(
     return members
 
 
+def is_text(family: str) -> bool:
+    """True for a text family (inputs ``input_ids, attention_mask``), False for images."""
+    return FAMILIES[family].modality == "text"
+
+
 def make_inputs(
     spec: ModelSpec, batch: int, seq: int | None, device: torch.device, dtype: torch.dtype
 ) -> tuple[Tensor, ...]:
     """Positional inputs: ``(input_ids, attention_mask)`` or ``(pixel_values,)``."""
     g = torch.Generator().manual_seed(batch * 1000 + (seq or 0))
-    if spec.family == "bert":
+    if is_text(spec.family):
         ids = torch.randint(1, spec.vocab, (batch, seq), generator=g).to(device)
         return ids, torch.ones(batch, seq, dtype=torch.long, device=device)
     size = spec.image_size
@@ -195,8 +201,8 @@ def make_inputs(
 
 
 def single_fn(model: nn.Module, family: str) -> Callable[..., Tensor]:
-    """``fn(*inputs) -> logits`` for an HF BERT or timm model."""
-    if family == "bert":
+    """``fn(*inputs) -> logits`` for an HF text classifier or a timm model."""
+    if is_text(family):
         return lambda ids, mask: model(input_ids=ids, attention_mask=mask).logits
     return lambda pixels: model(pixels)
 
@@ -217,7 +223,7 @@ def vmap_ensemble_fn(models: list[nn.Module], family: str) -> Callable[..., Tens
     def member(p: dict[str, Tensor], b: dict[str, Tensor], *x: Tensor) -> Tensor:
         return (
             functional_call(skeleton, (p, b), x)
-            if family != "bert"
+            if not is_text(family)
             else _bert_call(skeleton, p, b, *x)
         )
 

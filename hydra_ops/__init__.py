@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "get_adapter": "hydra_ops.adapters",
-    "SUPPORTED_FAMILIES": "hydra_ops.adapters",
+    "FAMILIES": "hydra_ops.adapters",
     "head_gates": "hydra_ops.heads.gating",
     "HeadPlan": "hydra_ops.heads.plans",
     "plan_overlap": "hydra_ops.heads.plans",

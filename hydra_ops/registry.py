@@ -8,7 +8,7 @@ configured name against). An entry may be lazy, a ``"module:Attr"`` path importe
 one family imports no other family's library. Names in ``reserved`` (``auto`` for the compile
 backends: it chooses among them) cannot be registered.
 
-Used by every registry of the library: ``hydra_ops.adapters.ADAPTERS`` (lazy),
+Used by every registry of the library: ``hydra_ops.adapters.FAMILIES``,
 ``hydra_ops.hydra.grouped.ATTENTION_IMPLEMENTATIONS``, ``hydra_ops.compile.BACKEND_REGISTRY``,
 ``hydra_ops.scoring.SCORERS``. This module imports nothing (no torch).
 """

@@ -1,5 +1,6 @@
-"""Stage ``finetune_base``: fine-tune the base model (MiniLM-L6 on text, a from-scratch timm ViT on
-images) on the training split; writes a safetensors checkpoint to ``models/base``.
+"""Stage ``finetune_base``: fine-tune the base model (a registered family's: on text the encoder in
+``model.path`` or MiniLM-L6, on images a from-scratch timm ViT) on the training split; writes a
+safetensors checkpoint to ``models/base``.
 
 Training runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32 where bf16 is not
 native, else the faster of a short probe of both on this model and batch,

@@ -10,14 +10,25 @@ from torch import nn
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
+    ElectraConfig,
+    ElectraForSequenceClassification,
+    RobertaConfig,
+    RobertaForSequenceClassification,
     ViTConfig,
     ViTForImageClassification,
 )
 
+from hydra_ops.adapters import FAMILIES as REGISTERED
 from hydra_ops.heads.plans import HeadPlan
 from hydra_ops.heads.surgery import prune_heads
 
-FAMILIES = ("bert", "hf_vit", "timm_vit")
+FAMILIES = ("bert", "roberta", "distilbert", "electra", "hf_vit", "timm_vit")
+TEXT_FAMILIES = tuple(f for f in FAMILIES if REGISTERED[f].modality == "text")
+#: The padding token id of each text family's tiny config (RoBERTa's is 1: its positions start at
+#: ``pad + 1``, so padded rows must carry it for the positions to be the model's own).
+PAD_IDS = {"bert": 0, "roberta": 1, "distilbert": 0, "electra": 0}
 NUM_LAYERS = 3
 NUM_HEADS = 4
 NUM_CLASSES = 3
@@ -26,18 +37,36 @@ NUM_CLASSES = 3
 def tiny_model(family: str, seed: int = 0, **overrides) -> nn.Module:
     """A 3-layer, 4-head, hidden-32 model of ``family`` in eval mode."""
     torch.manual_seed(seed)
+    bert_like = dict(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        intermediate_size=64,
+        num_labels=NUM_CLASSES,
+        max_position_embeddings=32,
+    )
     if family == "bert":
+        model = BertForSequenceClassification(BertConfig(**{**bert_like, **overrides}))
+    elif family == "roberta":
+        kwargs = dict(bert_like, pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1)
+        model = RobertaForSequenceClassification(RobertaConfig(**{**kwargs, **overrides}))
+    elif family == "electra":
+        # embedding_size < hidden_size: the model has an embeddings_project
+        kwargs = dict(bert_like, embedding_size=16)
+        model = ElectraForSequenceClassification(ElectraConfig(**{**kwargs, **overrides}))
+    elif family == "distilbert":
         kwargs = dict(
             vocab_size=100,
-            hidden_size=32,
-            num_hidden_layers=NUM_LAYERS,
-            num_attention_heads=NUM_HEADS,
-            intermediate_size=64,
+            dim=32,
+            n_layers=NUM_LAYERS,
+            n_heads=NUM_HEADS,
+            hidden_dim=64,
             num_labels=NUM_CLASSES,
             max_position_embeddings=32,
         )
-        config = BertConfig(**{**kwargs, **overrides})
-        model = BertForSequenceClassification(config)
+        config = DistilBertConfig(**{**kwargs, **overrides})
+        model = DistilBertForSequenceClassification(config)
     elif family == "hf_vit":
         kwargs = dict(
             image_size=16,
@@ -74,14 +103,15 @@ def tiny_inputs(
 ) -> dict[str, torch.Tensor]:
     """A contract batch for ``family``; text batches get ragged padding when ``padded``."""
     g = torch.Generator().manual_seed(seed)
-    if family == "bert":
-        ids = torch.randint(1, 100, (batch, 9), generator=g)
+    if family in PAD_IDS:
+        pad = PAD_IDS[family]
+        ids = torch.randint(pad + 1, 100, (batch, 9), generator=g)
         mask = torch.ones(batch, 9, dtype=torch.long)
         if padded:
             for row in range(batch):
                 length = 2 + (row * 3) % 8
                 mask[row, length:] = 0
-                ids[row, length:] = 0
+                ids[row, length:] = pad
         return {"input_ids": ids, "attention_mask": mask}
     return {"pixel_values": torch.randn(batch, 3, 16, 16, generator=g)}
 
@@ -133,3 +163,37 @@ def train_one_epoch(model: nn.Module, batches: list[dict], **kwargs) -> object:
     return fine_tune(
         model, lambda _e: batches, epochs=1, lr=1e-3, progress=False, log_fn=None, **kwargs
     )
+
+
+def save_text_folder(
+    model: nn.Module, folder, texts: list[str] | tuple[str, ...] = ("a b c", "d e f")
+) -> None:
+    """Save ``model`` with ``save_pretrained`` and a word-level tokenizer built offline from
+    ``texts`` (whitespace words, ``[UNK]``, the model's padding id kept) into ``folder``: a local
+    model folder ``model.path`` and :func:`hydra_ops.models.factory.load_text_classifier` read."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    pad_id = int(model.config.pad_token_id or 0)
+    special = ["[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    special.insert(pad_id, "[PAD]")
+    words = sorted({w for t in texts for w in t.lower().split()})
+    vocab_size = int(model.config.vocab_size)
+    vocab = {tok: i for i, tok in enumerate((special + words)[:vocab_size])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)

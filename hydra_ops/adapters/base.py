@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-Modality = Literal["text", "image"]
+from .family import Modality, UnsupportedModelError
 
 #: Activations the merged model can reproduce exactly, by canonical name.
 ACTIVATIONS: dict[str, Any] = {
@@ -164,6 +164,7 @@ class EmbeddingStage(nn.Module, abc.ABC):
     """
 
     family: ClassVar[str]
+    """Set from the family's registration (:meth:`ModelFamily.embedding_stage_class`)."""
 
     @abc.abstractmethod
     def forward(
@@ -186,14 +187,12 @@ class EmbeddingStage(nn.Module, abc.ABC):
         return None
 
 
-class UnsupportedModelError(ValueError):
-    """The model is not one of the supported families (or uses an unsupported variant)."""
-
-
 class ModelAdapter(abc.ABC):
     """Family-specific knowledge about one model instance (see the module docstring)."""
 
     family: ClassVar[str]
+    """Set from the family's registration (:meth:`ModelFamily.adapter_class`), as
+    :attr:`modality` is."""
     modality: ClassVar[Modality]
 
     def __init__(self, model: nn.Module) -> None:
@@ -314,11 +313,31 @@ class ModelAdapter(abc.ABC):
 
 
 class HuggingFaceAdapter(ModelAdapter):
-    """An adapter of a ``transformers`` classifier: its checkpoint config is
-    ``model.config.to_dict()``, rebuilt as ``model_class(config_class.from_dict(config))``."""
+    """An adapter of ``transformers`` classifiers: :attr:`hf_classes` maps each ``model_type`` it
+    handles to its ``(config class, model class)``; its checkpoint config is
+    ``model.config.to_dict()``, rebuilt as ``model_class(config_class.from_dict(config))`` of the
+    config's ``model_type``."""
 
-    config_class: ClassVar[Any]
-    model_class: ClassVar[Any]
+    hf_classes: ClassVar[dict[str, tuple[Any, Any]]]
+    #: Weight-name prefixes a pretrained encoder folder may lack: the new classification head
+    #: (:func:`hydra_ops.models.factory.load_text_classifier`).
+    new_weight_prefixes: ClassVar[tuple[str, ...]] = ("classifier.",)
+
+    @classmethod
+    def matches(cls, model: nn.Module) -> bool:
+        """True for an instance of exactly one of :attr:`hf_classes`' model classes: a subclass
+        may compute something else (and may be a family of its own)."""
+        return type(model) in {model_class for _, model_class in cls.hf_classes.values()}
+
+    @classmethod
+    def hf_class(cls, model_type: object) -> tuple[Any, Any]:
+        """``(config class, model class)`` of ``model_type`` (UnsupportedModelError otherwise)."""
+        if model_type not in cls.hf_classes:
+            raise UnsupportedModelError(
+                f"model_type {model_type!r} is not one of {cls.family!r}'s: "
+                + ", ".join(cls.hf_classes)
+            )
+        return cls.hf_classes[model_type]  # type: ignore[index]
 
     @classmethod
     def model_config(cls, model: nn.Module) -> dict[str, Any]:
@@ -326,7 +345,11 @@ class HuggingFaceAdapter(ModelAdapter):
 
     @classmethod
     def build_model(cls, config: Mapping[str, Any]) -> nn.Module:
-        return cls.model_class(cls.config_class.from_dict(dict(config)))
+        config_class, model_class = cls.hf_class(config.get("model_type"))
+        return model_class(config_class.from_dict(dict(config)))
+
+    def architecture_config(self) -> dict[str, Any]:
+        return self.model.config.to_dict()
 
 
 def _unique(params: list[nn.Parameter]) -> list[nn.Parameter]:

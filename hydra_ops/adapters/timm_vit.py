@@ -13,7 +13,7 @@ weights are read for the merge, which is exact in real arithmetic.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from timm.layers import PatchEmbed
@@ -57,8 +57,6 @@ def _layer_scale(module: nn.Module) -> Tensor | None:
 
 class TimmViTEmbeddingStage(EmbeddingStage):
     """timm ViT input stage: ``PatchEmbed``, prefix tokens, absolute positions, ``norm_pre``."""
-
-    family = "timm_vit"
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__()
@@ -113,9 +111,6 @@ class TimmViTEmbeddingStage(EmbeddingStage):
 
 
 class TimmViTAdapter(ModelAdapter):
-    family: ClassVar[str] = "timm_vit"
-    modality = "image"
-
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         problems = []

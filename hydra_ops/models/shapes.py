@@ -1,5 +1,5 @@
-"""Default shapes of the models hydra_ops builds from scratch (no torch import: the pipeline's
-params schema reads them)."""
+"""Default shapes of the models hydra_ops builds from scratch, and the family and shape of a local
+model folder from its ``config.json`` (no torch import: the pipeline's params schema reads them)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: ``model_type`` values of the ``config.json`` a text model folder may have.
-TEXT_MODEL_TYPES = ("bert",)
+from hydra_ops.adapters.family import ModelFamily, family_of_model_type
 
 
 @dataclass(frozen=True)
@@ -29,9 +28,10 @@ class VitShape:
 VIT_DEFAULTS = VitShape()
 
 
-def read_text_model_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``path``'s ``config.json`` as a dict; ValueError (one line naming the folder) unless it is a
-    local BERT folder (``model_type`` in :data:`TEXT_MODEL_TYPES`)."""
+def read_model_folder(path: str | os.PathLike[str]) -> tuple[dict[str, Any], ModelFamily]:
+    """``(config.json as a dict, its family)`` of a local model folder; ValueError (one line naming
+    the folder) unless its ``model_type`` is one a registered family loads
+    (:attr:`~hydra_ops.adapters.family.ModelFamily.model_types`; the message lists them)."""
     file = Path(path) / "config.json"
     if not file.is_file():
         raise ValueError(f"{str(path)!r} is not a local model folder (no config.json)")
@@ -42,22 +42,17 @@ def read_text_model_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{str(file)!r} is not readable JSON ({reason})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{str(file)!r} must hold a JSON object")
-    model_type = config.get("model_type")
-    if model_type not in TEXT_MODEL_TYPES:
-        raise ValueError(
-            f"{str(file)!r} has model_type {model_type!r}, supported: "
-            f"{', '.join(map(repr, TEXT_MODEL_TYPES))} (a BERT encoder such as MiniLM)"
-        )
-    return config
+    return config, family_of_model_type(config.get("model_type"), repr(str(file)))
 
 
-def text_model_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """``(layers, heads per layer)`` from a BERT folder's ``config.json``
-    (:func:`read_text_model_config`; ValueError too when a count is not a positive integer)."""
-    config = read_text_model_config(path)
+def model_folder_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """``(layers, heads per layer)`` from a model folder's ``config.json`` (its family's
+    ``shape_keys``; :func:`read_model_folder`; ValueError too when a count is not a positive
+    integer)."""
+    config, family = read_model_folder(path)
     file = Path(path) / "config.json"
     shape = []
-    for key in ("num_hidden_layers", "num_attention_heads"):
+    for key in family.shape_keys:
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{str(file)!r}: {key} must be a positive integer, got {value!r}")

@@ -42,8 +42,7 @@ from typing import Any
 _EXPORTS = {
     "ConfigError": "tasks.params.base",
     "Strict": "tasks.params.base",
-    "MINILM_LAYERS": "tasks.params.model",
-    "MINILM_HEADS": "tasks.params.model",
+    "resolve_family": "tasks.params.model",
     "data_modality": "tasks.params.model",
     "VitConfig": "tasks.params.model",
     "ModelConfig": "tasks.params.model",

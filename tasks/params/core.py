@@ -24,7 +24,9 @@ from pydantic import (
     model_validator,
 )
 
+from hydra_ops.adapters import FAMILIES, ModelFamily
 from hydra_ops.data.spec import DataSpec, OODSource, near_ood_problem
+from hydra_ops.models.shapes import model_folder_shape, read_model_folder
 from tasks.params.base import ConfigError, Strict
 from tasks.params.evaluation import CalibrateConfig, CompileConfig, EvaluateConfig
 from tasks.params.members import MembersConfig, MergeConfig, ScoringConfig
@@ -32,8 +34,8 @@ from tasks.params.model import (
     FinetuneConfig,
     ModelConfig,
     RuntimeConfig,
-    _text_model_shape,
     data_modality,
+    resolve_family,
 )
 
 #: How far apart replicate seeds put their stage seeds (Deep Ensemble members use base + k and
@@ -142,21 +144,33 @@ class CoreConfig(Strict):
         return data_modality(self._project_data())
 
     @property
+    def model_family(self) -> ModelFamily:
+        """The base's registered family (:func:`tasks.params.model.resolve_family`:
+        ``model.family``, or with ``auto`` the family ``model.path``'s ``config.json`` names, else
+        the modality's default); ConfigError naming ``model.family`` / ``model.path`` when it
+        cannot be found."""
+        try:
+            return resolve_family(self.model.family, self.model_dir, self.modality)
+        except ValueError as err:
+            key = "model.family" if self.model.family != "auto" else "model.path"
+            raise ConfigError(f"{key}: {err}") from None
+
+    @property
     def family(self) -> str:
-        if self.model.family != "auto":
-            return self.model.family
-        return "timm_vit" if self.modality == "image" else "bert"
+        return self.model_family.name
 
     @property
     def model_shape(self) -> tuple[int, int]:
-        """``(layers, heads per layer)`` of the base model: ``model.vit``'s for the timm ViT,
-        MiniLM-L6's (6, 12) for the default text model, else ``model.path``'s ``config.json``'s
-        (ConfigError naming ``model.path`` when it cannot be read)."""
-        if self.family == "timm_vit":
+        """``(layers, heads per layer)`` of the base model: ``model.vit``'s for a family built
+        from scratch, else that of the folder it loads (``model.path``, or the family's default
+        folder: MiniLM-L6's (6, 12) for ``bert``), read from its ``config.json`` (ConfigError
+        naming ``model.path`` when it cannot be read)."""
+        family = self.model_family
+        if not family.from_folder:
             return self.model.vit.depth, self.model.vit.num_heads
         try:
-            return _text_model_shape(self.model_dir)
-        except ValueError as err:
+            return model_folder_shape(self.model_dir or family.default_path())
+        except (TypeError, ValueError) as err:
             raise ConfigError(f"model.path: {err}") from None
 
     @property
@@ -178,7 +192,7 @@ class CoreConfig(Strict):
     def base_lr(self) -> float:
         if self.finetune.lr is not None:
             return self.finetune.lr
-        return 1e-3 if self.family == "timm_vit" else 5e-5
+        return self.model_family.lr
 
     @property
     def member_lr(self) -> float:
@@ -213,11 +227,7 @@ class CoreConfig(Strict):
     def _cross_checks(self, info: ValidationInfo) -> CoreConfig:
         self._root = (info.context or {}).get("root")
         problems: list[tuple[str, str]] = []
-        modality = self.modality
-        if self.model.family == "bert" and modality == "image":
-            problems.append(("model.family", "'bert' needs a text data.source"))
-        if self.model.family == "timm_vit" and modality == "text":
-            problems.append(("model.family", "'timm_vit' needs an image data.source"))
+        family = self._family_problems(problems)
         if self.data.path and not self.project_path(self.data.path).exists():
             problems.append(("data.path", f"{self.data.path!r} does not exist"))
         else:  # evaluate, the gates and the baselines all score a near-OOD split
@@ -228,18 +238,16 @@ class CoreConfig(Strict):
             value = getattr(self.data, key)
             if isinstance(value, OODSource) and not self.project_path(value.path).exists():
                 problems.append((f"data.{key}.path", f"{value.path!r} does not exist"))
-        shape_known = True
-        if self.model_dir and not Path(self.model_dir).exists():
-            problems.append(("model.path", f"{self.model.path!r} does not exist"))
-            shape_known = self.family == "timm_vit"
-        elif self.family != "timm_vit":
+        path_missing = bool(self.model_dir) and not Path(self.model_dir).exists()
+        shape_known = family is not None and not (family.from_folder and path_missing)
+        if shape_known and family.from_folder:
             try:
-                _text_model_shape(self.model_dir)
-            except ValueError as err:
-                problems.append(("model.path", str(err)))
+                self.model_shape  # noqa: B018 (read for its check)
+            except ConfigError as err:
+                problems.append(("model.path", str(err).partition(": ")[2]))
                 shape_known = False
         vit = self.model.vit
-        if self.family == "timm_vit":
+        if family is not None and not family.from_folder:  # built from scratch: model.vit
             if vit.image_size % vit.patch_size:
                 problems.append(("model.vit.patch_size", "must divide model.vit.image_size"))
             if vit.embed_dim % vit.num_heads:
@@ -281,3 +289,47 @@ class CoreConfig(Strict):
         if problems:
             raise ValueError("; ".join(f"@{k}: {m}" for k, m in problems))
         return self
+
+    def _family_problems(self, problems: list[tuple[str, str]]) -> ModelFamily | None:
+        """Append what is wrong with ``model.family`` / ``model.path`` to ``problems``; the base's
+        family, or None when it cannot be known."""
+        name, folder = self.model.family, self.model_dir
+        if folder and not Path(folder).exists():
+            problems.append(("model.path", f"{self.model.path!r} does not exist"))
+            folder = None
+        if name != "auto" and name not in FAMILIES:
+            return None  # an unknown name: tasks.params.names reports it with the allowed ones
+        found = None
+        if folder and (name == "auto" or FAMILIES[name].from_folder):
+            try:
+                found = read_model_folder(folder)[1]
+            except ValueError as err:
+                problems.append(("model.path", str(err)))
+                return None
+        if name != "auto":
+            family = FAMILIES[name]
+        else:
+            family = found or resolve_family(name, None, self.modality)
+        if found is not None and found.name != family.name and family.from_folder:
+            problems.append(
+                ("model.path", f"holds a {found.name} model but model.family is {family.name!r}")
+            )
+            return None
+        if family.modality != self.modality and name == "auto":
+            problems.append(
+                ("model.path", f"holds a {family.name} model, which needs {family.modality} data")
+            )
+            return None
+        if family.modality != self.modality:
+            article = "an" if family.modality == "image" else "a"
+            problems.append(
+                ("model.family", f"{family.name!r} needs {article} {family.modality} data.source")
+            )
+            return None
+        if family.builder is None:
+            problems.append(("model.family", f"{family.name!r} cannot be a pipeline base"))
+            return None
+        if family.from_folder and not self.model_dir and family.default_folder is None:
+            problems.append(("model.path", f"model.family {family.name!r} needs a model folder"))
+            return None
+        return family

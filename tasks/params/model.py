@@ -1,27 +1,30 @@
 """The model-side sections: ``model`` (with ``model.vit``), ``finetune``, ``runtime``; the data
-modality and the text model's shape they derive from."""
+modality and the model family and shape they derive from."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer
 
+from hydra_ops.adapters import FAMILIES, ModelFamily, default_family
 from hydra_ops.data.catalog import data_modality as source_modality
 from hydra_ops.data.spec import DataSpec
-from hydra_ops.models.shapes import VIT_DEFAULTS, text_model_shape
+from hydra_ops.models.shapes import VIT_DEFAULTS, read_model_folder
 from tasks.params.base import Strict
 
-#: Heads per layer / layers of the built-in text model (MiniLM-L6).
-MINILM_LAYERS, MINILM_HEADS = 6, 12
 
-
-def _text_model_shape(path: str | None) -> tuple[int, int]:
-    """``(layers, heads per layer)`` of the text model: MiniLM-L6's without ``path``, else
-    :func:`hydra_ops.models.shapes.text_model_shape` of its folder (ValueError, one line, no
-    key)."""
-    return (MINILM_LAYERS, MINILM_HEADS) if path is None else text_model_shape(path)
+def resolve_family(name: str, path: str | None, modality: str) -> ModelFamily:
+    """The registered family of ``model.family`` = ``name``; ``auto``: the family of the folder
+    ``path`` (its ``config.json`` ``model_type``), else the default family of ``modality``.
+    ValueError (one line, no key) for an unknown name or an unreadable folder."""
+    if name != "auto":
+        return FAMILIES.get(name, "model.family")
+    if path is not None and Path(path).exists():
+        return read_model_folder(path)[1]
+    return default_family(modality)
 
 
 def data_modality(data: DataSpec) -> str:
@@ -43,7 +46,8 @@ class VitConfig(Strict):
 
 class ModelConfig(Strict):
     family: str = "auto"
-    """``auto`` (from the data's modality) or one of ``hydra_ops.models.factory.BASE_FAMILIES``."""
+    """``auto`` (from ``path``'s ``config.json`` ``model_type``, else the data's modality) or a
+    family of ``hydra_ops.adapters.FAMILIES`` that has a builder."""
     path: str | None = None
     max_length: int = Field(default=64, ge=8, le=512)
     vit: VitConfig = VitConfig()
@@ -53,7 +57,8 @@ class FinetuneConfig(Strict):
     epochs: int = Field(default=3, ge=1)
     batch_size: int = Field(default=16, ge=1)
     lr: float | None = Field(default=None, gt=0)
-    """``None``: 5e-5 for MiniLM (fine-tuning), 1e-3 for the from-scratch timm ViT."""
+    """``None``: the family's default (``ModelFamily.lr``: 5e-5 to fine-tune a pretrained text
+    encoder, 1e-3 for the from-scratch timm ViT)."""
     weight_decay: float = Field(default=0.01, ge=0)
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     seed: int = 0

@@ -22,9 +22,9 @@ from tasks.params.schema import PipelineConfig
 
 
 def _families() -> tuple[str, ...]:
-    from hydra_ops.models.factory import BASE_FAMILIES
+    from hydra_ops.adapters import FAMILIES
 
-    return ("auto", *BASE_FAMILIES)
+    return ("auto", *(name for name, family in FAMILIES.items() if family.builder))
 
 
 def _scorers() -> tuple[str, ...]:

@@ -139,3 +139,18 @@ def test_trunk_parameters_are_embeddings_and_first_blocks(family):
     assert adapter.trunk_parameters(0) == []
     with pytest.raises(ValueError, match=r"num_layers must be an int in 0\.\.3"):
         adapter.trunk_parameters(4)
+
+
+def test_distilbert_has_no_token_types_and_ignores_those_a_batch_has():
+    """DistilBERT's embeddings have no token-type table: a batch's ``token_type_ids`` (which a
+    BERT-style tokenizer makes) change nothing, in the model and in its merged form."""
+    from hydra_ops.hydra.merge import merge_members
+
+    model = tiny_model("distilbert")
+    assert not any("token_type" in n for n, _ in model.named_parameters())
+    batch = tiny_inputs("distilbert", 5)
+    typed = {**batch, "token_type_ids": torch.ones_like(batch["input_ids"])}
+    hydra = merge_members([model], mode="stack")
+    with torch.no_grad():
+        assert torch.equal(get_adapter(model).logits(typed), get_adapter(model).logits(batch))
+        assert torch.equal(hydra.batch_logits(typed), hydra.batch_logits(batch))

@@ -144,7 +144,7 @@ def test_config_that_does_not_fit_weights(tmp_path):
 
 
 def test_save_rejects_unknown_model(tmp_path):
-    with pytest.raises(ValueError, match="supported families: bert, hf_vit, timm_vit"):
+    with pytest.raises(ValueError, match=r"supported families: bert, roberta, .*, timm_vit"):
         save_model(torch.nn.Linear(2, 2), tmp_path / "x")
 
 
@@ -160,3 +160,33 @@ def test_pruned_member_checkpoint_round_trip(tmp_path, family):
     batch = tiny_inputs(family, 3)
     with torch.no_grad():
         assert torch.equal(get_adapter(loaded).logits(batch), get_adapter(pruned).logits(batch))
+
+
+@pytest.mark.parametrize("model_type", ["xlm-roberta", "camembert"])
+def test_roberta_copies_load_back_as_their_own_class(tmp_path, model_type):
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=60,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=3,
+        pad_token_id=1,
+    )
+    model = AutoModelForSequenceClassification.from_config(config).eval()
+    prune_heads(model, HeadPlan(((0, 2), (1,))))
+    save_model(model, tmp_path / "c")
+    loaded = load_model(tmp_path / "c")
+    assert type(loaded) is type(model) and read_checkpoint_metadata(tmp_path / "c")["family"] == (
+        "roberta"
+    )
+    ids = torch.tensor([[0, 5, 9, 2], [0, 7, 1, 1]])
+    mask = (ids != 1).long()
+    assert torch.equal(
+        model(input_ids=ids, attention_mask=mask).logits,
+        loaded(input_ids=ids, attention_mask=mask).logits,
+    )

@@ -134,7 +134,8 @@ def test_lora_targets_are_the_attention_projections_and_the_classifier(family):
     per_layer = 2 if family == "timm_vit" else 4  # timm fuses q, k, v into qkv
     assert len(targets) == NUM_LAYERS * per_layer
     assert all(("attn" in t or "attention" in t) and "intermediate" not in t for t in targets)
-    assert classifier_name(model) == ("head" if family == "timm_vit" else "classifier")
+    heads = {"timm_vit": "head", "roberta": "classifier.out_proj", "electra": "classifier.out_proj"}
+    assert classifier_name(model) == heads.get(family, "classifier")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

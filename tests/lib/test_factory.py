@@ -165,7 +165,8 @@ def test_a_gpt2_folder_is_refused_in_one_line(tmp_path):
         tmp_path
     )
     msg = _load_error(tmp_path)
-    assert str(tmp_path) in msg and "model_type 'gpt2'" in msg and "supported: 'bert'" in msg
+    assert str(tmp_path) in msg and "model_type 'gpt2'" in msg
+    assert "not a supported one: bert (bert), roberta (roberta), xlm-roberta (roberta)" in msg
 
 
 def test_a_tiny_bert_folder_loads_every_encoder_weight(tmp_path):
@@ -195,3 +196,46 @@ def test_a_bert_folder_without_its_pooler_still_loads(tmp_path):
     save_file(kept, weights, metadata={"format": "pt"})
     model, _ = load_text_classifier(2, model_path=tmp_path)
     assert model.config.num_labels == 2
+
+
+# ---- every family loaded from a folder: model.path's config.json picks the class ----
+FOLDER_FAMILIES = ("roberta", "distilbert", "electra")
+
+
+@pytest.mark.parametrize("family", FOLDER_FAMILIES)
+def test_a_tiny_folder_of_each_family_loads_as_its_own_class(tmp_path, family):
+    from tiny_models import save_text_folder, tiny_model
+
+    from hydra_ops.adapters import get_adapter
+    from hydra_ops.models.factory import build_base
+
+    source = tiny_model(family)
+    save_text_folder(source, tmp_path, ["the cat sat", "a dog ran"])
+    model = build_base(family, ["x", "y"], seed=3, model_path=tmp_path)
+    assert type(model) is type(source) and get_adapter(model).family == family
+    assert model.config.id2label == {0: "x", 1: "y"}
+    head = get_adapter(model).new_weight_prefixes
+    encoder = {k: v for k, v in source.state_dict().items() if not k.startswith(head)}
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in encoder.items())
+    again = build_base(family, ["x", "y"], seed=3, model_path=tmp_path)
+    assert _same_state(model, again)  # the new head is seeded
+    _, tokenizer = load_text_classifier(2, model_path=tmp_path)
+    batch = tokenizer(["the cat", "a dog ran far"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert get_adapter(model).logits(dict(batch)).shape == (2, 2)
+
+
+def test_a_folder_of_another_family_is_refused_in_one_line(tmp_path):
+    from tiny_models import save_text_folder, tiny_model
+
+    from hydra_ops.models.factory import build_base
+
+    save_text_folder(tiny_model("roberta"), tmp_path)
+    with pytest.raises(ValueError) as info:
+        build_base("distilbert", ["x", "y"], seed=0, model_path=tmp_path)
+    assert str(info.value) == f"model.path {str(tmp_path)!r} holds a roberta model, not distilbert"
+    with pytest.raises(ValueError, match=r"model\.family='roberta' needs model\.path"):
+        build_base("roberta", ["x", "y"], seed=0)
+    with pytest.raises(ValueError, match="'hf_vit' cannot be a pipeline base"):
+        build_base("hf_vit", ["x", "y"], seed=0)

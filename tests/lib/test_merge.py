@@ -31,6 +31,10 @@ ATTENTION_PARTS = (
     "attention.k_proj",
     "attention.v_proj",
     "attention.o_proj",
+    "attention.q_lin",
+    "attention.k_lin",
+    "attention.v_lin",
+    "attention.out_lin",
     "attn.qkv",
     "attn.proj",
     "ls1",
@@ -199,3 +203,64 @@ def test_minilm_stack_merge_is_exact_on_padded_text(minilm):
     assert out.shape == (3, 3, 4)
     assert (out - ref).abs().max().item() <= 1e-5
     assert batch["attention_mask"].min() == 0  # the batch really is padded
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides"),
+    [
+        ("electra", {"embedding_size": 32}),  # no embeddings_project
+        ("distilbert", {"sinusoidal_pos_embds": True}),
+        ("distilbert", {"activation": "relu"}),
+    ],
+)
+def test_family_variants_merge_exactly(family, overrides):
+    members = make_members(family, member_plans(3), fine_tuned=True, **overrides)
+    hydra = merge_members(members, mode="stack")
+    batch = tiny_inputs(family, 7)
+    with torch.no_grad():
+        out = hydra(*positional(batch))
+    assert (out - member_logits(members, batch)).abs().max().item() <= ATOL
+
+
+def test_roberta_positions_come_from_the_ids_wherever_the_padding_is():
+    """RoBERTa numbers real tokens from ``pad + 1`` (pad id 1) whatever precedes them: a left-padded
+    row's tokens get the positions of the unpadded row, in the model and in the merged model."""
+    members = make_members("roberta", member_plans(2), fine_tuned=True)
+    hydra = merge_members(members, mode="stack")
+    ids = torch.tensor([[0, 17, 23, 41, 2]])
+    left = torch.cat([torch.ones(1, 3, dtype=torch.long), ids], dim=1)
+    stage = get_adapter(members[0]).embedding_stage()
+    with torch.no_grad():
+        torch.testing.assert_close(stage(left)[:, 3:], stage(ids), rtol=0, atol=1e-6)
+        batch = {"input_ids": left, "attention_mask": (left != 1).long()}
+        out = hydra(*positional(batch))
+    assert (out - member_logits(members, batch)).abs().max().item() <= ATOL
+
+
+@pytest.mark.parametrize("model_type", ["xlm-roberta", "camembert"])
+def test_roberta_copies_merge_exactly(model_type):
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=3,
+        pad_token_id=1,
+    )
+    base = perturbed(AutoModelForSequenceClassification.from_config(config), 7, scale=0.1).eval()
+    assert get_adapter(base).family == "roberta"
+    members = [
+        perturbed(prune_heads(copy.deepcopy(base), plan), 100 + i)
+        for i, plan in enumerate(member_plans(3))
+    ]
+    hydra = merge_members(members, mode="stack", shared_layers=0)
+    batch = tiny_inputs("roberta", 7)
+    with torch.no_grad():
+        out = hydra(*positional(batch))
+    assert (out - member_logits(members, batch)).abs().max().item() <= ATOL

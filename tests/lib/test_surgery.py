@@ -4,7 +4,7 @@ import copy
 
 import pytest
 import torch
-from tiny_models import FAMILIES, NUM_HEADS, NUM_LAYERS, tiny_inputs, tiny_model
+from tiny_models import FAMILIES, NUM_HEADS, NUM_LAYERS, TEXT_FAMILIES, tiny_inputs, tiny_model
 
 from hydra_ops.adapters import get_adapter
 from hydra_ops.heads.gating import head_gates
@@ -43,6 +43,19 @@ def test_pruned_model_equals_gated_model(family, batch_size):
     n_after = sum(p.numel() for p in pruned.parameters())
     removed_heads = NUM_LAYERS * NUM_HEADS - PLAN.total_heads()
     assert n_before - n_after == removed_heads * adapter.head_dim * (4 * 32 + 3)
+
+
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
+def test_a_pruned_model_runs_the_same_under_each_attention_implementation(family):
+    """transformers' eager and sdpa attention both read the pruned head count from the weights."""
+    outs = []
+    for implementation in ("eager", "sdpa"):
+        model = prune_heads(tiny_model(family), PLAN)
+        model.set_attn_implementation(implementation)
+        assert model.config._attn_implementation == implementation
+        with torch.no_grad():
+            outs.append(get_adapter(model).logits(tiny_inputs(family, 7)))
+    assert (outs[0] - outs[1]).abs().max().item() <= 1e-5
 
 
 def test_pruning_twice_tracks_original_indices():

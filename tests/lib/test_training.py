@@ -161,16 +161,29 @@ def test_frozen_layers_stay_unchanged():
 #: from the adapters) so that the test checks the adapters' lists.
 EMBEDDING_PREFIXES = {
     "bert": ("bert.embeddings.",),
+    "roberta": ("roberta.embeddings.",),
+    "distilbert": ("distilbert.embeddings.",),
+    "electra": ("electra.embeddings.", "electra.embeddings_project."),
     "hf_vit": ("vit.embeddings.",),
     "timm_vit": ("patch_embed.", "cls_token", "reg_token", "pos_embed", "norm_pre."),
 }
 BLOCK_PREFIX = {
     "bert": "bert.encoder.layer.{}.",
+    "roberta": "roberta.encoder.layer.{}.",
+    "distilbert": "distilbert.transformer.layer.{}.",
+    "electra": "electra.encoder.layer.{}.",
     "hf_vit": "vit.layers.{}.",
     "timm_vit": "blocks.{}.",
 }
 #: timm with register tokens and a pre-norm: the embedding-side parts that used to stay trainable
-TINY_OVERRIDES = {"bert": {}, "hf_vit": {}, "timm_vit": {"reg_tokens": 2, "pre_norm": True}}
+TINY_OVERRIDES = {
+    "bert": {},
+    "roberta": {},
+    "distilbert": {},
+    "electra": {},
+    "hf_vit": {},
+    "timm_vit": {"reg_tokens": 2, "pre_norm": True},
+}
 
 
 def _expected_frozen(family: str, names: list[str], k: int) -> set[str]:

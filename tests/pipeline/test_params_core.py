@@ -120,8 +120,11 @@ def test_model_shape_follows_model_path(tmp_path):
     assert one_line(info) == "params.yaml: merge.shared_layers: must be < the model's 2 layers"
     # the packaged MiniLM and the image family keep their shapes
     assert (validate_params({}).model_layers, validate_params({}).model_heads) == (6, 12)
-    image = validate_params({"data": {"name": "digits"}, "model": {"path": str(folder)}})
+    image = validate_params({"data": {"name": "digits"}})
     assert (image.model_layers, image.model_heads) == (image.model.vit.depth, 6)
+    with pytest.raises(ConfigError) as info:  # the folder's family picks the model: text only
+        validate_params({"data": {"name": "digits"}, "model": {"path": str(folder)}})
+    assert one_line(info) == "params.yaml: model.path: holds a bert model, which needs text data"
 
 
 def test_a_real_tiny_bert_folder_gives_its_shape(tmp_path):
@@ -139,7 +142,10 @@ def test_a_real_tiny_bert_folder_gives_its_shape(tmp_path):
     [
         (None, "is not a local model folder (no config.json)"),
         ("{not json", "is not readable JSON"),
-        ('{"model_type": "gpt2", "n_layer": 2}', "has model_type 'gpt2', supported: 'bert'"),
+        (
+            '{"model_type": "gpt2", "n_layer": 2}',
+            "has model_type 'gpt2', not a supported one: bert (bert), roberta (roberta), ",
+        ),
         ('{"model_type": "bert", "num_hidden_layers": 0}', "num_hidden_layers must be a positive"),
     ],
 )
@@ -206,3 +212,41 @@ def test_efficient_baselines_are_off_by_default_and_dumped_with_their_settings()
     raw = to_raw(resolve_params("default", sets={"baselines.lora_ensemble.enabled": True}))
     assert raw["baselines"]["lora_ensemble"]["enabled"] is True
     assert set(raw["baselines"]["batch_ensemble"]) >= {"enabled", "members", "init_std", "lr"}
+
+
+# ---- the family follows model.path's config.json ----
+
+
+@pytest.mark.parametrize(
+    ("config", "family", "shape"),
+    [
+        ({"model_type": "roberta", "num_hidden_layers": 3, "num_attention_heads": 4}, "roberta", 3),
+        (
+            {"model_type": "xlm-roberta", "num_hidden_layers": 2, "num_attention_heads": 4},
+            "roberta",
+            2,
+        ),
+        ({"model_type": "distilbert", "n_layers": 2, "n_heads": 4}, "distilbert", 2),
+        ({"model_type": "electra", "num_hidden_layers": 4, "num_attention_heads": 4}, "electra", 4),
+    ],
+)
+def test_model_path_picks_the_family_and_its_shape(tmp_path, config, family, shape):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cfg = validate_params({"model": {"path": str(tmp_path)}})
+    assert (cfg.family, cfg.model_layers, cfg.model_heads, cfg.base_lr) == (family, shape, 4, 5e-5)
+    assert validate_params({"model": {"path": str(tmp_path), "family": family}}).family == family
+
+
+def test_a_family_that_does_not_fit_model_path_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "distilbert"}))
+    with pytest.raises(ConfigError) as info:
+        validate_params({"model": {"path": str(tmp_path), "family": "roberta"}})
+    assert one_line(info) == (
+        "params.yaml: model.path: holds a distilbert model but model.family is 'roberta'"
+    )
+    with pytest.raises(ConfigError) as info:
+        validate_params({"model": {"family": "electra"}})
+    assert one_line(info) == "params.yaml: model.path: model.family 'electra' needs a model folder"
+    with pytest.raises(ConfigError) as info:
+        validate_params({"model": {"family": "hf_vit"}, "data": {"name": "digits"}})
+    assert one_line(info) == "params.yaml: model.family: 'hf_vit' cannot be a pipeline base"
