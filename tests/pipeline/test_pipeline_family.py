@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, make_project
-from tasks.layout import STAGES
+from tasks.runtime.layout import STAGES
 from tiny_models import save_text_folder
 
 pytestmark = pytest.mark.slow
