@@ -91,7 +91,7 @@ def _check_allocator() -> None:
 def run(
     project: Project = None,
     params: Annotated[Path | None, typer.Option(help="params file, over the profile")] = None,
-    profile: Annotated[str | None, typer.Option(help="default | quick")] = None,
+    profile: Annotated[str | None, typer.Option(help="default | study | quick")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
     push: Annotated[bool, typer.Option(help="dvc push to the local remote after the run")] = True,
 ) -> None:

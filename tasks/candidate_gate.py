@@ -25,11 +25,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tasks.gate import COMPILE_METRICS, NO_CHECK, evaluate_check
+from tasks.gate_kinds.base import COMPILE_METRICS
+from tasks.gate_kinds.judge import evaluate_check
 from tasks.params import GateCheck, PipelineConfig
 from tasks.twin_gate import resolve_any_of
 
 NOT_APPLICABLE = "not applicable"
+#: The failed "check" of a verdict in which no check applied.
+NO_CHECK = "no applicable check"
+NO_CHECK_NOTE = (
+    "no check passed or failed (gates: [] or every check skipped / not applicable); a verdict "
+    "needs at least one check that applies"
+)
 #: The candidate whose checks the verdict's top-level fields hold when none is allowed and passes.
 DEFAULT = "hydra"
 
@@ -190,9 +197,14 @@ def judge_all(
         head.update(passed=False, verdict="failed")
         if not head["failed"]:  # the top candidate passed but may not ship
             head["failed"] = [f"{top}: {judged[top].get('note') or 'not allowed to ship'}"]
+    checks = judged[top]["checks"]
     return {
         **head,
-        "checks": judged[top]["checks"],
+        "checks": checks,
+        "baselines_used": sorted(
+            {c["against"] for c in checks if c.get("against")} - {"threshold"}
+        ),
+        "failures": failures(checks),
         "candidate": top,
         "ships": ships,
         "allowed": allowed,
@@ -200,6 +212,37 @@ def judge_all(
         "cost_reference": (cost or {}).get("reference"),
         "candidates": judged,
     }
+
+
+def failures(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each failed check of ``records``: its name, what it was compared against, and by how much
+    it failed (``by``: the shortfall in the metric's units; None when it could not be judged,
+    ``note`` then says why)."""
+    out = []
+    for c in records:
+        if c["status"] != "failed":
+            continue
+        margin = c.get("margin")
+        out.append(
+            {
+                "check": c["name"],
+                "against": c.get("against"),
+                "by": None if margin is None or margin >= 0 else -margin,
+                "note": c.get("note") or c.get("rule"),
+            }
+        )
+    return out
+
+
+def failure_lines(verdict: Mapping[str, Any]) -> list[str]:
+    """One line per failed check of the verdict's top candidate: which check, against what, and
+    by how much (or why it could not be judged)."""
+    lines = []
+    for f in verdict.get("failures") or []:
+        against = f" against {f['against']}" if f.get("against") else ""
+        by = f" by {f['by']:.4f}" if f.get("by") is not None else ""
+        lines.append(f"{f['check']}{against}{by} ({f['note']})")
+    return lines
 
 
 def _ratio(c: Mapping[str, Any]) -> str:

@@ -1,12 +1,15 @@
-"""Stage ``gate``: the checks of ``params.yaml``'s ``gates:`` on the Hydra model's metrics.
+"""Stage ``gate``: the checks of ``params.yaml``'s ``gates:`` on every candidate's metrics.
 
-Each check (``tasks.params.GateCheck``, modelled on MLflow's ``MetricThreshold``) is either an
-absolute threshold or a comparison with a baseline (``single``, ``naive_pruned``,
-``deep_ensemble``, ``control``) or the current ``prod`` model, with a direction per metric, on
-calibrated probabilities unless it says ``calibrated: false``. With a baseline the candidate may be
-worse by at most ``tolerance`` (or must be better by at least ``min_absolute_change``); with
-``use_bootstrap_bound`` the conservative end of the paired bootstrap interval of
-(Hydra - baseline) replaces the point difference.
+Each check (``tasks.params.GateCheck``, modelled on MLflow's ``MetricThreshold``) is judged by its
+kind (:mod:`tasks.gate_kinds`): a comparison with a baseline the run built (``single``,
+``naive_pruned``, ``deep_ensemble``, ...) or the current ``prod`` model, or an absolute threshold
+the user opts into, with a direction per metric, on calibrated probabilities unless it says
+``calibrated: false``. With a baseline the candidate may be worse by at most ``tolerance`` (or
+must be better by at least ``min_absolute_change``); with ``use_bootstrap_bound`` the conservative
+end of the paired bootstrap interval of (candidate - baseline) replaces the point difference.
+Every record says what it was compared ``against`` and its ``margin`` (how far it passed; the
+shortfall when negative); the verdict lists each failed check with its margin (``failures``) and
+the baselines its checks used (``baselines_used``).
 
 ``threshold: compile_tolerance`` (the default ``compile_max_abs_diff`` check) applies the tolerance
 the compile stage checked the shipped artifact with (``compile.tolerance_fp32`` for fp32,
@@ -21,8 +24,10 @@ refuses it once another version holds the stage.
 
 Statuses: ``passed``, ``failed``, ``not applicable`` (a compile check when the shipped artifact is
 the eager model: nothing was compiled, so nothing was checked; it neither passes nor blocks) and
-``skipped`` (a comparison that cannot be made, allowed only for a check marked ``optional: true``;
-without it the check fails with the reason). A registry that cannot be read fails a ``prod``
+``skipped`` (a ``prod`` comparison while no model holds the stage, allowed only for a check marked
+``optional: true``; without it the check fails with the reason). A baseline the run did not build
+is refused when the params are validated, and fails if its evaluation is missing anyway: a check
+never passes for want of its baseline. A registry that cannot be read fails a ``prod``
 comparison: it never turns into a pass.
 
 The verdict is bound to what it judged: ``reports/gate.json`` records the DVC md5 of the model that
@@ -38,147 +43,28 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from tasks.candidate_gate import (
+    NO_CHECK,
+    NO_CHECK_NOTE,
+    failure_lines,
+    judge_all,
+    render_candidates,
+    summary_note,
+)
 from tasks.custody import check_chain
+from tasks.gate_kinds.judge import evaluate_check
 from tasks.layout import METRICS, REPORTS
 from tasks.lineage import judged_hashes
 from tasks.outputs import COST_FILE, load_evaluation, read_json, write_json, write_text
-from tasks.params.gates import COMPILE_TOLERANCE, GateCheck
-from tasks.params.metrics import MODEL_METRICS
 from tasks.params.schema import PipelineConfig
 from tasks.stage import stage_main
-from tasks.twin_gate import paired_interval
+
+__all__ = ["decide", "evaluate_check", "render_gate", "run"]
 
 #: The params view this stage validates ``params.yaml`` with (the sections it reads).
 SCHEMA = PipelineConfig
 
-COMPILE_METRICS = ("compile_max_abs_diff", "compile_argmax_agreement")
-#: The failed "check" of a verdict in which no check applied.
-NO_CHECK = "no applicable check"
-NO_CHECK_NOTE = (
-    "no check passed or failed (gates: [] or every check skipped / not applicable); a verdict "
-    "needs at least one check that applies"
-)
-
 log = logging.getLogger("hydra_ens")
-
-
-def _value(entry: dict[str, Any], check: GateCheck) -> float | None:
-    if check.metric in MODEL_METRICS:
-        v = entry.get(check.metric)
-    else:
-        variant = "calibrated" if check.calibrated else "raw"
-        v = entry.get(variant, {}).get(check.split, {}).get(check.metric)
-    return None if v is None else float(v)
-
-
-def _threshold(check: GateCheck, hydra: dict[str, Any]) -> tuple[float | None, str | None]:
-    """``(bound applied, where it came from)`` of a threshold check: a number as written (source
-    ``None``), or for ``threshold: compile_tolerance`` the tolerance compile applied to the shipped
-    artifact (evaluate's ``compile_tolerance``; bound ``None`` and the reason when it is missing).
-    """
-    if check.threshold == COMPILE_TOLERANCE:
-        tolerance = hydra.get("compile_tolerance")
-        if tolerance is None:
-            return None, "no compile_tolerance in metrics/evaluate.json (re-run compile, evaluate)"
-        precision = hydra.get("compile_precision") or "unknown precision"
-        return float(tolerance), f"compile tolerance for the shipped {precision}"
-    return float(check.threshold), None  # type: ignore[arg-type]  # GateCheck: else a number
-
-
-def _cannot_compare(rec: dict[str, Any], check: GateCheck, why: str) -> dict[str, Any]:
-    if check.optional:
-        return {**rec, "status": "skipped", "note": f"{why} (optional check)"}
-    return {**rec, "status": "failed", "note": f"{why}; mark the check optional: true to allow it"}
-
-
-def evaluate_check(
-    check: GateCheck,
-    ev: dict[str, Any],
-    prod: dict[str, Any] | str | None,
-    candidate: str = "hydra",
-) -> dict[str, Any]:
-    """One check's record for ``candidate`` (a model of ``ev``): values, the rule applied, and its
-    status. Which checks apply to a candidate other than the Hydra is decided before this is
-    called (:func:`tasks.candidate_gate.judge_candidate`).
-
-    ``prod``: the prod model's metrics, None when no model is in the stage yet, or the one-line
-    reason the registry could not be read.
-    """
-    gib = bool(check.greater_is_better)
-    hydra = ev["models"][candidate]
-    value = _value(hydra, check)
-    rec: dict[str, Any] = {
-        "name": check.name,
-        "metric": check.metric,
-        "split": check.split,
-        "calibrated": check.calibrated,
-        "greater_is_better": gib,
-        "optional": check.optional,
-        "value": value,
-    }
-    if check.metric in COMPILE_METRICS and hydra.get("compile_backend") == "eager":
-        return {
-            **rec,
-            "status": "not applicable",
-            "note": "the shipped artifact is the eager model (compile.backend: eager)",
-        }
-    if value is None:
-        return {**rec, "status": "failed", "note": "metric missing from metrics/evaluate.json"}
-    if check.threshold is not None:
-        threshold, source = _threshold(check, hydra)
-        if threshold is None:
-            return {**rec, "status": "failed", "note": source}
-        ok = value >= threshold if gib else value <= threshold
-        rule = f"{'>=' if gib else '<='} {threshold:g}" + (f" ({source})" if source else "")
-        return {
-            **rec,
-            "threshold": threshold,  # the number applied, also for compile_tolerance
-            **({"threshold_from": source} if source else {}),
-            "rule": rule,
-            "status": "passed" if ok else "failed",
-        }
-    rec["baseline"] = check.baseline
-    if check.baseline == "prod":
-        if isinstance(prod, str):
-            return {**rec, "status": "failed", "note": f"registry unreadable: {prod}"}
-        if prod is None:
-            return _cannot_compare(rec, check, "no model in prod yet")
-        base_value = _value(prod, check)
-        if base_value is None:
-            return _cannot_compare(rec, check, f"the prod model has no {check.metric!r} recorded")
-    else:
-        entry = ev["models"].get(check.baseline)
-        if entry is None:
-            return _cannot_compare(
-                rec, check, f"baseline {check.baseline!r} not evaluated in this variant"
-            )
-        base_value = _value(entry, check)
-        if base_value is None:
-            return {**rec, "status": "failed", "note": f"{check.baseline} has no {check.metric}"}
-    rec["baseline_value"] = base_value
-    diff = value - base_value
-    rec["difference"] = diff
-    compared = diff
-    if check.use_bootstrap_bound:
-        interval = paired_interval(check, ev, candidate)
-        if interval is None:
-            return {
-                **rec,
-                "status": "failed",
-                "note": f"no bootstrap interval for {check.split}.{check.metric}",
-            }
-        compared = interval["low"] if gib else interval["high"]
-        rec["bootstrap_interval"] = [interval["low"], interval["high"]]
-        rec["compared"] = "bootstrap bound"
-    if check.min_absolute_change is not None:
-        need = check.min_absolute_change
-        ok = compared >= need if gib else compared <= -need
-        rule = f"diff {'>=' if gib else '<='} {need if gib else -need:+g}"
-    else:
-        tol = check.tolerance or 0.0
-        ok = compared >= -tol if gib else compared <= tol
-        rule = f"diff {'>=' if gib else '<='} {-tol if gib else tol:+g}"
-    return {**rec, "rule": rule, "compared_value": compared, "status": "passed" if ok else "failed"}
 
 
 def prod_seen(cfg: PipelineConfig, root: Path) -> tuple[dict[str, Any] | str | None, dict]:
@@ -216,8 +102,6 @@ def decide(
     only when no check failed and at least one applied (passed): no check at all
     (``gates: []``), or only skipped and not applicable ones, fails as :data:`NO_CHECK`.
     ``promote`` calls this again on the same inputs; it never trusts a stored ``passed``."""
-    from tasks.candidate_gate import judge_all
-
     return judge_all(cfg, ev, prod, cost)
 
 
@@ -228,8 +112,6 @@ def load_cost(root: Path) -> dict[str, Any] | None:
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
-    from tasks.candidate_gate import summary_note
-
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
     check_chain(cfg, root, ev)  # never judge an evaluation of another model, artifact or params
@@ -250,6 +132,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         )
     if verdict["failed"] == [NO_CHECK]:
         log.info("gate %s: %s", NO_CHECK, NO_CHECK_NOTE)
+    for line in failure_lines(verdict):
+        log.info("gate failed: %s", line)
     for name, j in verdict["candidates"].items():
         log.info("gate candidate %-14s %s", name, j["verdict"].upper())
     log.info(
@@ -266,8 +150,6 @@ def _f(v: Any) -> str:
 
 
 def render_gate(verdict: dict[str, Any]) -> str:
-    from tasks.candidate_gate import render_candidates, summary_note
-
     note = summary_note(verdict)
     lines = [
         f"# Gate: **{verdict['verdict'].upper()}**",
@@ -278,16 +160,21 @@ def render_gate(verdict: dict[str, Any]) -> str:
         "Judged (DVC md5): "
         + ", ".join(f"{r['path']} `{r['md5']}`" for r in verdict["judged"].values()),
         "",
-        "| check | status | value | baseline value | difference | rule |",
-        "|---|---|---|---|---|---|",
+        "Baselines the checks compared with: "
+        + (", ".join(f"`{b}`" for b in verdict.get("baselines_used") or []) or "none"),
+        "",
+        *(f"- failed: {line}" for line in failure_lines(verdict)),
+        "",
+        "| check | against | status | value | baseline value | difference | rule | margin |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     if verdict["failed"] == [NO_CHECK]:
-        lines.append(f"| {NO_CHECK} | failed | - | - | - | {NO_CHECK_NOTE} |")
+        lines.append(f"| {NO_CHECK} | - | failed | - | - | - | {NO_CHECK_NOTE} | - |")
     for c in verdict["checks"]:
         lines.append(
-            f"| {c['name']} | {c['status']} | {_f(c.get('value'))} | "
+            f"| {c['name']} | {c.get('against', '-')} | {c['status']} | {_f(c.get('value'))} | "
             f"{_f(c.get('baseline_value'))} | {_f(c.get('difference'))} | "
-            f"{c.get('rule', c.get('note', ''))} |"
+            f"{c.get('rule', c.get('note', ''))} | {_f(c.get('margin'))} |"
         )
     lines += render_candidates(verdict)
     return "\n".join(lines) + "\n"

@@ -3,7 +3,7 @@
 ``SPEC.yaml``::
 
     name: text-default            # names the experiments and the report folder
-    profile: default              # a profile of tasks.params (default | quick)
+    profile: default              # a profile of tasks.params (default | study | quick)
     params: base.yaml             # optional: a params file merged over the profile
     sets: {evaluate.bootstrap_samples: 1000}   # optional: overrides every point shares
     variants:                     # name -> dotted overrides (what --set takes)

@@ -7,9 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Profiles: overrides applied on top of the defaults. ``quick`` is for tests and smoke runs.
+#: Profiles: overrides applied on top of the defaults. ``quick`` is for tests and smoke runs;
+#: ``study`` builds every baseline a study report compares.
 PROFILES: dict[str, dict[str, Any]] = {
     "default": {},
+    # every baseline a study compares (the default run builds only what its gates read)
+    "study": {
+        "baselines": {"mc_dropout": {"enabled": True}},
+        "members": {"finetune": {"controls": True}},
+    },
     "quick": {
         "data": {"max_per_split": 160, "far_ood_size": 100},
         "model": {"max_length": 32},
