@@ -57,6 +57,7 @@ def base_record(check: GateCheck, value: float | None) -> dict[str, Any]:
         "greater_is_better": bool(check.greater_is_better),
         "optional": check.optional,
         "value": value,
+        "against": check.baseline or ("threshold" if check.threshold is not None else check.kind),
     }
 
 

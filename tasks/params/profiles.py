@@ -21,8 +21,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "model": {"max_length": 32},
         "finetune": {"epochs": 1, "batch_size": 16},
         "scoring": {"max_batches": 1, "batch_size": 16},
-        "baselines": {"deep_ensemble_size": 2, "mc_dropout": {"samples": 4}},
-        "members": {"finetune": {"epochs": 1}},
+        # a smoke run goes down every path, the study's baselines included
+        "baselines": {"deep_ensemble_size": 2, "mc_dropout": {"enabled": True, "samples": 4}},
+        "members": {"finetune": {"epochs": 1, "controls": True}},
         "compile": {"backend": "eager"},
         "evaluate": {
             "bootstrap_samples": 100,
