@@ -301,10 +301,13 @@ def summary_note(verdict: Mapping[str, Any]) -> str:
 
 def gate_summary(verdict: Mapping[str, Any]) -> dict[str, Any]:
     """What the run's summary keeps of a verdict (``reports/gate.json``): ``verdict``,
-    ``failed``, the candidate that ``ships`` and the line's ``note`` (:func:`summary_note`)."""
+    ``failed``, one line per failed check with its shortfall (``failures``,
+    :func:`failure_lines`), the candidate that ``ships`` and the line's ``note``
+    (:func:`summary_note`)."""
     return {
         "verdict": verdict["verdict"],
         "failed": verdict["failed"],
+        "failures": failure_lines(verdict),
         "ships": verdict.get("ships"),
         "note": summary_note(verdict),
     }

@@ -6,9 +6,10 @@ thresholds, how it ships).
 
 Models: ``hydra`` (``models/hydra``), ``single`` (the fine-tuned base), ``naive_pruned`` (the base
 pruned to the top-k heads, one member, the members' per-layer budget), ``deep_ensemble`` (the base
-plus ``models/baselines``), ``mc_dropout`` (the base with dropout on at inference,
-``baselines.mc_dropout.samples`` seeded passes as members; when enabled) and, when members were
-fine-tuned, ``control`` (M unpruned copies of the base given the same member fine-tune). Metrics:
+plus ``models/baselines``; unless the run builds none), ``mc_dropout`` (the base with dropout on at
+inference, ``baselines.mc_dropout.samples`` seeded passes as members; when enabled) and, when
+members were fine-tuned with ``members.finetune.controls``, ``control`` (M unpruned copies of the
+base given the same member fine-tune). Metrics:
 all of ``hydra_ops.metrics`` (OOD = positive class, score ``evaluate.ood_score``), parameters,
 latency, and the paired bootstrap interval of Hydra minus each baseline. Every model the stage
 runs itself (``naive_pruned``, ``control``) runs on ``runtime.device`` in the precision
