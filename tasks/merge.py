@@ -30,9 +30,9 @@ def load_members(cfg: CoreConfig, root: Path, kind: str = "member") -> list[nn.M
     """The M members (``kind="member"``) or, when fine-tuned with controls, the M controls
     (``"control"``; none when ``finetune_members`` built none)."""
     index = read_json(root / MEMBERS / "index.json", "finetune_members output")
-    plans = load_plans(root / PLANS / "plans.json")
     if kind == "control" and not index.get("controls", True):
         return []
+    plans = load_plans(root / PLANS / "plans.json")
     if index.get("finetuned"):
         try:
             return [

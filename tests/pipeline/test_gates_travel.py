@@ -106,3 +106,14 @@ def test_the_verdict_says_which_baseline_each_check_used_and_by_how_much_one_fai
     assert failure_lines(verdict) == [
         "near_ood.auroc vs deep_ensemble against deep_ensemble by 0.0350 (diff >= -0.015)"
     ]
+
+
+def test_the_merge_and_evaluate_find_no_control_when_none_was_built(tmp_path):
+    from tasks.merge import load_members
+    from tasks.outputs import write_json
+
+    cfg = validate_params({})
+    write_json(
+        tmp_path / "models" / "members" / "index.json", {"finetuned": True, "controls": False}
+    )
+    assert load_members(cfg, tmp_path, kind="control") == []
