@@ -41,11 +41,13 @@ COMPILE_TOLERANCE = "compile_tolerance"
 class GateCheck(Strict):
     """One check, modelled on MLflow's ``MetricThreshold``.
 
-    The candidate is the Hydra model. ``threshold``: an absolute bound (candidate >= threshold when
-    greater is better, else <=). ``baseline``: compare with a baseline's value; the candidate may be
-    worse by at most ``tolerance`` or must be better by at least ``min_absolute_change`` (MLflow's
-    meaning). ``use_bootstrap_bound``: compare the conservative end of the paired bootstrap interval
-    of (candidate - baseline) instead of the point difference.
+    The candidate is the Hydra model (every candidate, :mod:`tasks.candidate_gate`). ``kind``: the
+    gate kind that judges it (:mod:`tasks.gate_kinds`). ``threshold``: an absolute bound the user
+    opts into (candidate >= threshold when greater is better, else <=). ``baseline``: compare
+    with a model the run built; the candidate may be worse by at most ``tolerance`` or must be
+    better by at least ``min_absolute_change`` (MLflow's meaning). ``use_bootstrap_bound``:
+    compare the conservative end of the paired bootstrap interval of (candidate - baseline)
+    instead of the point difference.
 
     ``threshold: compile_tolerance`` (metric ``compile_max_abs_diff`` only, an upper bound): the
     bound is the tolerance the compile stage applied to the artifact that ships, i.e.
@@ -69,8 +71,9 @@ class GateCheck(Strict):
     calibrated: bool = True
     use_bootstrap_bound: bool = False
     optional: bool = False
-    """A check whose comparison cannot be made (no ``prod`` model yet, a baseline this variant
-    does not build) is ``skipped`` only when optional; otherwise it fails with the reason."""
+    """A ``prod`` comparison while no model holds the stage is ``skipped`` only when optional;
+    otherwise it fails with the reason. A baseline the run does not build is refused when the
+    whole file is validated (:class:`tasks.params.schema.PipelineConfig`), optional or not."""
     any_of: str | None = None
     """A group name (:mod:`tasks.twin_gate`): each check of the group must pass its own rule (no
     worse than ``tolerance``), and the group fails unless the candidate is better than the
