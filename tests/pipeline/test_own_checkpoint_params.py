@@ -93,3 +93,47 @@ def test_a_folder_that_is_no_fine_tuned_classifier_is_one_line(
         resolve_params("default", sets=sets)
     message = str(err.value)
     assert "\n" not in message and message.startswith("params: model.path: ") and words in message
+
+
+def test_a_checkpoint_whose_labels_are_not_the_data_classes_stops_the_base_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """The data's classes are known once prepare_data ran: finetune_base refuses a checkpoint
+    trained on other labels in one line naming both lists, and writes no base."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from tasks import finetune_base, prepare_data
+    from tasks.params import write_params
+
+    config = BertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=32,
+        id2label={0: "pos", 1: "neg"},
+        label2id={"pos": 0, "neg": 1},
+    )
+    BertForSequenceClassification(config).save_pretrained(str(tmp_path / "clf"))
+    lines = ["text,label"]
+    for label, word in (("spam", "win prize now"), ("ham", "see you at lunch"), ("ood", "rain")):
+        lines += [f"{word} {i},{label}" for i in range(12)]
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    sets = {
+        "data.name": "csv",
+        "data.path": str(tmp_path / "d.csv"),
+        "data.near_ood_classes": ["ood"],
+        "model.path": str(tmp_path / "clf"),
+        "finetune.from_checkpoint": True,
+    }
+    write_params(resolve_params("quick", sets=sets), tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HYDRA_ENS_THREADS", "1")
+    prepare_data.run(resolve_params("quick", sets=sets), tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        finetune_base.main()
+    assert exit_info.value.code == 1
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith("error: stage finetune_base: ")
+    assert "['pos', 'neg']" in errors[0] and "['ham', 'spam']" in errors[0]
+    assert not (tmp_path / "models" / "base").exists()
