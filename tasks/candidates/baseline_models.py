@@ -134,9 +134,8 @@ def seed_baselines(
     cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> list[Candidate]:
     """``single``, ``deep_ensemble`` (unless the run builds none) and, when enabled,
-    ``mc_dropout``, ``lora_ensemble`` and
-    ``batch_ensemble``: the baselines made of the seed's base and ``models/baselines`` alone, the
-    same for every Hydra variant of that seed. The base runs once per split for both ``single``
+    ``mc_dropout``, ``lora_ensemble`` and ``batch_ensemble``: the baselines made of the seed's
+    base and ``models/baselines`` alone, the same for every Hydra variant of that seed. The base runs once per split for both ``single``
     and Deep Ensemble member 0."""
     rt = runtime or Runtime()
     cache: dict[tuple[int, int], torch.Tensor] = {}
@@ -160,7 +159,7 @@ def efficient_models(cfg: BaselinesStageConfig, root: Path, runtime: Runtime) ->
     """The enabled efficient ensembles (:mod:`tasks.candidates.efficient_baselines`) as candidates,
     K = their members; latency times one forward of the ensemble (one pass over the stacked batch,
     or LoRA-Ensemble member by member when ``baselines.lora_ensemble.batched`` is off)."""
-    from tasks.candidates.compared import efficient_baselines as eff
+    from tasks.candidates import efficient_baselines as eff
 
     out = []
     for name in eff.enabled(cfg):
