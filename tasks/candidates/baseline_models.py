@@ -135,8 +135,8 @@ def seed_baselines(
 ) -> list[Candidate]:
     """``single``, ``deep_ensemble`` (unless the run builds none) and, when enabled,
     ``mc_dropout``, ``lora_ensemble`` and ``batch_ensemble``: the baselines made of the seed's
-    base and ``models/baselines`` alone, the same for every Hydra variant of that seed. The base runs once per split for both ``single``
-    and Deep Ensemble member 0."""
+    base and ``models/baselines`` alone, the same for every Hydra variant of that seed. The base
+    runs once per split for both ``single`` and Deep Ensemble member 0."""
     rt = runtime or Runtime()
     cache: dict[tuple[int, int], torch.Tensor] = {}
     base = load_model(root / BASE)
