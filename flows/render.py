@@ -16,8 +16,9 @@ from rich.text import Text
 
 
 def print_run_summary(console: Console, summary: dict[str, Any], log_path: str) -> None:
-    """``run``'s end: the stages (ran / up to date, seconds), the metrics table, the report, the
-    gate's verdict, what the promotion did, and where the run's full log is."""
+    """``run``'s end: the stages (ran / up to date, seconds), the numbers that decide per model
+    (:func:`deciding_table`; every other number is in the report), the report, the gate's
+    verdict, what the promotion did, and where the run's full log is."""
     table = Table(title="stages", show_lines=False)
     table.add_column("stage")
     table.add_column("result")
@@ -25,12 +26,13 @@ def print_run_summary(console: Console, summary: dict[str, Any], log_path: str) 
     for r in summary["stages"]:
         table.add_row(r["stage"], "ran" if r["ran"] else "up to date", f"{r['seconds']:.1f}")
     console.print(table)
-    if "metrics_table" in summary:
-        console.print(
-            "\n[bold]metrics (calibrated)[/]\n" + escape(summary["metrics_table"]), soft_wrap=True
-        )
+    if summary.get("models"):
+        console.print()
+        console.print(deciding_table(summary["models"]))
     if "report" in summary:
-        console.print(f"[bold]report:[/] {escape(summary['report'])} (figures and tables)")
+        console.print(
+            f"[bold]report:[/] {escape(summary['report'])} (every metric, figures and tables)"
+        )
     gate = summary.get("gate")
     if gate:
         color = "green" if gate["verdict"] == "passed" else "red"
@@ -51,6 +53,75 @@ def print_run_summary(console: Console, summary: dict[str, Any], log_path: str) 
             console.print(f"[bold]not promoted:[/] {promo.get('why')}")
     console.print(f"[dim]total {summary['seconds']:.1f}s[/]")
     console.print(f"[dim]full log: {escape(log_path)}[/]", soft_wrap=True)
+
+
+#: The run's closing table, per model: (heading, evaluate.json split, metric), calibrated.
+DECIDING = (
+    ("ID acc", "id_test", "accuracy"),
+    ("ID NLL", "id_test", "nll"),
+    ("near AUROC", "near_ood", "auroc"),
+    ("far AUROC", "far_ood", "auroc"),
+    ("shift NLL", "shift", "nll"),
+)
+
+
+def deciding_rows(
+    evaluation: dict[str, Any], verdict: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """One row per model of ``metrics/evaluate.json`` (its order): the calibrated
+    :data:`DECIDING` numbers, ``cost`` (the verdict's latency ratio to the single model with its
+    interval, else evaluate's latency over the single model's, else None) and ``gate`` (the
+    verdict's word for that candidate, ``ships`` for the one that ships; None when not judged)."""
+    judged = (verdict or {}).get("candidates") or {}
+    ships = (verdict or {}).get("ships")
+    models = evaluation["models"]
+    single_ms = (models.get("single") or {}).get("latency_ms")
+    rows = []
+    for name, entry in models.items():
+        cost = (judged.get(name) or {}).get("cost") or {}
+        if cost.get("ratio") is not None:
+            ratio = {k: cost.get(k) for k in ("ratio", "ratio_low", "ratio_high")}
+        elif single_ms and entry.get("latency_ms") is not None:
+            ratio = {"ratio": entry["latency_ms"] / single_ms}
+        else:
+            ratio = None
+        gate = (judged.get(name) or {}).get("verdict")
+        rows.append(
+            {
+                "model": name,
+                **{head: entry["calibrated"][split][m] for head, split, m in DECIDING},
+                "cost": ratio,
+                "gate": "ships" if name == ships else gate,
+            }
+        )
+    return rows
+
+
+def deciding_table(rows: list[dict[str, Any]]) -> Table:
+    """:func:`deciding_rows` as a table that fits an 80-column terminal."""
+    table = Table(
+        title="the numbers that decide (calibrated; the rest: the report)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("model", no_wrap=True)
+    for head, _, _ in DECIDING:
+        table.add_column(head.replace(" ", "\n"), justify="right", no_wrap=True)
+    table.add_column("x single\n[95%]", justify="right", no_wrap=True)
+    table.add_column("gate", no_wrap=True)
+    for r in rows:
+        cost = r["cost"]
+        shown = "-" if cost is None else f"{cost['ratio']:.2f}"
+        if cost is not None and cost.get("ratio_low") is not None:
+            shown += f" [{cost['ratio_low']:.2f}, {cost['ratio_high']:.2f}]"
+        table.add_row(
+            escape(r["model"]),
+            *[f"{r[head]:.4f}" if "AUROC" in head else f"{r[head]:.3f}" for head, _, _ in DECIDING],
+            shown,
+            r["gate"] or "-",
+        )
+    return table
 
 
 def print_stages(console: Console, stages: tuple[str, ...], stale: set[str]) -> None:

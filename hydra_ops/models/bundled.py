@@ -92,8 +92,8 @@ def _mpnet_parts() -> tuple[list[Path], str]:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             raise ValueError(
-                f"all-mpnet-base-v2: package {name!r} is not installed; install the project "
-                f"(its dependencies include {', '.join(MPNET_DISTRIBUTIONS)})"
+                f"all-mpnet-base-v2: package {name!r} is not installed; run `make install` "
+                f"(it installs {', '.join(MPNET_DISTRIBUTIONS)} without their dependencies)"
             ) from None
         suffix = f".zip.{index:03d}"
         found = [f for f in dist.files or () if str(f).endswith(suffix)]

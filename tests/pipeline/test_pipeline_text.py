@@ -96,6 +96,11 @@ def test_first_run_runs_every_stage_and_promotes(project):
     assert summary["gate"]["verdict"] == "passed"
     assert summary["promotion"]["promoted"] is True
     assert tags(project) == ["hydra#prod#1", "hydra@v0.0.1"]
+    # the run ends with the numbers that decide, one row per model, the gate's word for each
+    rows = {r["model"]: r for r in summary["models"]}
+    assert set(rows) == {"hydra", "single", "naive_pruned", "deep_ensemble", "mc_dropout"}
+    assert [n for n, r in rows.items() if r["gate"] == "ships"] == [summary["gate"]["ships"]]
+    assert rows["single"]["cost"]["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert summary["push"] == "pushed" and (project / ".dvc-remote" / "files").is_dir()
     # the version's commit holds this run's params and lock; the user's branch gained only the
     # DVC set-up (so that a clone of it is a DVC repository)

@@ -67,3 +67,63 @@ def test_the_run_summary_says_which_check_failed_and_by_how_much():
     console = Console(width=200, record=True)
     print_run_summary(console, summary, "log")
     assert f"failed: {line}" in console.export_text()
+
+
+def _evaluation() -> dict:
+    def entry(acc: float, latency_ms: float) -> dict:
+        splits = {
+            "id_test": {"accuracy": acc, "nll": 0.05, "ece": 0.02, "brier": 0.1},
+            "shift": {"accuracy": acc - 0.1, "nll": 0.33, "ece": 0.06},
+            "near_ood": {"auroc": 0.93, "aupr_in": 0.9, "aupr_out": 0.9, "fpr_at_95_tpr": 0.4},
+            "far_ood": {"auroc": 0.9996, "aupr_in": 0.9, "aupr_out": 0.9, "fpr_at_95_tpr": 0.0},
+        }
+        return {"calibrated": splits, "raw": splits, "latency_ms": latency_ms}
+
+    names = ("hydra", "single", "naive_pruned", "control", "deep_ensemble", "batch_ensemble")
+    return {"models": {n: entry(0.98 + 0.001 * i, 100.0 + 10 * i) for i, n in enumerate(names)}}
+
+
+def test_the_run_ends_with_the_numbers_that_decide_in_80_columns():
+    """One row per model: ID accuracy and NLL, near- and far-OOD AUROC, shift NLL, the cost against
+    the single model (the verdict's interval where it judged the model, else evaluate's latency
+    ratio) and the gate's word; the other metrics stay in the report."""
+    from rich.console import Console
+
+    from flows.render import deciding_rows, deciding_table
+
+    ev = _evaluation()
+    verdict = {
+        "ships": "naive_pruned",
+        "candidates": {
+            "hydra": {
+                "verdict": "passed",
+                "cost": {"ratio": 1.65, "ratio_low": 1.61, "ratio_high": 1.72},
+            },
+            "naive_pruned": {
+                "verdict": "passed",
+                "cost": {"ratio": 0.89, "ratio_low": 0.88, "ratio_high": 0.92},
+            },
+            "single": {
+                "verdict": "failed",
+                "cost": {"ratio": 1.0, "ratio_low": 1.0, "ratio_high": 1.0},
+            },
+        },
+    }
+    rows = deciding_rows(ev, verdict)
+    assert [r["model"] for r in rows] == list(ev["models"])
+    by = {r["model"]: r for r in rows}
+    assert by["naive_pruned"]["gate"] == "ships" and by["single"]["gate"] == "failed"
+    assert by["control"]["gate"] is None
+    assert by["control"]["cost"]["ratio"] == 130.0 / 110.0  # evaluate's latency, not judged
+    assert by["hydra"]["ID NLL"] == 0.05 and by["hydra"]["far AUROC"] == 0.9996
+    console = Console(width=80, record=True)
+    console.print(deciding_table(rows))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "1.65 [1.61, 1.72]" in text and "ships" in text and "1.18" in text
+    assert "aupr" not in text and "brier" not in text and "fpr" not in text
+    for name in ev["models"]:
+        assert name in text, text
+    assert "0.9996" in text and "…" not in text  # nothing cut short
+    # without a verdict (the gate did not run) every model still has its row
+    assert all(r["gate"] is None for r in deciding_rows(ev))

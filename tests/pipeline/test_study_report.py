@@ -20,6 +20,8 @@ from flows.study.report import (
     load_point,
     write_study_report,
 )
+from flows.study.report.paired import BEATS_SINGLE, claim_word
+from flows.study.report.stats import seed_stats
 from tasks.gates.checks import evaluate_check
 from tasks.gates.twin import resolve_any_of
 from tasks.params import CLASSIFICATION_METRICS, OOD_METRICS, GateCheck, default_gates
@@ -229,16 +231,19 @@ def test_per_seed_paired_differences(study):
     )
     assert "### `hydra[slow]` - `naive_pruned`" in md and "### `hydra[slow]` - `control`" in md
     # the per-point bootstrap: seed 1 of `fast` is 0.04 below the Deep Ensemble (interval
-    # +-0.02 excludes 0, worse); NLL vs single within +-0.02 contains 0
+    # +-0.02 excludes 0: `< 0`, one run's uncorrected reading, never the word "worse"); NLL vs
+    # single within +-0.02 contains 0
     boot = summary["paired"]["fast"]["deep_ensemble"]["near_ood.auroc"]["bootstrap"]
     assert [b["excludes_zero"] for b in boot] == [False, True, False]
-    assert boot[1]["direction"] == "worse"
+    assert boot[1]["direction"] == "< 0"
     nll_boot = summary["paired"]["fast"]["single"]["id_test.nll"]["bootstrap"]
     assert {b["direction"] for b in nll_boot} == {"n.s."}
-    assert "### `hydra[fast]` - `single`" in md and " worse)" in md
+    section3 = md.split("## 3.")[1].split("## 4.")[0]
+    assert "### `hydra[fast]` - `single`" in md and " < 0)" in section3
+    assert "] worse)" not in section3 and "] better)" not in section3
     # the within-seed bootstrap interval is printed beside each per-seed difference
     d, lo = boot[1]["low"] + 0.02, boot[1]["low"]
-    assert f"{d:+.4f} (b: [{lo:+.4f}, {boot[1]['high']:+.4f}] worse)" in md
+    assert f"{d:+.4f} (b: [{lo:+.4f}, {boot[1]['high']:+.4f}] < 0)" in md
     assert f"{expected[1]:+.4f}" in md
     # FPR95 has no bootstrap interval in evaluate.json
     assert summary["paired"]["fast"]["single"]["near_ood.fpr_at_95_tpr"]["bootstrap"] == []
@@ -665,6 +670,17 @@ def test_confirmation_seeds_are_reported_apart_and_never_change_the_choice(tmp_p
     assert "| `slow` | 10 | FAILED |" in confirm and "| `slow` | 10 |" not in main
     assert confirm.index("### `hydra[slow]` on the") < confirm.index("### `hydra[fast]` on the")
     assert confirm.count("(Holm over 4 comparisons)") == 2
+    # every comparison on the held-out seeds is worded by its Holm-corrected test, and every
+    # model's cost there comes from those seeds alone
+    for v in ("slow", "fast"):
+        claims = conf["claims"][v]
+        assert claims["twin"]["m"] == 4 and claims["baselines"]["m"] == 3 * len(BEATS_SINGLE)
+        for fam in claims.values():
+            for name, t in fam["tests"].items():
+                word = claim_word(t["rejected"], t["mean"], name.split(".", 1)[1])
+                assert t["word"] == word and f"on {name.split('|')[1]}: **{word}**" in confirm
+    assert set(conf["costs"]["fast"]) >= {"hydra[fast]", "single", "naive_pruned[fast]"}
+    assert conf["costs"]["fast"]["hydra[fast]"] == conf["cost"]["fast"]
     with pytest.raises(ValueError, match="nothing to choose on"):
         write_study_report(held, tmp_path / "c", "t", confirm_seeds=[10, 11, 12])
 
@@ -699,3 +715,32 @@ def test_efficient_baselines_are_paired_and_gated_like_the_deep_ensemble():
         assert len(near["bootstrap"]) == len(SEEDS)
         # the Deep Ensemble's numbers: it passes where the Deep Ensemble passes
         assert gated[name]["seeds_passed"] == gated["deep_ensemble"]["seeds_passed"] == list(SEEDS)
+
+
+def test_a_comparison_is_better_or_worse_only_where_holm_rejects():
+    """The words follow the corrected test: a difference whose seeds agree tightly is `better`
+    (or `worse`, by the metric's direction); two whose uncorrected p-values are below 5% but whose
+    Holm-corrected ones are not are `no detectable difference`."""
+    from flows.study.report.paired import NO_DIFFERENCE, worded_claims
+
+    def diffs(values: list[float]) -> dict:
+        return {**seed_stats(dict(enumerate(values))), "bootstrap": []}
+
+    tight = [0.050, 0.051, 0.049, 0.050, 0.052]
+    weak = [0.004, 0.036, 0.008, 0.032, 0.020]  # p ~ 0.035 alone
+    by_baseline = {
+        "single": {"near_ood.auroc": diffs(tight)},
+        "deep_ensemble": {"near_ood.auroc": diffs(weak), "shift.nll": diffs(weak)},
+        "naive_pruned": {"shift.nll": diffs([-x for x in tight]), "id_test.nll": diffs(tight)},
+    }
+    claims = worded_claims(by_baseline)
+    tests = claims["baselines"]["tests"]
+    assert claims["baselines"]["m"] == 3 and claims["twin"]["m"] == 2
+    assert tests["single|near_ood.auroc"]["word"] == "better"
+    for name in ("deep_ensemble|near_ood.auroc", "deep_ensemble|shift.nll"):
+        assert tests[name]["p"] < 0.05 < tests[name]["p_holm"]
+        assert tests[name]["word"] == NO_DIFFERENCE
+    twin = claims["twin"]["tests"]
+    assert twin["naive_pruned|shift.nll"]["word"] == "better"  # NLL down is better
+    assert twin["naive_pruned|id_test.nll"]["word"] == "worse"  # NLL up is worse
+    assert claim_word(True, 0.0, "auroc") == NO_DIFFERENCE

@@ -19,7 +19,7 @@ from flows.study.report.cells import (
     stat_cell,
 )
 from flows.study.report.collect import Collected
-from flows.study.report.paired import BEATS_SINGLE, HEADLINE, TWIN_METRICS
+from flows.study.report.paired import BEATS_SINGLE, HEADLINE, TWIN_METRICS, claim_sentence
 from flows.study.report.recommend import ratio_text
 from flows.study.report.results import OOD_SPLITS, SPLITS
 from hydra_ops.uq.ood_criteria import OOD_CRITERIA
@@ -237,9 +237,11 @@ def section_paired(col: Collected, paired: Mapping[str, Any]) -> list[str]:
         "",
         "Per seed, Hydra minus the baseline evaluated in the same run, and beside it that run's "
         "paired bootstrap interval over the test examples (evaluate.json "
-        "`bootstrap.<baseline>.calibrated`, `b: [low, high]`) with its reading: `better` / "
-        "`worse` when it excludes 0, `n.s.` when it contains 0 (none for FPR@95: evaluate.json "
-        "has no interval). The last row is the mean across seeds with its 95% interval. The "
+        "`bootstrap.<baseline>.calibrated`, `b: [low, high]`) with its reading: `> 0` / `< 0` "
+        "when it excludes 0, `n.s.` when it contains 0 (none for FPR@95: evaluate.json has no "
+        "interval); one run's reading, uncorrected for the many comparisons: not a claim. The "
+        "words better and worse are kept for comparisons that survive Holm's correction "
+        "(sections 6 and 7). The last row is the mean across seeds with its 95% interval. The "
         "bootstrap measures the test-sample noise of one run; the across-seed interval "
         "measures seed noise (training, and the split when it is drawn per seed). "
         "`naive_pruned` is the Hydra's twin (the base with the same kept heads, no fine-tune) "
@@ -447,9 +449,30 @@ def section_confirmation(confirm: Mapping[str, Any] | None) -> list[str]:
         ]
         header = ["Hydra minus", *[k + arrow(k.split(".", 1)[1]) for k in keys]]
         lines.append(md_table(header, rows))
-        cost = confirm["cost"].get(v)
-        if cost is not None:
+        costs = confirm.get("costs", {}).get(v)
+        if costs:
+            lines += ["", "Cost on the confirmation seeds (mean [95%] across them):", ""]
+            lines.append(
+                md_table(["model", "cost"], [[f"`{m}`", ratio_text(c)] for m, c in costs.items()])
+            )
+        elif (cost := confirm["cost"].get(v)) is not None:
             lines += ["", f"Hydra cost on the confirmation seeds: {ratio_text(cost)}."]
+        claims = confirm.get("claims", {}).get(v)
+        if claims:
+            lines += [
+                "",
+                "Each comparison in words: `better` / `worse` only where Holm's step-down over "
+                "its family (5% family-wise) rejects no difference, `no detectable difference` "
+                f"otherwise. Families: Hydra against the baselines on {', '.join(BEATS_SINGLE)} "
+                f"({claims['baselines']['m']} comparisons); Hydra against its twin on "
+                f"{', '.join(TWIN_METRICS)} ({claims['twin']['m']}).",
+                "",
+            ]
+            for fam in (claims["baselines"], claims["twin"]):
+                lines += [
+                    f"- {claim_sentence(v, name, t, fam['m'], confirm['mark'])}"
+                    for name, t in fam["tests"].items()
+                ]
     lines.append("")
     lines += [f"- {t['sentence']}" for t in confirm["twin"]["variants"].values()]
     return lines

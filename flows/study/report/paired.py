@@ -1,5 +1,5 @@
-"""Paired differences (Hydra minus a baseline in the same run) across seeds, and whether any
-variant beats the single model."""
+"""Paired differences (Hydra minus a baseline in the same run) across seeds, whether any
+variant beats the single model, and the word each comparison earns under Holm's correction."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ BEATS_SINGLE = (
 TWIN_METRICS = ("id_test.nll", "id_test.ece", "near_ood.auroc", "shift.nll")
 #: The family-wise error rate of the claims the report prints in words (Holm's step-down).
 ALPHA = 0.05
+#: The words a comparison may be printed with: ``better`` / ``worse`` only where Holm's
+#: step-down rejects "no difference", ``no detectable difference`` otherwise.
+BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no detectable difference"
+#: The baselines of the confirmation's claims family (with :data:`BEATS_SINGLE`), those present.
+CLAIM_BASELINES = ("single", "deep_ensemble", "mc_dropout", "lora_ensemble", "batch_ensemble")
 
 
 def paired_differences(col: Collected) -> dict[str, Any]:
@@ -99,13 +104,21 @@ def paired_differences(col: Collected) -> dict[str, Any]:
 
 
 def _direction(metric: str, low: float, high: float) -> str:
-    """``better`` / ``worse`` when the interval of Hydra - baseline excludes 0, else ``n.s.``."""
-    gib = GREATER_IS_BETTER.get(metric, True)
+    """One run's uncorrected reading of the interval of Hydra - baseline: ``> 0`` / ``< 0`` when
+    it excludes 0, else ``n.s.``; never a claim, so never ``better`` or ``worse``."""
     if low > 0:
-        return "better" if gib else "worse"
+        return "> 0"
     if high < 0:
-        return "worse" if gib else "better"
+        return "< 0"
     return "n.s."
+
+
+def claim_word(rejected: bool, mean: float, metric: str) -> str:
+    """:data:`BETTER` / :data:`WORSE` for the Hydra when Holm rejected "no difference" (the side
+    from the mean difference and the metric's direction), else :data:`NO_DIFFERENCE`."""
+    if not rejected or mean == 0:
+        return NO_DIFFERENCE
+    return BETTER if (mean > 0) == GREATER_IS_BETTER.get(metric, True) else WORSE
 
 
 def _beats(stats: Mapping[str, Any], metric: str) -> bool:
@@ -140,6 +153,8 @@ def holm_claims(
         v, key = name.split("|")
         t["good_side"] = side[name]
         t["kept"] = bool(t["rejected"] and side[name])
+        mean = paired[v][baseline][key]["mean"]
+        t["word"] = claim_word(t["rejected"], mean, key.split(".", 1)[1])
         if t["kept"]:
             kept.setdefault(v, []).append(key)
     return {"m": len(pvals), "alpha": ALPHA, "tests": tests, "kept": kept}
@@ -207,3 +222,45 @@ def beats_twin(col: Collected, paired: Mapping[str, Any]) -> dict[str, Any]:
             )
         out["variants"][v] = {"metrics": won, "beats": bool(won), "sentence": sentence}
     return out
+
+
+def worded_claims(by_baseline: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One variant's confirmation claims, worded by the corrected test: Hydra against each of
+    :data:`CLAIM_BASELINES` present on each :data:`BEATS_SINGLE` metric, one Holm family (the
+    t-test of the per-seed differences, two-sided), and against its naive pruned twin on each
+    :data:`TWIN_METRICS` metric, a family of its own. ``by_baseline``: the variant's entry of
+    :func:`paired_differences`. ``{"baselines": family, "twin": family}``, each family
+    ``{"m", "alpha", "tests": {"baseline|metric": {"p", "p_holm", "rejected", "mean", "low",
+    "high", "n", "word"}}}``."""
+    return {
+        "baselines": _worded_family(by_baseline, CLAIM_BASELINES, BEATS_SINGLE),
+        "twin": _worded_family(by_baseline, ("naive_pruned",), TWIN_METRICS),
+    }
+
+
+def _worded_family(
+    by_baseline: Mapping[str, Mapping[str, Any]], baselines: Sequence[str], keys: Sequence[str]
+) -> dict[str, Any]:
+    stats = {
+        f"{b}|{k}": by_baseline[b][k]
+        for b in baselines
+        for k in keys
+        if k in by_baseline.get(b, {})
+    }
+    tests = holm({n: t_test_p([r["value"] for r in st["per_seed"]]) for n, st in stats.items()})
+    for name, t in tests.items():
+        st = stats[name]
+        t.update(mean=st["mean"], low=st["low"], high=st["high"], n=st["n"])
+        t["word"] = claim_word(t["rejected"], st["mean"], name.split(".", 1)[1])
+    return {"m": len(tests), "alpha": ALPHA, "tests": dict(sorted(tests.items()))}
+
+
+def claim_sentence(variant: str, name: str, test: Mapping[str, Any], m: int, mark: str) -> str:
+    """``hydra[v]`` against ``baseline`` on ``metric``: the word, the mean difference with its
+    interval, and the Holm-corrected p-value with the family's size."""
+    baseline, key = name.split("|")
+    p = "n/a" if test["p_holm"] is None else f"{test['p_holm']:.3f}"
+    return (
+        f"`hydra[{variant}]` against `{baseline}` on {key}: **{test['word']}** "
+        f"({diff_cell(test, key, mark)}, p_Holm {p} over {m})"
+    )

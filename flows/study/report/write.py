@@ -13,7 +13,12 @@ from flows.study.report import markdown
 from flows.study.report.collect import Collected, is_number, ood_summary
 from flows.study.report.figures import pareto_panels
 from flows.study.report.gates import baseline_gates, point_gate
-from flows.study.report.paired import beats_single, beats_twin, paired_differences
+from flows.study.report.paired import (
+    beats_single,
+    beats_twin,
+    paired_differences,
+    worded_claims,
+)
 from flows.study.report.recommend import cost_of, recommend
 from flows.study.report.results import PointResult, validate_points
 from flows.study.report.stats import CONFIDENCE
@@ -138,7 +143,9 @@ def confirmation(
 ) -> dict[str, Any]:
     """What the held-out ``seeds`` say, computed from their ``points`` alone: the gates of every
     point, and for every variant run on them (the chosen one first) the paired differences, the
-    twin comparison and the cost. Each variant's twin claim is its own Holm family (its
+    twin comparison, the claims worded by the corrected test
+    (:func:`~flows.study.report.paired.worded_claims`), the Hydra's cost and every model's. Each
+    variant's twin claim is its own Holm family (its
     :data:`~flows.study.report.paired.TWIN_METRICS`): a confirmation asks one question per
     variant, so a variant confirmed alongside others is not held to a larger family. It never
     feeds back into ``rec``."""
@@ -151,6 +158,8 @@ def confirmation(
         "paired": {},
         "twin": {"m": 0, "variants": {}},
         "cost": {},
+        "costs": {},
+        "claims": {},
         "mark": "",
         "split": "",
     }
@@ -165,6 +174,8 @@ def confirmation(
         out["twin"]["variants"][v] = twin["variants"][v]
         out["twin"]["m"] = twin["m"]
         out["cost"][v] = cost_of(one, f"hydra[{v}]")
+        out["costs"][v] = {label: cost_of(one, label) for label in one.labels()}
+        out["claims"][v] = worded_claims(paired[v])
     out.update(
         gates=[point_gate(p, gates) for p in sorted(points, key=lambda p: (p.variant, p.seed))],
         mark=col.mark,
