@@ -109,3 +109,23 @@ def test_a_toy_kind_is_judged_in_a_run_and_seen_in_its_gate_report(
     if status == "failed":
         assert stored["failures"][0]["by"] == pytest.approx(ratio - 0.99 / 0.9)
         assert "- failed: id_test.accuracy vs ratio against single by 0.1000 (ratio >= 1.2)" in md
+
+
+def test_run_refuses_a_check_of_an_unknown_kind_before_anything(tmp_path: Path):
+    """The schema types ``kind`` as a string; ``hydra-ens run`` holds each check to its kind
+    (:func:`tasks.gates.kinds.check_kinds`) before params.yaml is rewritten or any stage starts."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tasks.params import write_params
+
+    nope = {"kind": "nope", "metric": "accuracy", "threshold": 0.5}
+    params = tmp_path / "params.yaml"
+    write_params(resolve_params("quick", {"gates": [nope, *COMPILE]}), params)
+    before = params.read_bytes()
+    res = CliRunner().invoke(app, ["run", "-C", str(tmp_path), "--set", "seed=1"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert "gates.0: kind='nope' is unknown; registered: threshold, baseline" in said
+    assert params.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
