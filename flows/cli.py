@@ -92,15 +92,17 @@ def _check_allocator() -> None:
 def run(
     project: Project = None,
     params: Annotated[Path | None, typer.Option(help="params file, over the profile")] = None,
-    profile: Annotated[str | None, typer.Option(help="default | quick")] = None,
+    profile: Annotated[str | None, typer.Option(help="default | study | quick")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
     push: Annotated[bool, typer.Option(help="dvc push to the local remote after the run")] = True,
 ) -> None:
     """Run the whole pipeline (Prefect flow over the DVC stages); ends with the gate report."""
     from flows import dvcops
     from flows.dvcops import StageError
+    from tasks.gates.kinds import check_kinds
     from tasks.params.base import ConfigError
     from tasks.params.files import write_params
+    from tasks.params.schema import load_params
     from tasks.runtime.preflight import resolve_run_params
 
     root = _root(project)
@@ -108,6 +110,7 @@ def run(
     # the one line on Ctrl-C, not a silent exit; everything checked before anything is written
     with interrupts_end_the_run(None, INTERRUPTED_RUN), _exit_on(ConfigError, StageError, code=2):
         cfg = resolve_run_params(root, profile, params, set_)
+        check_kinds(cfg if cfg is not None else load_params(root / "params.yaml"))
         dvcops.check_project_file(root)
         if cfg is not None:
             write_params(cfg, root / "params.yaml")
@@ -375,6 +378,7 @@ def stage(
     until ``hydra-ens run`` has recorded it."""
     import importlib
 
+    from tasks.gates.kinds import check_kinds
     from tasks.params.base import ConfigError
     from tasks.params.schema import load_params
     from tasks.runtime.layout import STAGES
@@ -385,7 +389,9 @@ def stage(
     root = _root(project)
     _check_allocator()
     with _exit_on(ConfigError, code=2):
-        check_runs_here(load_params(root / "params.yaml"))
+        cfg = load_params(root / "params.yaml")
+        check_runs_here(cfg)
+        check_kinds(cfg)
     os.chdir(root)
     sys.argv = [f"tasks.{name}"]
     importlib.import_module(f"tasks.{name}").main()

@@ -71,7 +71,7 @@ def run_stage(project_dir: str, stage: str) -> dict[str, Any]:
     retry_condition_fn=dvcops.retry_if_transient,
 )
 def finetune_member(project_dir: str, member: int, threads: int) -> dict[str, Any]:
-    """Build (or verify) member ``member`` and its control (resumable units,
+    """Build (or verify) member ``member`` and its control when built (resumable units,
     tasks.runtime.resumable), in a process of ``threads`` threads."""
     logger = get_run_logger()
     t0 = time.perf_counter()

@@ -42,6 +42,8 @@ def print_run_summary(console: Console, summary: dict[str, Any], log_path: str) 
             + (f"; {escape(gate['note'])}" if gate.get("note") else ""),
             soft_wrap=True,
         )
+        for line in gate.get("failures") or []:
+            console.print(f"  [red]failed:[/] {escape(line)}", soft_wrap=True)
         promo = summary.get("promotion") or {}
         if promo.get("promoted"):
             console.print(

@@ -2,6 +2,11 @@
 ``model.path`` or MiniLM-L6, on images a from-scratch timm ViT) on the training split; writes a
 safetensors checkpoint to ``models/base``.
 
+With ``finetune.from_checkpoint`` the user's fine-tuned classifier (``model.path``) is the base as
+it is: no training; its labels are matched to the data's classes (a mismatch is one line naming
+both lists), its head's rows put in the data's class order, and it is written to ``models/base``
+like a trained base, with the sha256 of the folder it came from and its validation accuracy.
+
 Training runs on ``runtime.device`` in ``runtime.precision`` (``auto``: fp32 where bf16 is not
 native, else the faster of a short probe of both on this model and batch,
 :mod:`tasks.runtime.precision`; the choice and its reason go to the log and
@@ -17,10 +22,12 @@ from typing import Any
 import torch
 
 from hydra_ops.data import split_labels
+from hydra_ops.hashing import sha256_file
 from hydra_ops.models.checkpoints import save_model, split_timings
 from hydra_ops.models.factory import build_base
+from hydra_ops.models.fine_tuned import load_fine_tuned
 from hydra_ops.models.inference import logits
-from hydra_ops.models.runtime import Runtime
+from hydra_ops.models.runtime import Runtime, resolve_device
 from hydra_ops.models.training import fine_tune
 from hydra_ops.perf.precision_probe import PrecisionChoice
 from tasks.params.core import CoreConfig
@@ -77,7 +84,6 @@ def train_base(
     seconds) is for the stage's uncached metrics or the log only.
     """
     rt = runtime or training_runtime(cfg, root)[0]
-    manifest = data.manifest(root)
     model = new_base(cfg, root, seed)
     log.info(
         "fine-tuning %s (seed %d): %d epochs, lr %g",
@@ -99,19 +105,8 @@ def train_base(
         precision=rt.precision,
     )
     train, timings = split_timings(report.to_dict())
-    val = data.split(root, "val")
-    val_batches = data.batches(cfg, val, cfg.evaluate.batch_size, pin_memory=rt.pin_memory)
-    probs = logits(model, val_batches, device=rt.device, precision=rt.precision).softmax(-1)
-    labels = split_labels(val)
-    summary = {
-        "seed": seed,
-        "family": cfg.family,
-        "train": train,
-        "val_accuracy": float((probs.argmax(-1) == labels).float().mean()),
-        "val_mean_confidence": float(probs.max(-1).values.mean()),
-        "classes": list(manifest.classes),
-        "runtime": precision_record(cfg, rt),
-    }
+    summary = {"seed": seed, "family": cfg.family, "train": train}
+    summary |= _validation_record(cfg, root, model, rt)
     save_model(model.cpu(), out_dir, summary)
     log.info(
         "seed %d: val accuracy %.3f, mean confidence %.3f, trained in %.1fs",
@@ -123,7 +118,54 @@ def train_base(
     return summary, timings
 
 
+def _validation_record(
+    cfg: CoreConfig, root: Path, model: torch.nn.Module, rt: Runtime
+) -> dict[str, Any]:
+    """The base's validation accuracy and mean confidence, its classes and runtime."""
+    val = data.split(root, "val")
+    val_batches = data.batches(cfg, val, cfg.evaluate.batch_size, pin_memory=rt.pin_memory)
+    probs = logits(model, val_batches, device=rt.device, precision=rt.precision).softmax(-1)
+    labels = split_labels(val)
+    return {
+        "val_accuracy": float((probs.argmax(-1) == labels).float().mean()),
+        "val_mean_confidence": float(probs.max(-1).values.mean()),
+        "classes": list(data.manifest(root).classes),
+        "runtime": precision_record(cfg, rt),
+    }
+
+
+def folder_sha256(folder: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``folder`` (what the base came from)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in files}
+
+
+def adopt_checkpoint(cfg: CoreConfig, root: Path, out_dir: Path) -> dict[str, Any]:
+    """The user's fine-tuned classifier (``model.path``) as the base, unchanged but for its head's
+    row order (:func:`hydra_ops.models.fine_tuned.load_fine_tuned`); ValueError, one line, when
+    its labels are not the data's classes. Returns the summary stored with the checkpoint."""
+    source = Path(cfg.model_dir or "")
+    model = load_fine_tuned(source, data.manifest(root).classes)
+    rt = Runtime(resolve_device(cfg.runtime.device))
+    summary = {
+        "family": cfg.family,
+        "from_checkpoint": {"path": cfg.model.path, "sha256": folder_sha256(source)},
+        **_validation_record(cfg, root, model, rt),
+    }
+    save_model(model.cpu(), out_dir, summary)
+    log.info(
+        "base: the fine-tuned classifier %s as it is (no fine-tune): val accuracy %.3f",
+        cfg.model.path,
+        summary["val_accuracy"],
+    )
+    return summary
+
+
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
+    if cfg.finetune.from_checkpoint:
+        summary = adopt_checkpoint(cfg, root, root / BASE)
+        write_json(root / METRICS / "finetune_base.json", summary)
+        return summary
     rt, choice = training_runtime(cfg, root)
     summary, timings = train_base(cfg, root, cfg.finetune_seed, root / BASE, rt)
     # metrics/finetune_base.json is not cached (dvc.yaml): the timings may live here

@@ -8,7 +8,8 @@ different seeds; member 0 is ``models/base`` itself, members 1..K-1 land in
 ``models/baselines/seed_<s>`` (resumable units, see :mod:`tasks.runtime.resumable`). They train in
 the precision ``runtime.precision`` resolves to for the base
 (:func:`tasks.finetune_base.training_runtime`: the same probe, kept in the measurement cache, so
-every member of the ensemble trains alike).
+every member of the ensemble trains alike). Without a Deep Ensemble (``baselines.deep_ensemble``
+false, or ``auto`` with ``finetune.from_checkpoint``) nothing is trained for it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ log = logging.getLogger("hydra_ens")
 
 
 def baseline_seeds(cfg: BaselinesStageConfig) -> list[int]:
+    """The seeds of the Deep Ensemble's members 1..K-1; none when the run builds no Deep Ensemble
+    (``baselines.deep_ensemble``: there is no backbone to retrain from a user's checkpoint)."""
+    if not cfg.builds_deep_ensemble:
+        return []
     return [cfg.finetune_seed + k for k in range(1, cfg.deep_ensemble_size)]
 
 
@@ -49,10 +54,16 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
     out = root / BASELINES
     # the same model and probe batch as finetune_base: its measurement is reused
     # (tasks.runtime.precision)
+    seeds = baseline_seeds(cfg)
+    needs_training = seeds or cfg.baselines.lora_ensemble.enabled
+    needs_training = needs_training or cfg.baselines.batch_ensemble.enabled
+    if not needs_training:
+        finalise(out, {}, {"deep_ensemble_size": 0, "base_is_member_0": False})
+        return {"units": []}
     rt, _ = training_runtime(cfg, root, "finetune_baselines")
     data_hash = dir_sha256(root / DATA)
     units = {}
-    for seed in baseline_seeds(cfg):
+    for seed in seeds:
         fp = fingerprint(
             {
                 "data": data_hash,
@@ -73,7 +84,8 @@ def run(cfg: BaselinesStageConfig, root: Path) -> dict[str, Any]:
             f"deep ensemble {name}",
         )
     units.update(train_units(cfg, root, rt))
-    finalise(out, units, {"deep_ensemble_size": cfg.deep_ensemble_size, "base_is_member_0": True})
+    size = cfg.deep_ensemble_size if cfg.builds_deep_ensemble else 0
+    finalise(out, units, {"deep_ensemble_size": size, "base_is_member_0": size > 0})
     return {"units": list(units)}
 
 

@@ -2,8 +2,9 @@
 
 For the Taylor variant (``members.finetune.enabled: auto`` with ``scoring.method: taylor``, or
 ``true``) each member ``m`` is the base pruned with plan ``m`` and fine-tuned with seed
-``finetune.seed + members.finetune.seed_offset + m``; ``control_m`` is an *unpruned* copy of the
-base given the same fine-tune (the control that separates pruning from extra training). With
+``finetune.seed + members.finetune.seed_offset + m``; with ``members.finetune.controls`` (the
+``study`` profile) ``control_m`` is an *unpruned* copy of the base given the same fine-tune (the
+control that separates pruning from extra training). With
 ``merge.shared_layers = k > 0`` both keep the embeddings and the first ``k`` layers frozen, so the
 merge can share them. The circuit
 variant skips this stage's work and writes only ``index.json`` (``finetuned: false``); the merge
@@ -143,7 +144,7 @@ def _unit_fingerprint(
             "kind": kind,
             "base": weights_hash(root / BASE),
             "plan": plan_layers,
-            "finetune": cfg.members.finetune.model_dump(exclude={"max_parallel"}),
+            "finetune": cfg.members.finetune.model_dump(exclude={"max_parallel", "controls"}),
             "batch": cfg.finetune.batch_size,
             "lr": cfg.member_lr,
             "max_length": cfg.model.max_length,
@@ -162,8 +163,8 @@ def _unit_fingerprint(
 def build_member(
     cfg: CoreConfig, root: Path, m: int, runtime: Runtime | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Build (or verify) ``member_m`` and ``control_m`` on ``runtime`` (None: each unit kind's
-    :func:`unit_runtime`); returns their done-records."""
+    """Build (or verify) ``member_m`` and, when the run builds controls, ``control_m`` on
+    ``runtime`` (None: each unit kind's :func:`unit_runtime`); returns their done-records."""
     plans = load_plans(root / PLANS / "plans.json")
     if not 0 <= m < len(plans):
         raise ValueError(f"--member {m}: allowed 0..{len(plans) - 1}")
@@ -172,7 +173,8 @@ def build_member(
     ft = cfg.members.finetune
     seed = member_seed(cfg, m)
     out: dict[str, dict[str, Any]] = {}
-    for kind, unit_plan in (("member", plan), ("control", None)):
+    kinds = [("member", plan)] + ([("control", None)] if ft.controls else [])
+    for kind, unit_plan in kinds:
         name = f"{kind}_{m}"
 
         def load(unit_plan=unit_plan) -> nn.Module:
@@ -238,7 +240,12 @@ def run(cfg: CoreConfig, root: Path, member: int | None = None) -> dict[str, Any
     finalise(
         root / MEMBERS,
         units,
-        {"finetuned": True, "variant": cfg.scoring.method, "num_members": cfg.members.num_members},
+        {
+            "finetuned": True,
+            "variant": cfg.scoring.method,
+            "num_members": cfg.members.num_members,
+            "controls": cfg.members.finetune.controls,
+        },
     )
     return {"finetuned": True, "units": list(units)}
 

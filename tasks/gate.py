@@ -1,5 +1,8 @@
-"""Stage ``gate``: the checks of ``params.yaml``'s ``gates:`` on every candidate's metrics
-(:mod:`tasks.gates.checks`, :mod:`tasks.gates.verdict`); the one that ships.
+"""Stage ``gate``: the checks of ``params.yaml``'s ``gates:`` on every candidate's metrics, each
+judged by its kind (:mod:`tasks.gates.checks`, :mod:`tasks.gates.kinds`,
+:mod:`tasks.gates.verdict`); the one that ships. Every record says what it was compared
+``against`` and its ``margin``; the verdict lists each failed check with its shortfall
+(``failures``) and the baselines its checks used (``baselines_used``).
 
 The verdict is bound to what it judged: ``reports/gate.json`` records the DVC md5 of the model that
 ships (``models/hydra``), its compiled artifact, the evaluation it read and the params
@@ -13,8 +16,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.gates.candidates import render_candidates, summary_note
+from tasks.gates.candidates import failure_lines, render_candidates, summary_note
 from tasks.gates.checks import NO_CHECK, NO_CHECK_NOTE
+from tasks.gates.kinds import check_kinds
 from tasks.gates.verdict import compares_with_prod, decide, load_cost, prod_seen
 from tasks.params.schema import PipelineConfig
 from tasks.release.custody import check_chain
@@ -30,6 +34,7 @@ log = logging.getLogger("hydra_ens")
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
+    check_kinds(cfg)
     judged = judged_hashes(cfg, root)
     ev = load_evaluation(root)
     check_chain(cfg, root, ev)  # never judge an evaluation of another model, artifact or params
@@ -50,6 +55,8 @@ def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:
         )
     if verdict["failed"] == [NO_CHECK]:
         log.info("gate %s: %s", NO_CHECK, NO_CHECK_NOTE)
+    for line in failure_lines(verdict):
+        log.info("gate failed: %s", line)
     for name, j in verdict["candidates"].items():
         log.info("gate candidate %-14s %s", name, j["verdict"].upper())
     log.info(
@@ -76,16 +83,21 @@ def render_gate(verdict: dict[str, Any]) -> str:
         "Judged (DVC md5): "
         + ", ".join(f"{r['path']} `{r['md5']}`" for r in verdict["judged"].values()),
         "",
-        "| check | status | value | baseline value | difference | rule |",
-        "|---|---|---|---|---|---|",
+        "Baselines the checks compared with: "
+        + (", ".join(f"`{b}`" for b in verdict.get("baselines_used") or []) or "none"),
+        "",
+        *(f"- failed: {line}" for line in failure_lines(verdict)),
+        "",
+        "| check | against | status | value | baseline value | difference | rule | margin |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     if verdict["failed"] == [NO_CHECK]:
-        lines.append(f"| {NO_CHECK} | failed | - | - | - | {NO_CHECK_NOTE} |")
+        lines.append(f"| {NO_CHECK} | - | failed | - | - | - | {NO_CHECK_NOTE} | - |")
     for c in verdict["checks"]:
         lines.append(
-            f"| {c['name']} | {c['status']} | {_f(c.get('value'))} | "
+            f"| {c['name']} | {c.get('against', '-')} | {c['status']} | {_f(c.get('value'))} | "
             f"{_f(c.get('baseline_value'))} | {_f(c.get('difference'))} | "
-            f"{c.get('rule', c.get('note', ''))} |"
+            f"{c.get('rule', c.get('note', ''))} | {_f(c.get('margin'))} |"
         )
     lines += render_candidates(verdict)
     return "\n".join(lines) + "\n"

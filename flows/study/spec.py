@@ -3,7 +3,7 @@
 ``SPEC.yaml``::
 
     name: text-default            # names the experiments and the report folder
-    profile: default              # a profile of tasks.params (default | quick)
+    profile: default              # a profile of tasks.params (default | study | quick)
     params: base.yaml             # optional: a params file merged over the profile
     sets: {evaluate.bootstrap_samples: 1000}   # optional: overrides every point shares
     variants:                     # name -> dotted overrides (what --set takes)
@@ -240,6 +240,7 @@ def check_study(
     """ConfigError (one line) unless every point of the study ``spec`` resolves and names what the
     library has, and every pattern of ``only`` names a point (:func:`select_points`); the
     ``gates`` of ``gates_from`` (validated), if given."""
+    from tasks.gates.kinds import check_kinds
     from tasks.params.overrides import read_gates
     from tasks.params.schema import validate_params
     from tasks.runtime.preflight import check_names
@@ -247,5 +248,7 @@ def check_study(
     points = study_points(load_study(spec), spec.resolve().parent, root / "dvc.yaml")
     select_points(points, only or [])
     for point in points:
-        check_names(validate_params(point.params, "params", root))
+        cfg = validate_params(point.params, "params", root)
+        check_names(cfg)
+        check_kinds(cfg)
     return read_gates(gates_from) if gates_from else None

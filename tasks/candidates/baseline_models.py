@@ -133,10 +133,10 @@ def mc_dropout_model(
 def seed_baselines(
     cfg: BaselinesStageConfig, root: Path, runtime: Runtime | None = None
 ) -> list[Candidate]:
-    """``single``, ``deep_ensemble`` and, when enabled, ``mc_dropout``, ``lora_ensemble`` and
-    ``batch_ensemble``: the baselines made of the seed's base and ``models/baselines`` alone, the
-    same for every Hydra variant of that seed. The base runs once per split for both ``single``
-    and Deep Ensemble member 0."""
+    """``single``, ``deep_ensemble`` (unless the run builds none) and, when enabled,
+    ``mc_dropout``, ``lora_ensemble`` and ``batch_ensemble``: the baselines made of the seed's
+    base and ``models/baselines`` alone, the same for every Hydra variant of that seed. The base
+    runs once per split for both ``single`` and Deep Ensemble member 0."""
     rt = runtime or Runtime()
     cache: dict[tuple[int, int], torch.Tensor] = {}
     base = load_model(root / BASE)
@@ -145,12 +145,11 @@ def seed_baselines(
     # the Deep Ensemble's seeds; the other units are the efficient baselines'
     seeds = [unit for unit in index["units"] if unit.startswith("seed_")]
     ensemble += [load_model(root / BASELINES / unit) for unit in seeds]
-    cands = [
-        independent_models("single", [base], cache, rt),
-        independent_models("deep_ensemble", ensemble, cache, rt),
-    ]
+    cands = [independent_models("single", [base], cache, rt)]
     cands[0].export = single_export()
-    cands[1].export = deep_ensemble_export(seeds)
+    if cfg.builds_deep_ensemble:
+        cands.append(independent_models("deep_ensemble", ensemble, cache, rt))
+        cands[1].export = deep_ensemble_export(seeds)
     if cfg.baselines.mc_dropout.enabled:
         cands.append(mc_dropout_model(cfg, base, rt))
     return cands + efficient_models(cfg, root, rt)

@@ -190,9 +190,14 @@ def judge_all(
         head.update(passed=False, verdict="failed")
         if not head["failed"]:  # the top candidate passed but may not ship
             head["failed"] = [f"{top}: {judged[top].get('note') or 'not allowed to ship'}"]
+    checks = judged[top]["checks"]
     return {
         **head,
-        "checks": judged[top]["checks"],
+        "checks": checks,
+        "baselines_used": sorted(
+            {c["against"] for c in checks if c.get("against")} - {"threshold"}
+        ),
+        "failures": failures(checks),
         "candidate": top,
         "ships": ships,
         "allowed": allowed,
@@ -200,6 +205,37 @@ def judge_all(
         "cost_reference": (cost or {}).get("reference"),
         "candidates": judged,
     }
+
+
+def failures(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each failed check of ``records``: its name, what it was compared against, and by how much
+    it failed (``by``: the shortfall in the metric's units; None when it could not be judged,
+    ``note`` then says why)."""
+    out = []
+    for c in records:
+        if c["status"] != "failed":
+            continue
+        margin = c.get("margin")
+        out.append(
+            {
+                "check": c["name"],
+                "against": c.get("against"),
+                "by": None if margin is None or margin >= 0 else -margin,
+                "note": c.get("note") or c.get("rule"),
+            }
+        )
+    return out
+
+
+def failure_lines(verdict: Mapping[str, Any]) -> list[str]:
+    """One line per failed check of the verdict's top candidate: which check, against what, and
+    by how much (or why it could not be judged)."""
+    lines = []
+    for f in verdict.get("failures") or []:
+        against = f" against {f['against']}" if f.get("against") else ""
+        by = f" by {f['by']:.4f}" if f.get("by") is not None else ""
+        lines.append(f"{f['check']}{against}{by} ({f['note']})")
+    return lines
 
 
 def _ratio(c: Mapping[str, Any]) -> str:
@@ -258,10 +294,13 @@ def summary_note(verdict: Mapping[str, Any]) -> str:
 
 def gate_summary(verdict: Mapping[str, Any]) -> dict[str, Any]:
     """What the run's summary keeps of a verdict (``reports/gate.json``): ``verdict``,
-    ``failed``, the candidate that ``ships`` and the line's ``note`` (:func:`summary_note`)."""
+    ``failed``, one line per failed check with its shortfall (``failures``,
+    :func:`failure_lines`), the candidate that ``ships`` and the line's ``note``
+    (:func:`summary_note`)."""
     return {
         "verdict": verdict["verdict"],
         "failed": verdict["failed"],
+        "failures": failure_lines(verdict),
         "ships": verdict.get("ships"),
         "note": summary_note(verdict),
     }

@@ -37,6 +37,26 @@ def paired_interval(
     return (boot.get(check.split) or {}).get(check.metric)
 
 
+def separation(
+    check: GateCheck,
+    ev: Mapping[str, Any],
+    record: Mapping[str, Any],
+    point: bool = False,
+    candidate: str = "hydra",
+) -> float | None:
+    """How far the interval of (candidate - baseline) lies past zero on the good side (its near
+    end; the point difference with ``point``): positive when separably better, else the
+    shortfall as a negative number; None when there is no interval (or difference)."""
+    gib = bool(check.greater_is_better)
+    if point:
+        diff = record.get("difference")
+        return None if diff is None else (diff if gib else -diff)
+    interval = paired_interval(check, ev, candidate)
+    if interval is None:
+        return None
+    return float(interval["low"]) if gib else -float(interval["high"])
+
+
 def separably_better(
     check: GateCheck,
     ev: Mapping[str, Any],
@@ -70,7 +90,8 @@ def resolve_any_of(
 ) -> list[dict[str, Any]]:
     """The records of ``checks`` (one each, in order, from ``tasks.gates.checks.evaluate_check``)
     with every ``any_of`` group resolved: each record of a group gains ``any_of``, ``better`` and
-    ``evidence``; a group with no separably better member fails every member that passed.
+    ``evidence``; a group with no separably better member fails every member that passed (its
+    ``margin`` then: :func:`separation`, how far its interval is from excluding zero).
     ``point``, ``candidate``: see :func:`separably_better`. Records of checks without a group,
     and ``not applicable`` records (:mod:`tasks.gates.candidates`), are unchanged."""
     out = [dict(r) for r in records]
@@ -92,5 +113,6 @@ def resolve_any_of(
         for i in members:
             if out[i].get("status") == "passed":
                 rule = f"{out[i].get('rule', '')}; any_of {group!r}: none separably better"
-                out[i].update(status="failed", note=why, rule=rule.lstrip("; "))
+                short = separation(checks[i], ev, out[i], point, candidate)
+                out[i].update(status="failed", note=why, rule=rule.lstrip("; "), margin=short)
     return out

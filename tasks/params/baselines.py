@@ -1,10 +1,17 @@
 """The ``baselines`` section (the Deep Ensemble, MC Dropout, LoRA-Ensemble and BatchEnsemble
-baselines) and the params view of
-the stages that build or score them (:class:`BaselinesStageConfig`)."""
+baselines), the params view of the stages that build or score them
+(:class:`BaselinesStageConfig`) and which baselines a run builds
+(:meth:`~BaselinesStageConfig.built`).
+
+The default run builds what its default gates and report read: ``single``, ``naive_pruned`` and
+the Deep Ensemble. MC Dropout and the unpruned controls are switched on by one parameter each
+(``baselines.mc_dropout.enabled``, ``members.finetune.controls``) or by the ``study`` profile."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from tasks.params.base import Strict
 from tasks.params.core import CoreConfig
@@ -14,7 +21,8 @@ class McDropoutConfig(Strict):
     """The MC Dropout baseline: the fine-tuned base, dropout on at inference, ``samples`` passes
     (:mod:`hydra_ops.models.mc_dropout`)."""
 
-    enabled: bool = True
+    enabled: bool = False
+    """Off in the default run (no default gate reads it); the ``study`` profile turns it on."""
     samples: int = Field(default=8, ge=2)
     rate: float | None = Field(default=None, gt=0, lt=1)
     """``None``: the model's own dropout rates, or 0.1 everywhere when they are all 0."""
@@ -68,11 +76,25 @@ class BatchEnsembleConfig(Strict):
 
 
 class BaselinesConfig(Strict):
+    deep_ensemble: bool | Literal["auto"] = "auto"
+    """Build the Deep Ensemble baseline. ``auto``: yes, except with
+    ``finetune.from_checkpoint`` (there is no backbone to retrain with other seeds: the run
+    compares with ``single`` and ``naive_pruned`` instead); ``true`` there is refused."""
     deep_ensemble_size: int | None = Field(default=None, ge=1)
     """Members of the Deep Ensemble baseline (the base is member 0); ``None``: M."""
     mc_dropout: McDropoutConfig = McDropoutConfig()
     lora_ensemble: LoraEnsembleConfig = LoraEnsembleConfig()
     batch_ensemble: BatchEnsembleConfig = BatchEnsembleConfig()
+
+
+#: Why a baseline is not built, by name, given the params (:meth:`BaselinesStageConfig.built`).
+NOT_BUILT_HINTS = {
+    "deep_ensemble": "baselines.deep_ensemble is false, or finetune.from_checkpoint is set",
+    "mc_dropout": "baselines.mc_dropout.enabled is false",
+    "lora_ensemble": "baselines.lora_ensemble.enabled is false",
+    "batch_ensemble": "baselines.batch_ensemble.enabled is false",
+    "control": "members.finetune.controls is false, or the variant fine-tunes no members",
+}
 
 
 class BaselinesStageConfig(CoreConfig):
@@ -84,3 +106,36 @@ class BaselinesStageConfig(CoreConfig):
     @property
     def deep_ensemble_size(self) -> int:
         return self.baselines.deep_ensemble_size or self.members.num_members
+
+    @property
+    def builds_deep_ensemble(self) -> bool:
+        if self.baselines.deep_ensemble == "auto":
+            return not self.finetune.from_checkpoint
+        return self.baselines.deep_ensemble
+
+    @property
+    def builds_control(self) -> bool:
+        return self.members.finetune.controls and self.finetune_members
+
+    def built(self) -> tuple[str, ...]:
+        """The models this run builds and evaluates besides the Hydra, in report order."""
+        b = self.baselines
+        on = {
+            "single": True,
+            "naive_pruned": True,
+            "deep_ensemble": self.builds_deep_ensemble,
+            "mc_dropout": b.mc_dropout.enabled,
+            "lora_ensemble": b.lora_ensemble.enabled,
+            "batch_ensemble": b.batch_ensemble.enabled,
+            "control": self.builds_control,
+        }
+        return tuple(name for name, yes in on.items() if yes)
+
+    @model_validator(mode="after")
+    def _deep_ensemble_needs_a_backbone(self) -> BaselinesStageConfig:
+        if self.baselines.deep_ensemble is True and self.finetune.from_checkpoint:
+            raise ValueError(
+                "@baselines.deep_ensemble: true needs a backbone to retrain with other seeds, and "
+                "finetune.from_checkpoint starts from a fine-tuned classifier (set it to auto)"
+            )
+        return self

@@ -45,7 +45,7 @@ REPLICATE_STRIDE = 1000
 
 #: The profiles' names (:data:`tasks.params.profiles.PROFILES` holds their overrides, which no stage
 #: reads: ``params.yaml`` is resolved, so editing a profile reruns nothing).
-PROFILE_NAMES = ("default", "quick")
+PROFILE_NAMES = ("default", "study", "quick")
 
 
 def _known_profile(value: str) -> str:
@@ -223,6 +223,25 @@ class CoreConfig(Strict):
         enabled = self.members.finetune.enabled
         return self.scoring.method == "taylor" if enabled == "auto" else bool(enabled)
 
+    def _checkpoint_problems(self, folder_readable: bool) -> list[tuple[str, str]]:
+        """What keeps ``finetune.from_checkpoint`` from using ``model.path`` as the base."""
+        if not self.finetune.from_checkpoint:
+            return []
+        key = "finetune.from_checkpoint"
+        if self.model.path is None:
+            return [(key, "needs model.path: the folder of your fine-tuned classifier")]
+        if self.modality != "text":
+            return [(key, "needs text data (a *ForSequenceClassification checkpoint)")]
+        if not folder_readable:
+            return []  # model.path's own problem is reported
+        from hydra_ops.models.fine_tuned import checkpoint_labels
+
+        try:
+            checkpoint_labels(self.model_dir)
+        except ValueError as err:
+            return [("model.path", str(err))]
+        return []
+
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> CoreConfig:
         self._root = (info.context or {}).get("root")
@@ -246,6 +265,7 @@ class CoreConfig(Strict):
             except ConfigError as err:
                 problems.append(("model.path", str(err).partition(": ")[2]))
                 shape_known = False
+        problems += self._checkpoint_problems(shape_known)
         vit = self.model.vit
         if family is not None and not family.from_folder:  # built from scratch: model.vit
             if vit.image_size % vit.patch_size:

@@ -47,6 +47,10 @@ class MemberFinetuneConfig(Strict):
     against the fine-tuned base's predictions (:mod:`hydra_ops.models.diversity_loss`)."""
     ncl_strength: float = Field(default=0.5, ge=0)
     """The penalty's weight (``objective: ncl`` only); docs/diversity.md has each one's cost."""
+    controls: bool = False
+    """Also build the ``control`` baseline: an unpruned copy of the base given each member's
+    fine-tune (what separates pruning from extra training). Off in the default run, where no
+    gate reads it; the ``study`` profile turns it on."""
 
     @model_serializer(mode="wrap")
     def _omit_off_mechanisms(self, handler: Any) -> dict[str, Any]:

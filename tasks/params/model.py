@@ -66,12 +66,19 @@ class FinetuneConfig(Strict):
     """Image data only: translate each training image by up to this many pixels per axis (random
     per image and epoch, zero fill; :func:`hydra_ops.data.augment.random_shift`); 0 = off. Left
     out of the dump while 0, so text runs keep their ``params.yaml`` and unit fingerprints."""
+    from_checkpoint: bool = False
+    """``model.path`` is the user's fine-tuned classifier (``*ForSequenceClassification`` with
+    ``id2label``): it becomes ``models/base`` as it is, with its labels matched to the data's
+    classes, and the base fine-tune is skipped (:mod:`hydra_ops.models.fine_tuned`). Left out of
+    the dump while false."""
 
     @model_serializer(mode="wrap")
-    def _omit_off_shift(self, handler: Any) -> dict[str, Any]:
+    def _omit_off_options(self, handler: Any) -> dict[str, Any]:
         out = handler(self)
         if self.random_shift == 0:
             out.pop("random_shift", None)
+        if not self.from_checkpoint:
+            out.pop("from_checkpoint", None)
         return out
 
 

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Profiles: overrides applied on top of the defaults. ``quick`` is for tests and smoke runs.
+#: Profiles: overrides applied on top of the defaults. ``quick`` is for tests and smoke runs;
+#: ``study`` builds every baseline a study report compares.
 PROFILES: dict[str, dict[str, Any]] = {
     "default": {},
+    # every baseline a study compares (the default run builds only what its gates read)
+    "study": {
+        "baselines": {"mc_dropout": {"enabled": True}},
+        "members": {"finetune": {"controls": True}},
+    },
     "quick": {
         "data": {"max_per_split": 160, "far_ood_size": 100},
         "model": {"max_length": 32},
         "finetune": {"epochs": 1, "batch_size": 16},
         "scoring": {"max_batches": 1, "batch_size": 16},
-        "baselines": {"deep_ensemble_size": 2, "mc_dropout": {"samples": 4}},
-        "members": {"finetune": {"epochs": 1}},
+        # a smoke run goes down every path, the study's baselines included
+        "baselines": {"deep_ensemble_size": 2, "mc_dropout": {"enabled": True, "samples": 4}},
+        "members": {"finetune": {"epochs": 1, "controls": True}},
         "compile": {"backend": "eager"},
         "evaluate": {
             "bootstrap_samples": 100,

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from tasks.params.baselines import BaselinesStageConfig
+from tasks.params.baselines import NOT_BUILT_HINTS, BaselinesStageConfig
 from tasks.params.files import load_as, validate_as
 from tasks.params.gates import GateCheck, default_gates
 from tasks.params.metrics import COMPILE_CHECKS
@@ -38,6 +38,27 @@ class PipelineConfig(BaselinesStageConfig):
                 "compile_max_abs_diff, threshold: compile_tolerance})"
             )
         return gates
+
+    @model_validator(mode="after")
+    def _gates_judge_what_the_run_builds(self) -> PipelineConfig:
+        """Left out, the gates are the defaults for the baselines this run builds; given, each
+        check's baseline must be one the run builds (a check never passes for want of its
+        baseline). A check of another kind is held to that kind by
+        :func:`tasks.gates.kinds.check_kinds`."""
+        built = self.built()
+        if "gates" not in self.model_fields_set:
+            self.gates = [GateCheck(**g) for g in default_gates(built)]
+            return self
+        problems = []
+        for i, gate in enumerate(self.gates):
+            if gate.baseline not in (None, "prod", *built):
+                problems.append(
+                    f"@gates.{i}: baseline {gate.baseline!r} is not built by this run "
+                    f"({NOT_BUILT_HINTS[gate.baseline]}): build it or drop the check"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 def validate_params(

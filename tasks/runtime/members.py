@@ -15,8 +15,11 @@ from tasks.runtime.outputs import read_json
 
 
 def load_members(cfg: CoreConfig, root: Path, kind: str = "member") -> list[nn.Module]:
-    """The M members (``kind="member"``) or, when fine-tuned, the M controls (``"control"``)."""
+    """The M members (``kind="member"``) or, when fine-tuned with controls, the M controls
+    (``"control"``; none when ``finetune_members`` built none)."""
     index = read_json(root / MEMBERS / "index.json", "finetune_members output")
+    if kind == "control" and not index.get("controls", True):
+        return []
     plans = load_plans(root / PLANS / "plans.json")
     if index.get("finetuned"):
         try:

@@ -49,8 +49,8 @@ def test_set_indexes_the_gates():
     assert (first.metric, first.split, first.baseline) == ("nll", "id_test", "single")
     assert first.greater_is_better is False and first.name == "id_test.nll vs single"
     assert len(cfg.gates) == len(default_gates())
-    edited = apply_sets(to_raw(cfg), {"gates.4.threshold": 0.9})  # an edited params.yaml
-    assert edited.gates[0].metric == "nll" and edited.gates[4].threshold == 0.9
+    edited = apply_sets(to_raw(cfg), {"gates.4.tolerance": 0.05})  # an edited params.yaml
+    assert edited.gates[0].metric == "nll" and edited.gates[4].tolerance == 0.05
     again = apply_sets(to_raw(edited), {"gates.0.metric": "accuracy"})
     assert again.gates[0].greater_is_better is True and again.gates[0].name.endswith(
         "accuracy vs single"

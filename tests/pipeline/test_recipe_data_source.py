@@ -1,4 +1,4 @@
-"""CONTRIBUTING.md's recipe "Add a data source", followed with toy sources defined here: once
+"""CONTRIBUTING.md's recipe "Adding a data source", followed with toy sources defined here: once
 registered, the params schema accepts the name and derives the modality it declares, and the
 prepare_data stage writes its splits, with nothing else edited."""
 

@@ -1,4 +1,4 @@
-"""CONTRIBUTING.md's recipe "Add an OOD score", followed with a toy criterion defined here: once
+"""CONTRIBUTING.md's recipe "Adding an OOD score", followed with a toy criterion defined here: once
 registered, the params check accepts it, the evaluate stage's ``ood_by_score`` and its report
 table carry it, and ``predict`` rows score with it, with nothing else edited."""
 

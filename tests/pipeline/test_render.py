@@ -48,6 +48,27 @@ def test_the_study_table_says_why_a_point_is_missing():
     assert "not selected by --only" in said[False] and "report-only" not in said[False]
 
 
+def test_the_run_summary_says_which_check_failed_and_by_how_much():
+    from rich.console import Console
+
+    from flows.render import print_run_summary
+
+    line = "far_ood.auroc vs deep_ensemble against deep_ensemble by 0.0210 (diff >= -0.015)"
+    summary = {
+        "stages": [],
+        "seconds": 1.0,
+        "gate": {
+            "verdict": "failed",
+            "failed": ["far_ood.auroc vs deep_ensemble"],
+            "failures": [line],
+        },
+        "promotion": {"promoted": False, "why": "gate failed"},
+    }
+    console = Console(width=200, record=True)
+    print_run_summary(console, summary, "log")
+    assert f"failed: {line}" in console.export_text()
+
+
 def _evaluation() -> dict:
     def entry(acc: float, latency_ms: float) -> dict:
         splits = {
