@@ -81,10 +81,10 @@ def _patch(monkeypatch, fp32_ms: float, bf16_ms: float, fp32_wrong: bool = False
     def timed(call, repeats, device=None):
         with torch.no_grad():
             out = call()
-        return out, bf16_ms if current["precision"] == "bf16" else fp32_ms
+        return out, [bf16_ms if current["precision"] == "bf16" else fp32_ms] * repeats
 
     monkeypatch.setattr(hc_build.Build, "build", build)
-    monkeypatch.setattr(hc_auto, "median_latency_ms", timed)
+    monkeypatch.setattr(hc_auto, "latency_rounds_ms", timed)
 
 
 def test_second_compile_skips_the_earlier_loser(hydra, tmp_path, monkeypatch, caplog):

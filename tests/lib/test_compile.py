@@ -322,7 +322,7 @@ def test_auto_precision_never_keeps_a_precision_beyond_tolerance(
     monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export",))
     monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
     # bf16 "measures" faster, so only its check can keep it out
-    monkeypatch.setattr(hc_auto, "median_latency_ms", _ordered_ms(2.0, 1.0))
+    monkeypatch.setattr(hc_auto, "latency_rounds_ms", _ordered_ms(2.0, 1.0))
     tight = {"fp32": 1e-4, "bf16": 1e-9}  # no bf16 output is that close to fp32
     with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
         artifact = hc.compile_model(
@@ -395,13 +395,13 @@ def test_auto_precision_without_fast_bf16_keeps_fp32_and_says_why(
 
 
 def _ordered_ms(*times):
-    """A ``median_latency_ms`` stand-in: the real warm-up output and ``times`` in call order,
+    """A ``latency_rounds_ms`` stand-in: the real warm-up output and ``times`` in call order,
     repeated (``auto`` times its candidates in order: each backend's fp32, then its bf16)."""
     queue = itertools.cycle(times)
 
     def fake(call, repeats, device=None):
         with torch.no_grad():
-            return call(), next(queue)
+            return call(), [next(queue)] * repeats
 
     return fake
 

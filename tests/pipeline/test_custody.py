@@ -185,7 +185,8 @@ def test_scored_params_are_the_params_evaluate_declares_in_dvc_yaml():
     from tasks.custody import SCORED_PARAMS
 
     declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["evaluate"]["params"]
-    assert sorted(SCORED_PARAMS) == sorted(declared)
+    # the other entry is the hardware choices file (tasks.hardware), not params.yaml
+    assert sorted(SCORED_PARAMS) == sorted(p for p in declared if isinstance(p, str))
 
 
 # ---- hole 8: the artifact that ships is the artifact that was scored --------------------------

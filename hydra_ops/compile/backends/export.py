@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...atomic import atomic_write_file
+from ...atomic import atomic_write_bytes
 from ..inputs import dynamic_shapes, trace_inputs
 from .base import Backend, CompileError, CompileRequest, Runner, no_grad_runner
 
@@ -38,7 +39,11 @@ def export_program(
 
 def compile_export(request: CompileRequest) -> dict[str, Any]:
     program = export_program(request.model, request.tensors, request.names, request.max_batch)
-    atomic_write_file(request.target, lambda p: torch.export.save(program, str(p)))
+    # saved to memory first: saved to a path, the archive's folder is named after the temp file,
+    # so two builds of one program would differ in bytes
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    atomic_write_bytes(request.target, buffer.getvalue())
     return {}
 
 
