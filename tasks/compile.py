@@ -91,7 +91,8 @@ def _split_run_facts(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
             for b, t in selection["trials"].items()
         }
         meta["auto_selection"] = {**selection, "trials": trials}
-        facts["auto_selection_timings"] = timings
+        if timings:
+            facts["auto_selection_timings"] = timings
     return meta, facts
 
 
