@@ -4,7 +4,8 @@ A measured choice (the training / inference precision of :mod:`hydra_ops.perf.pr
 candidates ``compile: auto`` times) is worth making once per machine and shape: re-measuring it on
 every run costs time, and a choice that flips with timing noise between two runs of the same params
 would give two different models. :class:`MeasurementCache` keeps them in one JSON file (the project
-puts it at ``.hydra-ens/measurements.json``: local to the checkout, never a DVC output), keyed by
+keeps one per machine kind, its hardware record ``hardware/<kind id>.json``, tracked by git:
+:mod:`tasks.hardware`), keyed by
 
 - :func:`machine_key`: the machine kind (:func:`machine_kind`: the CPU model name, its vector /
   matrix flags ``avx2``, ``avx512*``, ``amx*``, the logical CPUs this process may use, the GPUs'
@@ -16,7 +17,7 @@ puts it at ``.hydra-ens/measurements.json``: local to the checkout, never a DVC 
 Reads and writes hold an exclusive ``fcntl`` lock on ``<file>.lock``, so concurrent stage processes
 (members fine-tuned in parallel) see one measurement: :meth:`MeasurementCache.get_or_measure`
 measures at most once per key. Writes are atomic (:func:`hydra_ops.atomic.atomic_write_bytes`).
-A missing, unreadable or corrupt file is an empty cache (it is a cache: the measurement reruns).
+A missing, unreadable or corrupt file is an empty cache (the measurement reruns).
 """
 
 from __future__ import annotations
