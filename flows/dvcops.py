@@ -165,9 +165,10 @@ def check_project_file(root: Path) -> None:
 
 def ensure_project(root: Path, commit_setup: bool = True) -> list[str]:
     """Make ``root`` ready for DVC (and write this machine kind's hardware choices,
-    :func:`tasks.hardware.sync_choices`); returns what it did (for the log). ``commit_setup``: commit
-    the DVC set-up files on the current branch (a clone is then a DVC repository); a study whose
-    workers clone another git URL passes False, since they could not check out that commit."""
+    :func:`tasks.hardware.sync_choices`); returns what it did (for the log). ``commit_setup``:
+    commit the DVC set-up files on the current branch (a clone is then a DVC repository); a study
+    whose workers clone another git URL passes False, since they could not check out that
+    commit."""
     done: list[str] = []
     check_project_file(root)
     if _run(["git", "rev-parse", "--git-dir"], root, check=False).returncode != 0:
