@@ -15,8 +15,8 @@ keeps one per machine kind, its hardware record ``hardware/<kind id>.json``, tra
 - ``kind`` (e.g. ``precision/training``) and a JSON-able ``key`` (model signature, batch shape).
 
 Reads and writes hold an exclusive ``fcntl`` lock on ``.locks/<file>.lock`` beside it, so stage
-processes (members fine-tuned in parallel) see one measurement: :meth:`MeasurementCache.get_or_measure`
-measures at most once per key. Writes are atomic (:func:`hydra_ops.atomic.atomic_write_bytes`).
+processes (members fine-tuned in parallel) see one measurement:
+:meth:`MeasurementCache.get_or_measure` measures at most once per key. Writes are atomic (:func:`hydra_ops.atomic.atomic_write_bytes`).
 A missing, unreadable or corrupt file is an empty cache (the measurement reruns).
 """
 
