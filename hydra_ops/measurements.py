@@ -16,8 +16,9 @@ keeps one per machine kind, its hardware record ``hardware/<kind id>.json``, tra
 
 Reads and writes hold an exclusive ``fcntl`` lock on ``.locks/<file>.lock`` beside it, so stage
 processes (members fine-tuned in parallel) see one measurement:
-:meth:`MeasurementCache.get_or_measure` measures at most once per key. Writes are atomic (:func:`hydra_ops.atomic.atomic_write_bytes`).
-A missing, unreadable or corrupt file is an empty cache (the measurement reruns).
+:meth:`MeasurementCache.get_or_measure` measures at most once per key. Writes are atomic
+(:func:`hydra_ops.atomic.atomic_write_bytes`). A missing, unreadable or corrupt file is an empty
+cache (the measurement reruns).
 """
 
 from __future__ import annotations
