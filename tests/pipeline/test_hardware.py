@@ -72,3 +72,20 @@ def test_a_stage_outside_the_list_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="not one of"):
         hardware.note_choice(tmp_path, "merge", "x", "y")
+
+
+def test_the_hardware_command_shows_this_kind_its_rule_and_choices(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    res = CliRunner().invoke(app, ["hardware", "-C", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "(not yet measured)" in res.output
+    hardware.sync_choices(tmp_path)
+    hardware.note_choice(tmp_path, "calibrate", "inference precision", "bf16")
+    res = CliRunner().invoke(app, ["hardware", "-C", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert f"machine kind: {hardware.record_path(tmp_path).stem}" in res.output
+    assert "calibrate: inference precision: bf16" in res.output
+    assert "finetune_base: unmeasured" in res.output and "1.15x" in res.output
