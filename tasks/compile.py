@@ -159,7 +159,7 @@ def eager_precision_ms(
 ) -> dict[str, float] | None:
     """``{precision: median ms}`` of the calibrated Hydra's eager forward on this machine, for the
     precisions that agree with fp32: the inference precision probe ``calibrate`` ran on the same
-    model and validation batches (read back from the measurement cache; measured here if it is
+    model and validation batches (read back from the hardware record; measured here if it is
     missing). ``auto`` builds the candidates of a much slower precision only if no faster one
     agrees (:mod:`hydra_ops.compile.auto`). None when nothing is measured here:
     ``compile.precision`` or ``runtime.precision`` pinned, no native bf16, or model stages on a

@@ -13,7 +13,7 @@ all of ``hydra_ops.metrics`` (OOD = positive class, score ``evaluate.ood_score``
 latency, and the paired bootstrap interval of Hydra minus each baseline. Every model the stage
 runs itself (``naive_pruned``, ``control``) runs on ``runtime.device`` in the precision
 ``runtime.precision`` resolves to for inference (:mod:`tasks.precision`; ``auto``: the probe
-stage ``baseline_logits`` ran on the base, read back from the measurement cache, so every
+stage ``baseline_logits`` ran on the base, read back from the hardware record, so every
 baseline runs at one precision); the Hydra is scored as it ships and checked against its fp32
 eager model. The logits of ``single``, ``deep_ensemble`` and ``mc_dropout`` are read from stage
 ``baseline_logits`` (the same for every variant of a seed, computed once). Every model is timed
