@@ -476,3 +476,20 @@ def test_fast_bf16_check_is_the_runtimes(tmp_path, monkeypatch):
     assert "neither amx_bf16 nor avx512_bf16" in precision.fast_bf16_unavailable_reason("cpu")
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
     assert precision.fast_bf16_unavailable_reason("cpu") is None
+
+
+@pytest.mark.parametrize("backend", ["export", "onnxruntime"])
+def test_an_artifact_names_no_source_file_so_two_checkouts_build_the_same_bytes(
+    hydra, tmp_path, backend
+):
+    import zipfile
+
+    artifact = hc.compile_model(hydra, backend, tiny_inputs("bert", 4), tmp_path, max_batch=8)
+    path = tmp_path / artifact["artifact"]
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            blob = b"".join(archive.read(name) for name in archive.namelist())
+    else:
+        blob = path.read_bytes()
+    assert b"hydra_ops/" not in blob and b"stack_trace" not in blob
+    assert hc.load_compiled(tmp_path)(tiny_inputs("bert", 3, seed=4)).shape[0] == 3
