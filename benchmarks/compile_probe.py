@@ -1,15 +1,14 @@
 """What compile's eager probe saves, side by side: ``compile: auto`` with and without it.
 
-On a finished project (a default run's ``models/hydra`` and its measurement cache), each round
-runs the compile stage's call of :func:`hydra_ops.compile.compile_model` twice, each in a fresh
-process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``) and no measurement history, so
-both start as on a new machine: ``every`` builds and times every candidate (``eager_ms=None``,
-what compile did before), ``probe`` passes :func:`tasks.compile.eager_precision_ms` (the
-inference precision probe, read back from the project's cache) and so builds a precision whose
-eager forward is >= 2x slower only if nothing faster agrees. The order alternates between
-rounds. Per run: wall seconds of the call, the candidates built and deferred, each one's timing,
-and what shipped. The project (``compile.backend: auto``) is only read (artifacts go to a
-temporary folder).
+On a finished project (a default run's ``models/hydra`` and its hardware record), each round runs
+the compile stage's call of :func:`hydra_ops.compile.compile_model` twice, each in a fresh process
+with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``) and no measurement history, so both start
+as on a new machine: ``every`` builds and times every candidate (``eager_ms=None``, what compile did
+before), ``probe`` passes :func:`tasks.compile.eager_precision_ms` (the inference precision probe,
+read back from the project's hardware record) and so builds a precision whose eager forward is >= 2x
+slower only if nothing faster agrees. The order alternates between rounds. Per run: wall seconds of
+the call, the candidates built and deferred, each one's timing, and what shipped. The project
+(``compile.backend: auto``) is only read (artifacts go to a temporary folder).
 
     python -m benchmarks.compile_probe --project /tmp/run/project --rounds 1 \\
         --out benchmarks/results/cpu_amx/compile_probe.json

@@ -1,6 +1,6 @@
 """The prediction service under a bounded load: Hydra vs the single model, side by side.
 
-``python -m benchmarks.serve [--project DIR] [--out benchmarks/results/serve.json]``
+``python -m benchmarks.serve [--project DIR] [--out FILE.json] [--startup-only]``
 
 Both models are served at once by real ``hydra-ens serve-model`` processes on 127.0.0.1 (Hydra:
 the prod bundle; the single model: ``--single``, ``models/base`` of the same project) and driven
@@ -9,6 +9,13 @@ from this process over keep-alive HTTP connections:
 * ``batch 1``: one client, one input per request, requests back to back (latency of one question);
 * ``N clients``: N clients at once, one input per request (what the micro-batcher joins);
 * ``batch 16``: one client, 16 inputs per request.
+
+* ``first start`` / ``second start`` (:func:`startup_load`): a fresh ``serve-model`` process of the
+  Hydra, timed from its start to ``/health`` ``ok`` (the warm-up of every batch shape), then
+  ``--startup-requests`` requests (200) from ``clients`` threads at once, each of 1-4 texts, from
+  the first request after ``/health`` is ok; the second start reuses the first one's compile
+  caches (``TORCHINDUCTOR_CACHE_DIR``, empty at the first start). p50, p99 and p99 / p50 per
+  start. ``--startup-only`` runs only these.
 
 Every block of requests is bounded (a number of requests and a time limit); in each round, each
 scenario runs a block on Hydra, then one on the single model, so a change in the machine's load
@@ -154,6 +161,16 @@ class Server:
         self.stop()
         raise RuntimeError(f"serve-model did not start: {line!r}")
 
+    def wait_ok(self, limit_s: float = 900) -> float:
+        """Poll ``/health`` until it says ``ok`` (the warm-up is over); seconds waited."""
+        t0 = time.monotonic()
+        while (health := self.get("/health"))["status"] != "ok":
+            if time.monotonic() - t0 > limit_s or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"serve-model never became ok: {health}")
+            time.sleep(0.1)
+        return time.monotonic() - t0
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -175,8 +192,16 @@ def _client(port: int, inputs: list[str], n: int, until: float, out: list[float]
     """``n`` requests back to back on one keep-alive connection (stops at ``until``)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     body = json.dumps({"inputs": inputs}).encode()
+    _send(conn, [body] * n, until, out)
+    conn.close()
+
+
+def _send(
+    conn: http.client.HTTPConnection, bodies: list[bytes], until: float, out: list[float]
+) -> None:
+    """POST each of ``bodies`` to ``/predict`` in turn (stops at ``until``); seconds each."""
     headers = {"Content-Type": "application/json"}
-    for _ in range(n):
+    for body in bodies:
         if time.monotonic() > until:
             break
         t0 = time.perf_counter()
@@ -186,7 +211,6 @@ def _client(port: int, inputs: list[str], n: int, until: float, out: list[float]
         if resp.status != 200:
             raise RuntimeError(f"status {resp.status}: {data[:200]!r}")
         out.append(time.perf_counter() - t0)
-    conn.close()
 
 
 def drive(port: int, clients: int, batch: int, requests: int, limit_s: float) -> dict[str, Any]:
@@ -216,6 +240,77 @@ def drive(port: int, clients: int, batch: int, requests: int, limit_s: float) ->
     wall = time.perf_counter() - t0
     flat = [x * 1000 for c in lats for x in c]
     return {"latencies_ms": flat, "wall_s": wall, "inputs": len(flat) * batch}
+
+
+def mixed_bodies(requests: int) -> list[bytes]:
+    """``requests`` request bodies of 1-4 texts each (1, 2, 3, 4, 1, ...; texts of several
+    lengths, so batches are padded to several lengths)."""
+    bodies = []
+    for i in range(requests):
+        texts = [
+            " ".join([TEXTS[(i + k) % len(TEXTS)]] * (1 + (i + k) % 3)) for k in range(i % 4 + 1)
+        ]
+        bodies.append(json.dumps({"inputs": texts}).encode())
+    return bodies
+
+
+def startup_load(
+    project: Path, clients: int, requests: int, max_batch: int, max_wait_ms: float
+) -> dict[str, Any]:
+    """``first start`` and ``second start`` (module doc): per start, the seconds from the
+    process start to ``/health`` ok and the p50 / p99 of ``requests`` requests of 1-4 texts from
+    ``clients`` threads, sent from the first request after ``/health`` is ok."""
+    out: dict[str, Any] = {}
+    bodies = mixed_bodies(requests)
+    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # the servers' environment
+        try:
+            for start in ("first start", "second start"):
+                t0 = time.monotonic()
+                server = Server(project, False, max_batch, max_wait_ms)
+                try:
+                    listening = time.monotonic() - t0
+                    warm = server.wait_ok()
+                    lats: list[list[float]] = [[] for _ in range(clients)]
+                    share = [bodies[c::clients] for c in range(clients)]
+                    until = time.monotonic() + 600
+                    threads = [
+                        threading.Thread(
+                            target=_one_client, args=(server.port, share[c], until, lats[c])
+                        )
+                        for c in range(clients)
+                    ]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                    health = server.get("/health")
+                finally:
+                    server.stop()
+                flat = sorted(x * 1000 for c in lats for x in c)
+                p50 = statistics.median(flat)
+                p99 = statistics.quantiles(flat, n=100, method="inclusive")[98]
+                out[start] = {
+                    "requests": len(flat),
+                    "p50_ms": p50,
+                    "p99_ms": p99,
+                    "p99_over_p50": p99 / p50,
+                    "max_ms": flat[-1],
+                    "listening_after_s": listening,
+                    "ok_after_listening_s": warm,
+                    "warmed_shapes": health.get("shapes"),
+                    "batches": health.get("batches"),
+                    "answered_by": server.answered_by,
+                }
+        finally:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    return out
+
+
+def _one_client(port: int, bodies: list[bytes], until: float, out: list[float]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    _send(conn, bodies, until, out)
+    conn.close()
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -257,6 +352,12 @@ def main(
     clients: Annotated[int, typer.Option(min=2, help="clients of the concurrent scenario")] = 8,
     max_batch: Annotated[int, typer.Option(min=1)] = 16,
     max_wait_ms: Annotated[float, typer.Option(min=0)] = 5.0,
+    startup_requests: Annotated[
+        int, typer.Option(min=1, help="requests after each start (first, second)")
+    ] = 200,
+    startup_only: Annotated[
+        bool, typer.Option("--startup-only", help="only the first / second start scenarios")
+    ] = False,
 ) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -266,6 +367,16 @@ def main(
         t0 = time.perf_counter()
         project = build_project(Path(tmp.name) / "proj")
         print(f"built the benchmark project in {time.perf_counter() - t0:.0f} s", flush=True)
+    startup = startup_load(project, clients, startup_requests, max_batch, max_wait_ms)
+    settings = {"max_batch": max_batch, "max_wait_ms": max_wait_ms, "clients": clients}
+    if startup_only:
+        result = {"machine": _machine(), "settings": settings, "startup": startup}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(startup_markdown(startup))
+        if tmp is not None:
+            tmp.cleanup()
+        return
     # per round and scenario, a block of requests for each model in turn: both servers run all
     # along (the idle one costs memory only), so a change in the machine's load hits both alike
     scenarios = {
@@ -277,6 +388,7 @@ def main(
     servers = {m: Server(project, m == "single", max_batch, max_wait_ms) for m in MODELS}
     try:
         for server in servers.values():
+            server.wait_ok()  # every batch shape warmed
             drive(server.port, 1, 1, 10, 120)  # warm-up (first calls, caches)
         for _ in range(rounds):
             for name, (c, b, n) in scenarios.items():
@@ -300,22 +412,43 @@ def main(
         for name, by_model in runs.items()
     }
     result = {
-        "machine": {
-            "cpu": _cpu_name(),
-            "cores": len(os.sched_getaffinity(0)),
-            "loadavg_at_end": os.getloadavg(),
-            "python": platform.python_version(),
-        },
-        "settings": {"max_batch": max_batch, "max_wait_ms": max_wait_ms, "rounds": rounds},
+        "machine": _machine(),
+        "settings": {**settings, "rounds": rounds},
         "served": served,
         "scenarios": table,
+        "startup": startup,
         "command_wall_s": command_s,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
+    print(startup_markdown(startup))
     if tmp is not None:
         tmp.cleanup()
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpu": _cpu_name(),
+        "cores": len(os.sched_getaffinity(0)),
+        "loadavg_at_end": os.getloadavg(),
+        "python": platform.python_version(),
+    }
+
+
+def startup_markdown(startup: dict[str, Any]) -> str:
+    """The first / second start table of docs/benchmarks.md."""
+    lines = [
+        "| start | /health ok after (s) | shapes warmed | requests | p50 ms | p99 ms | p99 / p50 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for start, s in startup.items():
+        ok = s["listening_after_s"] + s["ok_after_listening_s"]
+        lines.append(
+            f"| {start} | {ok:.1f} | {s['warmed_shapes']} | {s['requests']} | {s['p50_ms']:.1f} "
+            f"| {s['p99_ms']:.1f} | {s['p99_over_p50']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def _cpu_name() -> str:

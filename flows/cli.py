@@ -95,8 +95,16 @@ def run(
     profile: Annotated[str | None, typer.Option(help="default | study | quick")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
     push: Annotated[bool, typer.Option(help="dvc push to the local remote after the run")] = True,
+    remeasure: Annotated[
+        bool,
+        typer.Option(
+            "--remeasure", help="measure this machine kind's hardware choices again (hardware/)"
+        ),
+    ] = False,
 ) -> None:
-    """Run the whole pipeline (Prefect flow over the DVC stages); ends with the gate report."""
+    """Run the whole pipeline (Prefect flow over the DVC stages); ends with the gate report.
+    Hardware choices (``auto`` precision, compile backend) come from this machine kind's record
+    in hardware/, measured once; ``--remeasure`` measures them again and prints what changed."""
     from flows import dvcops
     from flows.dvcops import StageError
     from tasks.gates.kinds import check_kinds
@@ -122,9 +130,21 @@ def run(
 
     with _exit_on(FlowFailed):
         summary, run_log = run_flow(
-            root, hydra_pipeline, "pipeline", INTERRUPTED_RUN, project_dir=str(root), push=push
+            root,
+            hydra_pipeline,
+            "pipeline",
+            INTERRUPTED_RUN,
+            project_dir=str(root),
+            push=push,
+            remeasure=remeasure,
         )
     render.print_run_summary(console, summary, run_log.display_path())
+    if remeasure:
+        changed = summary.get("hardware", {}).get("changed", [])
+        for line in changed:
+            _say(f"hardware choice changed: {line}")
+        if not changed:
+            _say("hardware: measured again, no choice changed")
     if summary.get("gate", {}).get("verdict") == "failed":
         raise typer.Exit(3)
 
@@ -395,6 +415,33 @@ def stage(
     os.chdir(root)
     sys.argv = [f"tasks.{name}"]
     importlib.import_module(f"tasks.{name}").main()
+
+
+@app.command()
+def hardware(project: Project = None) -> None:
+    """This machine kind's hardware record: its id and file, the decision rule and each stage's
+    recorded choice (``hydra-ens run --remeasure`` measures them again)."""
+    from tasks.runtime import hardware as hw
+
+    root = _root(project)
+    path = hw.record_path(root)
+    data = hw.record(root).read()
+    _say(f"machine kind: {path.stem}")
+    _say(f"record: {path.relative_to(root)}" + ("" if path.is_file() else " (not yet measured)"))
+    machine = data.get("machine") or {}
+    if machine:
+        _say("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
+    if rule := (data.get("rule") or {}).get("text"):
+        _say(f"rule: {rule}")
+    choices = data.get("choices") or {}
+    for stage_name in hw.STAGES:
+        values = choices.get(stage_name)
+        shown = (
+            ", ".join(f"{k}: {hw.show(v)}" for k, v in sorted(values.items()))
+            if values
+            else (hw.UNMEASURED)
+        )
+        _say(f"  {stage_name}: {shown}")
 
 
 @app.command()

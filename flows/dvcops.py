@@ -184,9 +184,11 @@ def check_project_file(root: Path) -> None:
 
 
 def ensure_project(root: Path, commit_setup: bool = True) -> list[str]:
-    """Make ``root`` ready for DVC; returns what it did (for the log). ``commit_setup``: commit
-    the DVC set-up files on the current branch (a clone is then a DVC repository); a study whose
-    workers clone another git URL passes False, since they could not check out that commit."""
+    """Make ``root`` ready for DVC (and write this machine kind's hardware choices,
+    :func:`tasks.runtime.hardware.sync_choices`); returns what it did (for the log).
+    ``commit_setup``: commit the DVC set-up files on the current branch (a clone is then a DVC
+    repository); a study whose workers clone another git URL passes False, since they could not
+    check out that commit."""
     done: list[str] = []
     check_project_file(root)
     if _run(["git", "rev-parse", "--git-dir"], root, check=False).returncode != 0:
@@ -222,6 +224,11 @@ def ensure_project(root: Path, commit_setup: bool = True) -> list[str]:
     done += ensure_cache_links(root)  # one copy of each output (flows.dvclinks)
     if commit_setup and (committed := commit_dvc_setup(root, force=bool(done))):
         done.append(committed)
+    from tasks.runtime import hardware  # imports torch: only here
+
+    if not (root / hardware.CHOICES).is_file():
+        done.append(f"hardware choices of this machine kind -> {hardware.CHOICES}")
+    hardware.sync_choices(root)  # the stages' params dependency, before any dvc status
     return done
 
 

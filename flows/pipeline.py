@@ -16,6 +16,11 @@ Design (see docs/pipeline.md):
   (:func:`member_threads`). One at a time (the default), the stage's own process trains them
   all: a process per member would only add its start-up (torch, transformers, data, the base
   model) and a verification pass (:func:`member_waves`).
+* Hardware choices (:mod:`tasks.runtime.hardware`): before the first ``dvc status`` the flow
+  writes ``hardware/choices.yaml`` from this machine kind's record (a DVC params dependency of
+  the stages that resolve an ``auto`` setting by measuring), so a rerun reuses what was measured
+  once; ``remeasure`` drops the record's measurements first and the run ends with one line per
+  changed choice.
 * Prefect artifacts: the metrics table (Markdown + table artifact), the run report's figures
   (``hydra-report``, inlined; the page itself is ``reports/evaluate.html``) and the gate verdict.
 """
@@ -34,6 +39,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows import dvcops
 from hydra_ops.perf.allocators import allocator_env
 from tasks.params.schema import load_params
+from tasks.runtime import hardware
 from tasks.runtime.dvcfiles import locked_outs
 from tasks.runtime.layout import METRICS, REGISTRY, REPORTS, STAGES
 from tasks.runtime.outputs import write_json
@@ -164,12 +170,15 @@ def _publish_artifacts(root: Path) -> dict[str, Any]:
 
 
 @flow(name="hydra-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=4))
-def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
+def hydra_pipeline(
+    project_dir: str = ".", push: bool = True, remeasure: bool = False
+) -> dict[str, Any]:
     """Run the DVC DAG of ``project_dir`` stage by stage; returns the per-stage summary.
 
     ``params.yaml`` is validated first (one line per problem). The flow completes even when the
     gate fails (the verdict is in the result and the ``hydra-gate`` artifact); stages that fail
-    fail the flow.
+    fail the flow. ``remeasure``: measure this machine kind's hardware choices again (the
+    summary's ``hardware.changed`` says which changed).
     """
     logger = get_run_logger()
     root = Path(project_dir).resolve()
@@ -177,6 +186,17 @@ def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
     cfg = load_params(root / "params.yaml")
     for action in dvcops.ensure_project(root):
         logger.info("project: %s", action)
+    before = hardware.forget(root) if remeasure else None
+    choices = hardware.sync_choices(root)
+    logger.info(
+        "hardware: machine kind %s (%s); %s",
+        choices["kind"],
+        hardware.record_path(root).relative_to(root),
+        "measuring again (--remeasure)"
+        if remeasure
+        else f"{sum(v != hardware.UNMEASURED for k, v in choices.items() if k != 'kind')} of "
+        f"{len(hardware.STAGES)} stages' choices recorded",
+    )
     logger.info("%s (the stage processes')", allocator_env()[1])
     stale = dvcops.stale_stages(root)
     order = list(STAGES)
@@ -207,7 +227,13 @@ def hydra_pipeline(project_dir: str = ".", push: bool = True) -> dict[str, Any]:
         "stages": results,
         "ran": [r["stage"] for r in results if r["ran"]],
         **_publish_artifacts(root),
+        "hardware": {"kind": choices["kind"], "record": str(hardware.record_path(root))},
     }
+    if before is not None:
+        changed = hardware.changed_choices(before, hardware.current_choices(root))
+        summary["hardware"]["changed"] = changed
+        for line in changed:
+            logger.info("hardware choice changed: %s", line)
     if push:
         summary["push"] = dvcops.push(root)
     summary["seconds"] = round(time.perf_counter() - t0, 1)

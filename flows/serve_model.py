@@ -68,9 +68,11 @@ def serve_until_stopped(
     snap = holder.current
     what = "the single model" if single else f"{info['model']}@{snap.version} ({info['stage']})"
     say(
-        f"serving {what}, answered by {snap.answered_by}, at {service.url} (Ctrl-C stops)\n"
+        f"serving {what}, answered by {snap.answered_by}, at {service.url} (Ctrl-C stops); "
+        f"warming every batch shape first (GET {service.url}/health: ok when done)\n"
         f'  curl -s {service.url}/predict -d \'{{"inputs": ["some text"]}}\''
     )
+    service.start_warm_up()
     try:
         service.httpd.serve_forever()
     except KeyboardInterrupt:

@@ -9,7 +9,7 @@ families), ``uq`` (uncertainty, OOD scores, calibration), ``heads`` (head plans,
 selection), ``metrics``, ``scoring`` (head importance), ``models`` (build, train, run, save a
 classifier), ``data``, ``hydra`` (the merged model and its saved form), ``compile``, ``perf``;
 the top-level modules (``atomic``, ``hashing``, ``messages``, ``registry``, ``versions``,
-``measurements``) are the foundation they share.
+``measurements``, ``margin``) are the foundation they share.
 
 The public API is re-exported here and imported lazily (``import hydra_ops`` is cheap):
 

@@ -34,9 +34,11 @@ log = logging.getLogger("hydra_ens")
 
 
 def _lineage(root: Path) -> dict[str, Any]:
-    """Every cached output's md5 from ``dvc.lock`` (what the bundle was built from)."""
+    """Every cached output's md5 from ``dvc.lock`` (what the bundle was built from), by path (the
+    lock lists stages in the order they last ran: a resumed run orders them otherwise)."""
     cached = cached_outputs(root)  # uncached metrics hold run facts (timings)
-    return {path: md5 for path, md5 in locked_outs(root).items() if md5 and path in cached}
+    locked = locked_outs(root)
+    return {path: locked[path] for path in sorted(locked) if locked[path] and path in cached}
 
 
 def run(cfg: PipelineConfig, root: Path) -> dict[str, Any]:

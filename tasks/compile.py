@@ -20,6 +20,13 @@ artifact itself, beside the eager model (:mod:`tasks.candidates.compared`). The 
 check against that same tolerance (``threshold: compile_tolerance``); with ``eager`` there is
 nothing to check and the gate reports the compile checks as ``not applicable``.
 
+``auto`` (backend or precision) is a hardware choice (:mod:`tasks.runtime.hardware`): measured
+once per machine kind and model shape, the shipped candidate picked by the margin rule
+(:func:`hydra_ops.compile.auto.pick`), and kept in the project's hardware record with every
+trial's timings; a later run on the same kind builds the recorded candidate only
+(:func:`compile_choice`). Should the recorded low-precision candidate disagree with this model's
+fp32 eager forward, the same backend ships fp32.
+
 Cached (``models/compiled``): the artifact and its ``compiled.json`` (backend, precision, device,
 library versions, the check, and ``source``: the sha256 of every file of the calibrated model it
 was compiled from, which evaluate, gate, bundle and ``predict`` check;
@@ -40,11 +47,12 @@ import numpy as np
 import torch
 
 from hydra_ops.data import Split, split_batches, text_tokenizer
-from hydra_ops.measurements import MeasurementCache
+from hydra_ops.measurements import MeasurementCache, machine_kind
 from hydra_ops.models.runtime import resolve_device
 from tasks.params.core import CoreConfig
 from tasks.release.custody import source_record
 from tasks.runtime.data import batches, split
+from tasks.runtime.hardware import note_choice
 from tasks.runtime.layout import COMPILED, HYDRA, METRICS
 from tasks.runtime.outputs import publish_dir, write_json
 from tasks.runtime.precision import check_batches as probe_batches
@@ -58,6 +66,13 @@ log = logging.getLogger("hydra_ens")
 
 #: Fields of ``compiled.json`` that are facts of one run, not of the artifact.
 RUN_FACTS = ("compile_seconds", "created_utc")
+#: Trial fields that are timings (run facts: ``metrics/compile.json`` only).
+TIMING_FIELDS = ("median_ms", "rounds_ms", "build_and_time_seconds")
+#: The hardware record's kind for compile's choice.
+CHOICE_KIND = "compile/choice"
+#: ``compiled.json`` fields that say how ``auto`` chose: recorded with the choice, restored when
+#: the recorded candidate is built, so the metadata is the same either way.
+CHOICE_FIELDS = ("fallback_reason", "failed_backends", "precision_reason", "auto_selection")
 
 
 def _split_run_facts(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -67,16 +82,17 @@ def _split_run_facts(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     selection = meta.get("auto_selection")
     if selection:
         timings = {
-            b: {k: t[k] for k in ("median_ms", "build_and_time_seconds") if k in t}
+            b: {k: t[k] for k in TIMING_FIELDS if k in t}
             for b, t in selection["trials"].items()
             if "median_ms" in t  # a candidate that could not be built has no timing
         }
         trials = {
-            b: {k: v for k, v in t.items() if k not in ("median_ms", "build_and_time_seconds")}
+            b: {k: v for k, v in t.items() if k not in TIMING_FIELDS}
             for b, t in selection["trials"].items()
         }
         meta["auto_selection"] = {**selection, "trials": trials}
-        facts["auto_selection_timings"] = timings
+        if timings:
+            facts["auto_selection_timings"] = timings
     return meta, facts
 
 
@@ -143,7 +159,7 @@ def eager_precision_ms(
 ) -> dict[str, float] | None:
     """``{precision: median ms}`` of the calibrated Hydra's eager forward on this machine, for the
     precisions that agree with fp32: the inference precision probe ``calibrate`` ran on the same
-    model and validation batches (read back from the measurement cache; measured here if it is
+    model and validation batches (read back from the hardware record; measured here if it is
     missing). ``auto`` builds the candidates of a much slower precision only if no faster one
     agrees (:mod:`hydra_ops.compile.auto`). None when nothing is measured here:
     ``compile.precision`` or ``runtime.precision`` pinned, no native bf16, or model stages on a
@@ -180,20 +196,23 @@ def build_artifact(
     heldout: dict[str, list[dict]],
     out_dir: Path,
     *,
+    backend: str | None = None,
+    precision: str | None = None,
     measurements: MeasurementCache | None = None,
     eager_ms: dict[str, float] | None = None,
 ) -> Any:
     """:func:`hydra_ops.compile.compile_model` of ``hydra`` for ``compile.backend`` and
-    ``compile.precision``, checked on ``example`` and every batch of ``heldout``
-    (:func:`check_batches`) at the configured tolerances; returns the loaded artifact."""
+    ``compile.precision`` (or the given ``backend`` / ``precision``), checked on ``example`` and
+    every batch of ``heldout`` (:func:`check_batches`) at the configured tolerances; returns the
+    loaded artifact."""
     from hydra_ops.compile import compile_model
 
     return compile_model(
         hydra,
-        backend=cfg.compile.backend,
+        backend=backend or cfg.compile.backend,
         example_inputs=example,
         out_dir=out_dir,
-        precision=cfg.compile.precision,
+        precision=precision or cfg.compile.precision,
         heldout_inputs=[b for group in heldout.values() for b in group],
         tolerance={p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
         min_agreement=cfg.compile.min_agreement,
@@ -202,11 +221,93 @@ def build_artifact(
     )
 
 
+def choice_key(cfg: CoreConfig, hydra: torch.nn.Module, example: dict) -> dict[str, Any]:
+    """What compile's ``auto`` choice depends on besides the machine kind: the request, the
+    model's class, size and dtype, the example batch's shapes and the agreement criteria."""
+    params = list(hydra.parameters())
+    return {
+        "requested": [cfg.compile.backend, cfg.compile.precision],
+        "model": type(hydra).__name__,
+        "parameters": sum(p.numel() for p in params),
+        "dtype": str(params[0].dtype),
+        "inputs": {k: list(v.shape) for k, v in sorted(example.items()) if torch.is_tensor(v)},
+        "tolerances": {p: cfg.compile.tolerance(p) for p in ("fp32", "bf16", "fp16")},
+        "min_agreement": cfg.compile.min_agreement,
+    }
+
+
+def compile_choice(
+    cfg: CoreConfig,
+    root: Path,
+    hydra: torch.nn.Module,
+    example: dict,
+    heldout: dict[str, list[dict]],
+    out_dir: Path,
+) -> tuple[Any, dict[str, Any], str]:
+    """``(artifact, how it was chosen, source)``: with nothing ``auto`` in ``compile``, the
+    configured build (source ``configured``); else the recorded choice of this machine kind and
+    :func:`choice_key` built as such (``recorded``), or, never measured here, ``auto`` measured
+    now and its pick recorded (``measured``). ``how`` holds :data:`CHOICE_FIELDS`."""
+    measurements = measurement_cache(root)
+    if "auto" not in (cfg.compile.backend, cfg.compile.precision):
+        artifact = build_artifact(cfg, hydra, example, heldout, out_dir)
+        return artifact, {k: artifact[k] for k in CHOICE_FIELDS if k in artifact}, "configured"
+    key, machine = choice_key(cfg, hydra, example), machine_kind()
+    recorded = measurements.get(CHOICE_KIND, key, machine)
+    if recorded is not None:
+        backend, precision = recorded["backend"], recorded["precision"]
+        log.info("compile: %s/%s, this machine kind's recorded choice", backend, precision)
+        artifact = build_artifact(
+            cfg, hydra, example, heldout, out_dir, backend=backend, precision=precision
+        )
+        how = dict(recorded["how"])
+        if precision != "fp32" and not _agrees(cfg, artifact, hydra, example, heldout):
+            log.warning(
+                "compile: recorded %s disagrees with this model: %s/fp32", precision, backend
+            )
+            artifact = build_artifact(
+                cfg, hydra, example, heldout, out_dir, backend=backend, precision="fp32"
+            )
+            how["precision_reason"] = f"the recorded {precision} disagrees with this model"
+        return artifact, how, "recorded"
+    artifact = build_artifact(
+        cfg,
+        hydra,
+        example,
+        heldout,
+        out_dir,
+        measurements=measurements,
+        eager_ms=eager_precision_ms(cfg, root, hydra),
+    )
+    how, _ = _split_run_facts({k: artifact[k] for k in CHOICE_FIELDS if k in artifact})
+    value = {"backend": artifact["backend"], "precision": artifact["precision"], "how": how}
+    selection = artifact.get("auto_selection") or {}
+    measurements.put(CHOICE_KIND, key, machine, {**value, "trials": selection.get("trials", {})})
+    return artifact, how, "measured"
+
+
+def _agrees(
+    cfg: CoreConfig, artifact: Any, hydra: torch.nn.Module, example: dict, heldout: dict
+) -> bool:
+    """Whether ``artifact`` agrees with the fp32 eager ``hydra`` on the example and held-out
+    batches at its precision's tolerance (what ``auto`` checks before it keeps a candidate)."""
+    from hydra_ops.compile import verify_compiled_by_split
+
+    result = verify_compiled_by_split(
+        artifact,
+        hydra,
+        {"example": [example], **heldout},
+        tolerance=cfg.compile.tolerance(artifact["precision"]),
+        min_agreement=cfg.compile.min_agreement,
+    )
+    return bool(result["passed"])
+
+
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
     from hydra_ops.compile import METADATA_FILE, precision_name, verify_compiled_by_split
     from hydra_ops.hydra.serialization import load_hydra
 
-    source = source_record(root)  # hashed before loading: the record names what was loaded
+    source_hashes = source_record(root)  # hashed before loading: the record names what was loaded
     hydra = load_hydra(root / HYDRA)
     requested = cfg.compile.backend
     facts: dict[str, Any] = {}
@@ -218,19 +319,17 @@ def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
                 "precision": precision_name(next(hydra.parameters()).dtype),
                 "requested_precision": cfg.compile.precision,
                 "device": "cpu",
-                "source": source,
+                "source": source_hashes,
                 "check": None,
             }
         else:
             example, heldout = check_batches(cfg, root)
-            artifact = build_artifact(
-                cfg,
-                hydra,
-                example,
-                heldout,
-                tmp,
-                measurements=measurement_cache(root),
-                eager_ms=eager_precision_ms(cfg, root, hydra),
+            artifact, how, source = compile_choice(cfg, root, hydra, example, heldout, tmp)
+            note_choice(
+                root,
+                "compile",
+                "artifact",
+                {"backend": artifact["backend"], "precision": artifact["precision"]},
             )
             # the shipped artifact against the fp32 eager model, at its precision's tolerance
             result = verify_compiled_by_split(
@@ -240,8 +339,17 @@ def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
                 tolerance=cfg.compile.tolerance(artifact["precision"]),
                 min_agreement=cfg.compile.min_agreement,
             )
-            meta, facts = _split_run_facts(dict(artifact))
-            meta.update(source=source, check=result)
+            meta = {k: v for k, v in dict(artifact).items() if k not in CHOICE_FIELDS}
+            meta.update(
+                how,
+                requested_backend=requested,
+                requested_precision=cfg.compile.precision,
+            )
+            meta, facts = _split_run_facts(meta)
+            if source == "measured":
+                facts.update(_split_run_facts(dict(artifact))[1])
+            facts["choice_source"] = source
+            meta.update(source=source_hashes, check=result)
         (tmp / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     check_result = meta["check"]
     metrics = {

@@ -7,7 +7,7 @@ The Deep Ensemble has K = ``baselines.deep_ensemble_size`` (default M) bases fin
 different seeds; member 0 is ``models/base`` itself, members 1..K-1 land in
 ``models/baselines/seed_<s>`` (resumable units, see :mod:`tasks.runtime.resumable`). They train in
 the precision ``runtime.precision`` resolves to for the base
-(:func:`tasks.finetune_base.training_runtime`: the same probe, kept in the measurement cache, so
+(:func:`tasks.finetune_base.training_runtime`: the same probe, kept in the hardware record, so
 every member of the ensemble trains alike). Without a Deep Ensemble (``baselines.deep_ensemble``
 false, or ``auto`` with ``finetune.from_checkpoint``) nothing is trained for it.
 """

@@ -64,7 +64,7 @@ def unit_runtime(cfg: CoreConfig, root: Path, label: str, load: Callable[[], nn.
     """The precision unit ``label`` trains in (:func:`tasks.runtime.precision.stage_runtime`): the
     probe, when one runs, times ``load()`` with the trunk frozen as the fine-tune freezes it, on the
     probe batch of :func:`tasks.runtime.precision.probe_batch`. Members share one measurement, and
-    controls another (kept in the measurement cache)."""
+    controls another (kept in the hardware record)."""
 
     def probe_model() -> nn.Module:
         model = load()

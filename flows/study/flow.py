@@ -47,9 +47,10 @@ from tasks.params import GateCheck
 from tasks.release.git_repo import git
 from tasks.runtime.outputs import write_json
 
-#: Project files a point does not take from the commit: it writes its own params and lock, and
-#: sets up DVC itself (its remote comes from the study).
-_POINT_OWNED = ("params.yaml", "dvc.lock", ".dvcignore", ".dvc/")
+#: Project files a point does not take from the commit: it writes its own params, lock and
+#: hardware choices (from the committed hardware record, :mod:`tasks.runtime.hardware`), and sets
+#: up DVC itself (its remote comes from the study).
+_POINT_OWNED = ("params.yaml", "dvc.lock", ".dvcignore", ".dvc/", "hardware/choices.yaml")
 
 
 class StudyError(RuntimeError):

@@ -101,8 +101,8 @@ def _remove_dead_clones(scratch: Path, prefix: str) -> None:
 
 @contextmanager
 def checkout(job: PointJob, log: Log) -> Iterator[Path]:
-    """A fresh clone of ``job.git_url`` at ``job.commit`` with the point's params and the study's
-    DVC remote as default; removed on exit."""
+    """A fresh clone of ``job.git_url`` at ``job.commit`` with the point's params, the hardware
+    choices of this machine kind and the study's DVC remote as default; removed on exit."""
     scratch = scratch_dir()
     prefix = f"{job.study}-{job.name}"
     _remove_dead_clones(scratch, prefix)
@@ -120,6 +120,11 @@ def checkout(job: PointJob, log: Log) -> Iterator[Path]:
         # validated here too: a worker with other package versions fails early and clearly
         cfg = validate_params(job.params, source=f"{job.name} params", root=wd)
         write_params(cfg, wd / "params.yaml")
+        from tasks.runtime import hardware  # imports torch: not at module level
+
+        # the choices of this machine kind's record as the commit holds it (the stages' DVC
+        # dependency): every point of one kind reads one record
+        hardware.sync_choices(wd)
         log(f"clone at {job.commit[:8]} in {wd}")
         yield wd
     finally:

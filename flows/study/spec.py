@@ -151,9 +151,8 @@ def shared_param_keys(dvc_yaml: Path) -> list[str]:
         for entry in stages[stage].get("params") or []:
             if isinstance(entry, str):
                 keys.add(entry)
-            else:  # {"params.yaml": [...]}; an empty list means every param
-                for names in entry.values():
-                    keys.update(names or [""])
+            elif "params.yaml" in entry:  # an empty list means every param
+                keys.update(entry["params.yaml"] or [""])
     return sorted(keys)
 
 

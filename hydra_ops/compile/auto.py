@@ -5,10 +5,16 @@ Each candidate is the model at that precision (:func:`~hydra_ops.compile.precisi
 built with that backend. It is checked against the **fp32 eager** model on the example batch and
 the held-out batches (max |dp| of ensemble probabilities within the precision's tolerance and
 ensemble argmax agreement >= ``min_agreement``, :func:`~hydra_ops.compile.verify.compare_logits`)
-and timed on the example batch (one warm-up, then the median of ``repeats`` calls). A candidate
-that disagrees is never kept. Every trial (backend, precision, max |dp|, agreement, ok or why not,
-median ms) is recorded under ``auto_selection`` in the metadata, keyed ``"<backend>/<precision>"``;
-only the winner's artifact file is kept. When the precision was ``auto``, :func:`note_precision`
+and timed on the example batch (one warm-up, then ``repeats`` timed calls). A candidate that
+disagrees is never kept. Of those that agree, the one that ships is decided by the margin rule
+(:func:`pick`, :func:`hydra_ops.margin.clearly_faster`), not by the lowest median: the default is
+the first agreeing candidate in a fixed order (fp32 before bf16 before fp16, then the backends in
+the order given), and a later candidate replaces the current pick only when it is clearly faster
+(its fastest call >= 1.15x faster and its slowest call faster than the pick's fastest). So two
+runs whose timings differ by noise ship the same candidate. Every trial (backend, precision, max
+|dp|, agreement, ok or why not, median ms and every round) is recorded under ``auto_selection``
+in the metadata, keyed ``"<backend>/<precision>"``, with the rule; only the winner's artifact
+file is kept. When the precision was ``auto``, :func:`note_precision`
 logs ONE line saying why the kept precision ships (for fp32: each other precision skipped, failed
 its check, could not be built, or agreed but was slower) and records it as ``precision_reason``.
 Which backend wins depends on the machine (docs/benchmarks.md: inductor on an AVX2 CPU, ONNX
@@ -37,6 +43,7 @@ precision agree.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -44,12 +51,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from hydra_ops.margin import DEFAULT_MARGIN, clearly_faster, describe_rule
 from hydra_ops.measurements import MeasurementCache, machine_key
 
 from .artifact import CompiledArtifact, model_device_dtype
 from .backends import BACKEND_REGISTRY, CompileError, get_backend
 from .build import Build, Built
-from .latency import median_latency_ms
+from .latency import latency_rounds_ms
 from .precision import PRECISIONS
 from .verify import compare_logits
 
@@ -285,6 +293,7 @@ def measure_fastest(
         skipped_candidates,
         start,
         fallback_reason,
+        list(dict.fromkeys(b for b, _ in candidates)),
     )
 
 
@@ -316,9 +325,10 @@ def _try(
         try:
             built = build.build(name, precision)
             runner = built[0]
-            output, median_ms = median_latency_ms(
+            output, rounds = latency_rounds_ms(
                 lambda runner=runner: runner(*build.tensors), repeats, device
             )
+            median_ms = statistics.median(rounds)
             with torch.no_grad():
                 outputs = [output] + [runner(*b) for b in batches[1:]]
             compiled = torch.cat([o.float().cpu() for o in outputs])
@@ -337,6 +347,7 @@ def _try(
             "argmax_agreement": check["argmax_agreement"],
             "tolerance": tolerance,
             "median_ms": round(median_ms, 3),
+            "rounds_ms": [round(r, 3) for r in rounds],
             "build_and_time_seconds": round(time.perf_counter() - t0, 2),
         }
         if not check["passed"]:
@@ -351,6 +362,40 @@ def _try(
         usable[key] = ((name, precision), built)
 
 
+def fixed_order(keys: Sequence[str], backends: Sequence[str] = ()) -> list[str]:
+    """Trial keys (``backend/precision``) in :func:`pick`'s order: by precision (fp32, bf16,
+    fp16), then by the backend's place in ``backends`` (those not there last, by name)."""
+    rank = {p: i for i, p in enumerate(PRECISIONS)}
+    place = {b: i for i, b in enumerate(backends)}
+
+    def order(key: str) -> tuple[int, int, str]:
+        backend, precision = key.split("/")
+        return rank.get(precision, len(rank)), place.get(backend, len(place)), backend
+
+    return sorted(keys, key=order)
+
+
+def pick(
+    agreeing: Sequence[str],
+    trials: Mapping[str, Mapping[str, Any]],
+    backends: Sequence[str] = (),
+    margin: float = DEFAULT_MARGIN,
+) -> str:
+    """The candidate that ships of ``agreeing`` (trial keys whose ``trials`` entries hold
+    ``rounds_ms``): the first in :func:`fixed_order`, replaced in turn by each later one that is
+    :func:`~hydra_ops.margin.clearly_faster` than the current pick. ValueError when empty."""
+    if not agreeing:
+        raise ValueError("pick: no agreeing candidate")
+    order = fixed_order(agreeing, backends)
+    current = order[0]
+    for key in order[1:]:
+        mine = trials[key].get("rounds_ms") or [trials[key]["median_ms"]]
+        theirs = trials[current].get("rounds_ms") or [trials[current]["median_ms"]]
+        if clearly_faster(mine, theirs, margin):
+            current = key
+    return current
+
+
 def _keep_fastest(
     build: Build,
     trials: dict[str, dict[str, Any]],
@@ -363,11 +408,12 @@ def _keep_fastest(
     skipped_candidates: Mapping[str, str],
     start: float,
     fallback_reason: str | None,
+    backends: Sequence[str] = (),
 ) -> CompiledArtifact:
-    """Keep the fastest of ``usable``, delete the other artifact files, record the selection."""
+    """Keep the :func:`pick` of ``usable``, delete the other artifact files, record it all."""
     if not usable:
         raise CompileError("no backend could compile the model: " + "; ".join(build.errors))
-    choice = min(usable, key=lambda k: trials[k]["median_ms"])
+    choice = pick(list(usable), trials, backends)
     (name, precision), (runner, extra, run_device) = usable[choice]
     kept = get_backend(name).artifact_file
     for trial in trials.values():  # keep only the chosen artifact (fp32 builds live in out)
@@ -391,6 +437,7 @@ def _keep_fastest(
         "tolerances": dict(tolerances),
         "min_agreement": float(min_agreement),
         "skipped_precisions": dict(skipped or {}),
+        "rule": describe_rule(),
         "trials": trials,
     }
     if skipped_candidates:

@@ -17,9 +17,11 @@ stage's metrics) and, when something was measured, the timings.
   elsewhere on the machine falls on both; each precision's step time is its fastest timed step
   (load only ever adds time: a busy moment cannot make a precision look faster, while a median of
   three steps was swayed by one; two runs of this code on one machine once measured 0.28x and
-  1.94x for the same member shape). bf16 is chosen only when it is faster by
-  ``margin`` (:data:`DEFAULT_MARGIN`: at least 1.15x) and, for inference, its logits agree with
-  fp32's within the tolerance compile uses for a low-precision artifact.
+  1.94x for the same member shape). bf16 is chosen only when it is clearly faster
+  (:func:`hydra_ops.margin.clearly_faster`: its fastest step at least ``margin`` faster,
+  :data:`DEFAULT_MARGIN` 1.15x, and its slowest step faster than fp32's fastest) and, for
+  inference, its logits agree with fp32's within the tolerance compile uses for a low-precision
+  artifact. A measurement within noise keeps fp32.
 
 The decision rules (:func:`decide_training_precision`, :func:`decide_inference_precision`) are pure
 functions of a :class:`Bf16Support`, :class:`Timings` and the agreement check, so they are tested
@@ -42,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hydra_ops.margin import DEFAULT_MARGIN, clearly_faster
 from hydra_ops.measurements import MeasurementCache, machine_key
 
 __all__ = [
@@ -57,8 +60,6 @@ __all__ = [
     "time_training_steps",
 ]
 
-#: bf16 must be at least this much faster than fp32 (fastest-step time ratio - 1) to be chosen.
-DEFAULT_MARGIN: float = 0.15
 #: Timed steps per precision (after the warm-up steps).
 DEFAULT_STEPS: int = 3
 
@@ -99,12 +100,18 @@ class Timings:
         """Fastest fp32 step / fastest bf16 step (> 1: bf16 is faster)."""
         return min(self.fp32) / min(self.bf16)
 
+    def bf16_clearly_faster(self, margin: float = DEFAULT_MARGIN) -> bool:
+        """bf16 wins by :func:`hydra_ops.margin.clearly_faster` (fp32 is the default)."""
+        return clearly_faster(self.bf16, self.fp32, margin)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "fp32_best_ms": round(1e3 * min(self.fp32), 2),
             "bf16_best_ms": round(1e3 * min(self.bf16), 2),
             "fp32_median_ms": round(1e3 * statistics.median(self.fp32), 2),
             "bf16_median_ms": round(1e3 * statistics.median(self.bf16), 2),
+            "fp32_rounds_ms": [round(1e3 * t, 3) for t in self.fp32],
+            "bf16_rounds_ms": [round(1e3 * t, 3) for t in self.bf16],
             "steps": len(self.fp32),
             "speedup": round(self.speedup, 3),
         }
@@ -137,28 +144,31 @@ class PrecisionChoice:
         return {"precision": self.precision, "use": self.use, "reason": self.reason}
 
     def describe(self) -> str:
-        """One log line: ``precision bf16 for training (measured): ...``."""
-        return f"precision {self.precision} for {self.use} ({self.source}): {self.reason}"
+        """One log line: ``precision bf16 for training (measured): ...`` and, when timed, the
+        speedup (not in :attr:`reason`: two measurements of one choice give one reason)."""
+        speed = f" [bf16 {self.timings['speedup']:.2f}x fp32]" if self.timings else ""
+        return f"precision {self.precision} for {self.use} ({self.source}): {self.reason}{speed}"
+
+
+def _rule(margin: float) -> str:
+    return f"needs >= {1 + margin:.2f}x and every bf16 round faster than fp32's fastest"
 
 
 def decide_training_precision(
     support: Bf16Support, timings: Timings | None, margin: float = DEFAULT_MARGIN
 ) -> PrecisionChoice:
-    """``auto`` for training: bf16 when ``support.native`` and ``timings.speedup >= 1 + margin``,
-    else fp32; the reason names the capability and, when measured, the speedup."""
+    """``auto`` for training: bf16 when ``support.native`` and bf16 is clearly faster
+    (:meth:`Timings.bf16_clearly_faster`), else fp32; the reason names the capability and, when
+    measured, the speedup."""
     if not support.native:
         why = f"bf16 is not native here: {support.why}"
         return PrecisionChoice("fp32", why, "training", "rule")
     if timings is None:
         raise ValueError("decide_training_precision: native bf16 needs timings to decide")
-    speed = timings.speedup
-    if speed >= 1.0 + margin:
-        why = (
-            f"bf16 training steps {speed:.2f}x faster than fp32 (needs >= {1 + margin:.2f}x); "
-            f"{support.why}"
-        )
+    if timings.bf16_clearly_faster(margin):
+        why = f"bf16 training steps clearly faster than fp32 ({_rule(margin)}); {support.why}"
         return PrecisionChoice("bf16", why, "training", "measured", timings.to_dict())
-    why = f"bf16 training steps only {speed:.2f}x fp32's speed (needs >= {1 + margin:.2f}x)"
+    why = f"bf16 training steps not clearly faster than fp32 ({_rule(margin)})"
     return PrecisionChoice("fp32", why, "training", "measured", timings.to_dict())
 
 
@@ -176,16 +186,15 @@ def decide_inference_precision(
     if timings is None or check is None:
         raise ValueError("decide_inference_precision: native bf16 needs timings and a check")
     numbers, verdict = timings.to_dict(), dict(check)
-    speed = timings.speedup
     if not check.get("passed"):
         dp, agree = check.get("max_abs_diff_probs", nan), check.get("argmax_agreement", nan)
         why = f"bf16 disagrees with fp32: max |dp| {dp:.2e}, argmax agreement {agree:.4f}"
         return PrecisionChoice("fp32", why, "inference", "measured", numbers, verdict)
-    if speed < 1.0 + margin:
-        why = f"bf16 agrees but runs only {speed:.2f}x fp32's speed (needs >= {1 + margin:.2f}x)"
+    if not timings.bf16_clearly_faster(margin):
+        why = f"bf16 agrees but is not clearly faster than fp32 ({_rule(margin)})"
         return PrecisionChoice("fp32", why, "inference", "measured", numbers, verdict)
     why = (
-        f"bf16 {speed:.2f}x faster than fp32 (needs >= {1 + margin:.2f}x) and agrees with it "
+        f"bf16 clearly faster than fp32 ({_rule(margin)}) and agrees with it "
         f"(max |dp| {check['max_abs_diff_probs']:.2e}); {support.why}"
     )
     return PrecisionChoice("bf16", why, "inference", "measured", numbers, verdict)

@@ -179,7 +179,7 @@ def base_inference_runtime(
     """``(runtime, choice)`` for the baselines' inference: what ``runtime.precision`` resolves to
     for the seed's base on ``val_batches``' first ``compile.check_examples`` examples
     (:func:`tasks.runtime.precision.stage_runtime`). Stage ``baseline_logits`` measures it;
-    ``evaluate`` gets the same answer back from the measurement cache, so every baseline runs at one
+    ``evaluate`` gets the same answer back from the hardware record, so every baseline runs at one
     precision."""
     from hydra_ops.perf.inference_probe import time_inference
 

@@ -15,12 +15,14 @@ from tasks.params.base import Strict
 class CompileConfig(Strict):
     backend: str = "auto"
     """A backend of ``hydra_ops.compile.backends.BACKEND_REGISTRY``, or ``auto``: tensorrt on
-    CUDA, else the fastest CPU backend measured here that agrees with eager (hydra_ops.compile);
-    ``eager``: no compilation (the artifact records that)."""
+    CUDA, else of the CPU backends that agree with eager the first (inductor, export,
+    onnxruntime) unless another is clearly faster (hydra_ops.compile.auto.pick), measured once per
+    machine kind (tasks.runtime.hardware); ``eager``: no compilation (the artifact records that)."""
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "auto"
     """What the artifact computes in. ``auto`` (default): every precision the device runs fast is
-    measured with every backend against the fp32 eager model and the fastest that agrees within
-    ``tolerance(precision)`` and ``min_agreement`` ships (bf16 only on a CPU with
+    measured with every backend against the fp32 eager model once per machine kind, and of those
+    that agree within ``tolerance(precision)`` and ``min_agreement`` fp32 ships unless a lower
+    precision is clearly faster (the margin rule, hydra_ops.margin) (bf16 only on a CPU with
     avx512_bf16/amx_bf16 or a CUDA device with bf16, fp16 only on CUDA; otherwise fp32, with one
     log line saying why). The default gate ``compile_max_abs_diff <= compile_tolerance`` follows
     the shipped precision, and evaluate judges the Hydra at it."""

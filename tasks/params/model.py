@@ -89,10 +89,13 @@ class RuntimeConfig(Strict):
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """``auto``: each model stage measures (:mod:`tasks.runtime.precision`): fp32 where bf16 is not
-    native (no ``amx_bf16`` / ``avx512_bf16``, CUDA < 8.0), else bf16 when a short probe on the
-    stage's model and batch finds it faster by 15% (and, for inference, agreeing with fp32 within
-    ``compile.tolerance_low_precision``); compile measures the precision it ships on its own.
+    """``auto``: each model stage resolves it (:mod:`tasks.runtime.precision`): fp32 where bf16 is
+    not native (no ``amx_bf16`` / ``avx512_bf16``, CUDA < 8.0), else bf16 when a short probe on the
+    stage's model and batch finds it clearly faster (>= 1.15x, every bf16 round faster than fp32's
+    fastest: :mod:`hydra_ops.margin`; and, for inference, agreeing with fp32 within
+    ``compile.tolerance_low_precision``), measured once per machine kind and shape and kept in the
+    project's hardware record (:mod:`tasks.runtime.hardware`); compile decides the precision it
+    ships.
     Pin ``fp32`` (or ``bf16``) to reproduce a version's weights on another machine."""
 
     @field_validator("device")

@@ -64,6 +64,9 @@ RUN_FILES = (
     ".dvc/config",
     ".dvc/.gitignore",
 )
+#: The hardware records and choices a version commit takes too (:mod:`tasks.runtime.hardware`; named
+#: here so that the registry does not import torch).
+HARDWARE_GLOBS = ("hardware/*.json", "hardware/choices.yaml")
 
 
 #: The first line of every registration message hydra-ens writes.
@@ -392,8 +395,9 @@ def prod_metrics(root: Path, name: str, stage: str) -> dict[str, Any] | None:
 def commit_run(root: Path, message: str) -> str:
     """A version commit of this run on :data:`VERSIONS_BRANCH`; returns its sha.
 
-    The tree is ``HEAD``'s plus the working tree's modified tracked files, :data:`RUN_FILES` and
-    the ``.gitignore`` files DVC writes next to outputs. Parents: the branch's previous tip (so
+    The tree is ``HEAD``'s plus the working tree's modified tracked files, :data:`RUN_FILES`, the
+    hardware records (:data:`HARDWARE_GLOBS`) and the ``.gitignore`` files DVC writes next to
+    outputs. Parents: the branch's previous tip (so
     ``git log --first-parent hydra-ens/versions`` lists the versions), then ``HEAD``. A temporary
     index is used: the user's index, working tree and current branch are not touched.
     """
@@ -409,7 +413,10 @@ def commit_run(root: Path, message: str) -> str:
         dvc_gitignores = git(
             root, "ls-files", "--others", "--exclude-standard", "--", ":(glob)**/.gitignore"
         ).split()
-        paths = [p for p in RUN_FILES if (root / p).is_file()] + dvc_gitignores
+        hardware = sorted(
+            str(p.relative_to(root)) for g in HARDWARE_GLOBS for p in root.glob(g) if p.is_file()
+        )
+        paths = [p for p in RUN_FILES if (root / p).is_file()] + dvc_gitignores + hardware
         if paths:
             git(root, "add", "-f", "--", *paths, env=env)
         tree = git(root, "write-tree", env=env).strip()

@@ -3,9 +3,11 @@
 ``preprocessing.json`` (:data:`FORMAT`) in the bundle records how inputs become model inputs as
 they were when the model was judged:
 
-* text: ``max_length`` (tokens; longer texts are truncated, a batch is padded to its longest) and
-  the tokenizer, saved into the bundle's ``tokenizer/`` folder with the sha256 of each of its
-  files and where it came from (``model.path``, or the built-in MiniLM-L6);
+* text: ``max_length`` (tokens; longer texts are truncated, a batch is padded to the smallest of
+  :func:`pad_lengths` that holds its longest text, so a served model meets a few sequence
+  lengths, each warmed before serving, not every one) and the tokenizer, saved into the bundle's
+  ``tokenizer/`` folder with the sha256 of each of its files and where it came from
+  (``model.path``, or the built-in MiniLM-L6);
 * images: ``image_size`` (S x S, bilinear resize), ``channels`` (1: grayscale, 3: RGB) and the
   normalisation (uint8 / 255 into [0, 1], no mean/std shift:
   :func:`hydra_ops.models.factory.prepare_images`).
@@ -75,6 +77,31 @@ def write_preprocessing(cfg: PipelineConfig, out_dir: Path) -> dict[str, Any]:
     return record
 
 
+def pad_lengths(max_length: int) -> tuple[int, ...]:
+    """The sequence lengths a text batch is padded to: the powers of two from 8 below
+    ``max_length``, then ``max_length`` (``64``: 8, 16, 32, 64)."""
+    lengths, n = [], 8
+    while n < max_length:
+        lengths.append(n)
+        n *= 2
+    return (*lengths, max_length)
+
+
+def pad_to(batch: dict[str, Any], length: int, pad_id: int) -> dict[str, Any]:
+    """``batch`` (``input_ids``, ``attention_mask``, ``token_type_ids`` of ``[B, T]``) padded on
+    the right to ``[B, length]``: ``pad_id`` tokens the attention mask leaves out. ValueError
+    when ``T > length``."""
+    import torch.nn.functional as F
+
+    extra = length - int(batch["input_ids"].shape[1])
+    if extra < 0:
+        raise ValueError(f"pad_to: batch of length {batch['input_ids'].shape[1]} > {length}")
+    if extra == 0:
+        return batch
+    fill = {"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0}
+    return {k: F.pad(v, (0, extra), value=fill.get(k, 0)) for k, v in batch.items()}
+
+
 @dataclass
 class Preprocessing:
     """A bundle's preprocessing: ``record`` as in ``preprocessing.json``; ``tokenizer`` loaded from
@@ -98,19 +125,28 @@ class Preprocessing:
             f"{r['resize']} resize, /{r['normalisation']['divide_by']:g} into [0, 1]"
         )
 
+    def pad_lengths(self) -> tuple[int, ...]:
+        """The sequence lengths text batches are padded to (:func:`pad_lengths`; images: ())."""
+        r = self.record
+        return pad_lengths(int(r["max_length"])) if r["modality"] == "text" else ()
+
     def batch(self, inputs: list[str]) -> dict[str, Any]:
-        """The model batch of ``inputs`` (texts, or paths of image files)."""
+        """The model batch of ``inputs`` (texts, or paths of image files); texts padded to the
+        smallest of :meth:`pad_lengths` that holds the longest."""
         import torch
 
         from hydra_ops.models.factory import make_text_batches, prepare_images
 
         r = self.record
         if r["modality"] == "text":
-            return next(
+            batch = next(
                 make_text_batches(
                     inputs, None, self.tokenizer, r["max_length"], batch_size=len(inputs)
                 )
             )
+            longest = int(batch["input_ids"].shape[1])
+            length = next(n for n in self.pad_lengths() if n >= longest)
+            return pad_to(batch, length, int(self.tokenizer.pad_token_id or 0))
         arrays = [_image_array(p, r["channels"]) for p in inputs]
         return {
             "pixel_values": torch.cat([prepare_images(a[None], r["image_size"]) for a in arrays])

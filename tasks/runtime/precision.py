@@ -5,9 +5,11 @@ with no measurement on a device without native bf16 (the exact fp32 path of the 
 probe of both precisions on the stage's real model and a real batch (training stages: a few training
 steps; inference stages: forward timing and bf16-vs-fp32 agreement within
 ``compile.tolerance_low_precision`` / ``compile.min_agreement``, the check compile applies to a
-bf16 artifact). Probes are kept in ``.hydra-ens/measurements.json`` (:data:`MEASUREMENTS`, local to
-the checkout, not a DVC output): the same machine and shape get the same answer on every run, and
-members fine-tuned in parallel share one probe.
+bf16 artifact), decided by the margin rule (:mod:`hydra_ops.margin`). Probes are kept in the
+project's hardware record (:mod:`tasks.runtime.hardware`: ``hardware/<machine kind>.json``,
+tracked by git): the same machine kind and shape get the same answer on every run, in every
+clone, and members fine-tuned in parallel share one probe; the stage's resolved precision goes to
+``hardware/choices.yaml``, its DVC dependency.
 
 The stage logs :meth:`~hydra_ops.perf.precision_probe.PrecisionChoice.describe` and records
 :func:`precision_record` (precision and request, what the same inputs on this machine always give)
@@ -36,16 +38,14 @@ from hydra_ops.perf.precision_probe import (
     choose_precision,
 )
 from tasks.params.core import CoreConfig
-from tasks.runtime import data
+from tasks.runtime import data, hardware
 
 log = logging.getLogger("hydra_ens")
 
-#: The project-local measurement cache (relative to the project root; ``.gitignore``d).
-MEASUREMENTS = Path(".hydra-ens/measurements.json")
-
 
 def measurement_cache(root: Path) -> MeasurementCache:
-    return MeasurementCache(root / MEASUREMENTS)
+    """This machine kind's hardware record (:func:`tasks.runtime.hardware.record`)."""
+    return hardware.record(root)
 
 
 def needs_probe(cfg: CoreConfig) -> bool:
@@ -100,6 +100,10 @@ def stage_runtime(
         measure=measure,
     )
     rt = Runtime(device, choice.precision, choice.reason)
+    dvc_stage, _, unit = stage.partition(" ")
+    if dvc_stage in hardware.STAGES:
+        label = f"{use} precision" + (f" {unit}" if unit else "")
+        hardware.note_choice(root, dvc_stage, label, choice.precision)
     log.info("%s: %s", stage, choice.describe())
     if log_runtime:
         log.info(rt.describe())

@@ -98,6 +98,16 @@ class ModelSnapshot:
         if self.cfg.modality == "text":
             self.rows(["warm-up"])
 
+    def warm_shapes(
+        self, max_batch: int, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Run the model once on every batch shape a service with forward passes of at most
+        ``max_batch`` inputs meets (:func:`tasks.serving.warmup.warm_up`); returns how many."""
+        from tasks.serving.warmup import warm_up
+
+        forward = min(max_batch, self.max_batch)
+        return warm_up(self._member_logits, self.served.preprocessing, forward, progress)
+
     def legend(self) -> str:
         """The one-line units/thresholds text of ``predict``'s table."""
         from tasks.serving.predict import legend
@@ -105,16 +115,17 @@ class ModelSnapshot:
         kind = self.thresholds.score if self.thresholds is not None else self.cfg.evaluate.ood_score
         return legend(self.classes, self.members, kind, self.thresholds)
 
-    def rows(self, inputs: Sequence[str]) -> list[dict[str, Any]]:
+    def rows(self, inputs: Sequence[str], max_batch: int | None = None) -> list[dict[str, Any]]:
         """The rows of ``hydra-ens predict --json`` for ``inputs`` (ValueError on a bad input),
-        in forward passes of at most :attr:`max_batch` inputs."""
+        in forward passes of at most :attr:`max_batch` (and ``max_batch``) inputs."""
         import torch
 
         from tasks.serving.predict import _batch, rows_from_member_logits, validate_inputs
 
         inputs = validate_inputs(inputs)
         pre = self.served.preprocessing
-        chunks = [inputs[i : i + self.max_batch] for i in range(0, len(inputs), self.max_batch)]
+        size = min(self.max_batch, max_batch or self.max_batch)
+        chunks = [inputs[i : i + size] for i in range(0, len(inputs), size)]
         logits = torch.cat([self._member_logits(_batch(pre, chunk)) for chunk in chunks])
         return rows_from_member_logits(
             inputs,
@@ -130,20 +141,27 @@ class ModelSnapshot:
             unavailable=getattr(self.served, "unavailable", None),
         )
 
-    def answer(self, requests: list[list[str]]) -> list[list[dict[str, Any]] | ValueError]:
+    def answer(
+        self, requests: list[list[str]], max_batch: int | None = None
+    ) -> list[list[dict[str, Any]] | ValueError]:
         """Rows for each request, from one forward pass over all of them when they are all
-        valid; a request with a bad input gets its ValueError and the others their rows."""
+        valid (passes of at most ``max_batch`` inputs); a request with a bad input gets its
+        ValueError and the others their rows."""
         flat = [text for request in requests for text in request]
+
+        def rows(texts: Sequence[str]) -> list[dict[str, Any]]:
+            return self.rows(texts, max_batch)
+
         try:
-            rows = self.rows(flat)
+            out_rows = rows(flat)
         except ValueError:
             if len(requests) == 1:
-                return [_error(self.rows, requests[0])]
-            return [_error(self.rows, request) for request in requests]
+                return [_error(rows, requests[0])]
+            return [_error(rows, request) for request in requests]
         out: list[list[dict[str, Any]] | ValueError] = []
         start = 0
         for request in requests:
-            out.append(rows[start : start + len(request)])
+            out.append(out_rows[start : start + len(request)])
             start += len(request)
         return out
 
@@ -315,6 +333,8 @@ class ModelHolder:
         poll_s: float = 1.0,
     ) -> None:
         self._load, self._fingerprint, self.poll_s = load, fingerprint, poll_s
+        #: how a newly loaded snapshot is warmed before it answers (a service warms every shape)
+        self.warm: Callable[[ModelSnapshot], Any] = ModelSnapshot.warm_up
         self._seen = fingerprint() if fingerprint else ""
         self.current: ModelSnapshot | Withdrawn = self._load_warm()
         self.reloads = 0
@@ -375,7 +395,7 @@ class ModelHolder:
 
     def _load_warm(self) -> ModelSnapshot:
         snapshot = self._load()
-        snapshot.warm_up()  # beside the snapshot still answering: the swap costs no request
+        self.warm(snapshot)  # beside the snapshot still answering: the swap costs no request
         return snapshot
 
     def _watch(self) -> None:

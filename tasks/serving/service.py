@@ -14,6 +14,12 @@ one snapshot it took, so no answer mixes versions. Endpoints (JSON in, JSON out)
                     (503 ``not serving`` once the registry holds no version in the stage)
     GET  /version   model, stage, version, commit, bundle md5, schema version
 
+Before it answers, the service warms the model on every batch shape it will meet (each forward
+pass holds 1..``max_batch`` inputs, text padded to a few lengths: :mod:`tasks.serving.warmup`),
+logging its progress; until then ``/health`` answers 503 ``warming up`` (with ``warmed_shapes`` of
+``shapes``) and ``/predict`` 503, so no request waits on a first call. A newly promoted version is
+warmed the same way beside the one answering, before the swap.
+
 A bad request gets one ``{"error": "..."}`` with status 400 (404 unknown path, 405 wrong method,
 411/413 missing or oversized body) and the server goes on. Once the registry holds no version in
 the stage (``gto deprecate``, ``gto unassign``), ``/predict`` and ``/version`` answer 503 with one
@@ -96,6 +102,10 @@ class PredictionService:
         self.holder, self.info, self.max_wait_ms = holder, dict(info or {}), max_wait_ms
         self.batcher = MicroBatcher(self._run, max_batch, max_wait_ms)
         self.started = time.monotonic()
+        #: set once every batch shape was warmed (:meth:`start_warm_up`)
+        self.ready = threading.Event()
+        self.warmed: tuple[int, int] = (0, 0)  # (shapes done, shapes)
+        holder.warm = self._warm  # a new version is warmed on every shape before its swap
         self.httpd = ThreadingHTTPServer((HOST, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.service = self  # type: ignore[attr-defined]
@@ -110,7 +120,43 @@ class PredictionService:
         snapshot = self.holder.current  # one snapshot answers the whole batch
         if isinstance(snapshot, Withdrawn):
             return [(snapshot, None) for _ in requests]
-        return [(snapshot, answer) for answer in snapshot.answer(requests)]
+        answers = snapshot.answer(requests, self.batcher.max_batch)  # only warmed shapes
+        return [(snapshot, answer) for answer in answers]
+
+    def _warm(self, snapshot: ModelSnapshot, progress: Any = None) -> None:
+        snapshot.warm_shapes(self.batcher.max_batch, progress)
+
+    def start_warm_up(self) -> threading.Thread:
+        """Warm the current model on every batch shape in a background thread (progress in the
+        log and :attr:`warmed`); :attr:`ready` is set when it ends. A warm-up that fails is
+        logged and the service answers all the same."""
+
+        def progress(done: int, total: int) -> None:
+            self.warmed = (done, total)
+
+        def run() -> None:
+            snapshot = self.holder.current
+            try:
+                if not isinstance(snapshot, Withdrawn):
+                    t0 = time.perf_counter()
+                    self._warm(snapshot, progress)
+                    log.info(
+                        "warm-up done: %d batch shapes in %.1f s; serving",
+                        self.warmed[1],
+                        time.perf_counter() - t0,
+                    )
+            except Exception:
+                log.exception("warm-up failed; serving all the same")
+            finally:
+                self.ready.set()
+
+        thread = threading.Thread(target=run, name="warm-up", daemon=True)
+        thread.start()
+        return thread
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the warm-up ended (True) or ``timeout`` seconds passed (False)."""
+        return self.ready.wait(timeout)
 
     def _serving(self) -> ModelSnapshot:
         """The snapshot answering now; RequestError(503) with the reason when it was withdrawn."""
@@ -125,6 +171,11 @@ class PredictionService:
         from hydra_ops.uq.ood_thresholds import VERDICT_LABELS
 
         self._serving()
+        if not self.ready.is_set():
+            done, total = self.warmed
+            raise RequestError(
+                503, f"warming up ({done} of {total} batch shapes); GET /health says when ok"
+            )
         try:
             snapshot, rows = self.batcher.submit(inputs).result(timeout=ANSWER_TIMEOUT_S)
         except FutureTimeout:
@@ -154,7 +205,7 @@ class PredictionService:
             }
         else:
             state = {
-                "status": "ok",
+                "status": "ok" if self.ready.is_set() else "warming up",
                 "model_version": snap.version,
                 "answered_by": snap.answered_by,
                 "loaded_at": snap.loaded_at,
@@ -170,6 +221,8 @@ class PredictionService:
             "largest_batch": stats.largest_batch,
             "max_batch": self.batcher.max_batch,
             "max_wait_ms": self.max_wait_ms,
+            "warmed_shapes": self.warmed[0],
+            "shapes": self.warmed[1],
         }
 
     def version(self) -> dict[str, Any]:
@@ -190,7 +243,9 @@ class PredictionService:
         }
 
     def start(self) -> PredictionService:
-        """Serve in a background thread (tests, benchmarks); :meth:`close` stops it."""
+        """Warm up and serve, each in a background thread (tests, benchmarks); ``/health`` says
+        ``ok`` once warm (:meth:`wait_ready`); :meth:`close` stops it."""
+        self.start_warm_up()
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="serve-model", daemon=True
         )

@@ -81,10 +81,10 @@ def _patch(monkeypatch, fp32_ms: float, bf16_ms: float, fp32_wrong: bool = False
     def timed(call, repeats, device=None):
         with torch.no_grad():
             out = call()
-        return out, bf16_ms if current["precision"] == "bf16" else fp32_ms
+        return out, [bf16_ms if current["precision"] == "bf16" else fp32_ms] * repeats
 
     monkeypatch.setattr(hc_build.Build, "build", build)
-    monkeypatch.setattr(hc_auto, "median_latency_ms", timed)
+    monkeypatch.setattr(hc_auto, "latency_rounds_ms", timed)
 
 
 def test_second_compile_skips_the_earlier_loser(hydra, tmp_path, monkeypatch, caplog):
@@ -183,3 +183,22 @@ def test_eager_timings_are_not_applied_to_tensorrt_candidates(hydra, tmp_path, m
     finally:
         hc.BACKEND_REGISTRY.unregister("export_gpu")
     assert seen == [({"export_gpu"}, None), ({"export"}, eager)]
+
+
+def test_pick_keeps_the_fixed_order_default_unless_a_candidate_is_clearly_faster():
+    def trials(**rounds):
+        return {k.replace("_", "/"): {"rounds_ms": v} for k, v in rounds.items()}
+
+    backends = ("inductor", "export", "onnxruntime")
+    noisy = trials(inductor_fp32=[472.0, 480.0], export_fp32=[463.7, 470.0])  # 1.8% apart
+    assert hc_auto.pick(["export/fp32", "inductor/fp32"], noisy, backends) == "inductor/fp32"
+    clear = trials(inductor_fp32=[472.0, 480.0], export_fp32=[300.0, 310.0])
+    assert hc_auto.pick(["inductor/fp32", "export/fp32"], clear, backends) == "export/fp32"
+    # bf16 comes after every fp32 candidate and must beat the current pick clearly
+    mixed = trials(export_fp32=[300.0, 310.0], inductor_bf16=[280.0, 290.0])
+    assert hc_auto.pick(["inductor/bf16", "export/fp32"], mixed, backends) == "export/fp32"
+    assert hc_auto.fixed_order(["onnxruntime/bf16", "export/fp32", "inductor/bf16"], backends) == [
+        "export/fp32",
+        "inductor/bf16",
+        "onnxruntime/bf16",
+    ]

@@ -322,7 +322,7 @@ def test_auto_precision_never_keeps_a_precision_beyond_tolerance(
     monkeypatch.setattr(hc.compiler, "CPU_BACKENDS", ("export",))
     monkeypatch.setattr(hc.compiler, "fast_bf16_unavailable_reason", lambda device: None)
     # bf16 "measures" faster, so only its check can keep it out
-    monkeypatch.setattr(hc_auto, "median_latency_ms", _ordered_ms(2.0, 1.0))
+    monkeypatch.setattr(hc_auto, "latency_rounds_ms", _ordered_ms(2.0, 1.0))
     tight = {"fp32": 1e-4, "bf16": 1e-9}  # no bf16 output is that close to fp32
     with caplog.at_level(logging.INFO, logger="hydra_ops.compile"):
         artifact = hc.compile_model(
@@ -395,13 +395,13 @@ def test_auto_precision_without_fast_bf16_keeps_fp32_and_says_why(
 
 
 def _ordered_ms(*times):
-    """A ``median_latency_ms`` stand-in: the real warm-up output and ``times`` in call order,
+    """A ``latency_rounds_ms`` stand-in: the real warm-up output and ``times`` in call order,
     repeated (``auto`` times its candidates in order: each backend's fp32, then its bf16)."""
     queue = itertools.cycle(times)
 
     def fake(call, repeats, device=None):
         with torch.no_grad():
-            return call(), next(queue)
+            return call(), [next(queue)] * repeats
 
     return fake
 
@@ -476,3 +476,20 @@ def test_fast_bf16_check_is_the_runtimes(tmp_path, monkeypatch):
     assert "neither amx_bf16 nor avx512_bf16" in precision.fast_bf16_unavailable_reason("cpu")
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
     assert precision.fast_bf16_unavailable_reason("cpu") is None
+
+
+@pytest.mark.parametrize("backend", ["export", "onnxruntime"])
+def test_an_artifact_names_no_source_file_so_two_checkouts_build_the_same_bytes(
+    hydra, tmp_path, backend
+):
+    import zipfile
+
+    artifact = hc.compile_model(hydra, backend, tiny_inputs("bert", 4), tmp_path, max_batch=8)
+    path = tmp_path / artifact["artifact"]
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            blob = b"".join(archive.read(name) for name in archive.namelist())
+    else:
+        blob = path.read_bytes()
+    assert b"hydra_ops/" not in blob and b"stack_trace" not in blob
+    assert hc.load_compiled(tmp_path)(tiny_inputs("bert", 3, seed=4)).shape[0] == 3

@@ -107,7 +107,9 @@ def test_bad_data_ends_the_run_with_one_error_line_and_a_full_log(prefect_server
     assert "hydra_ens.cli - " + line[: match.start()].rstrip() in text  # the CLI's last word
 
 
-@pytest.mark.parametrize("command", ["predict", "status", "promote", "registry", "serve-model"])
+@pytest.mark.parametrize(
+    "command", ["predict", "status", "promote", "registry", "serve-model", "hardware"]
+)
 def test_a_missing_project_folder_is_named_as_such(tmp_path, command):
     missing = tmp_path / "nonexistent"
     args = [command, "-C", str(missing)] + (["some text"] if command == "predict" else [])

@@ -42,9 +42,9 @@ def _run_compile_stage(
 
     def fixed(call, repeats, device=None):
         with torch.no_grad():
-            return call(), times.pop(0)
+            return call(), [times.pop(0)] * repeats
 
-    monkeypatch.setattr(auto, "median_latency_ms", fixed)
+    monkeypatch.setattr(auto, "latency_rounds_ms", fixed)
     monkeypatch.setattr(compile_stage, "eager_precision_ms", lambda cfg, root, model: eager_ms)
     cfg = resolve_params("quick", sets={"compile.backend": "export", **sets})
     assert cfg.compile.precision == "auto"
@@ -146,3 +146,35 @@ def test_eager_precision_ms_reads_the_inference_probe(
     model = torch.nn.Linear(2, 2)
     assert compile_stage.eager_precision_ms(cfg, tmp_path, model) == expected
     assert calls == ([] if expected is None else [("compile (eager probe)", "inference", model)])
+
+
+def test_a_second_run_builds_the_recorded_choice_and_writes_the_same_metadata(
+    tmp_path, monkeypatch, caplog
+):
+    first, _, _ = _run_compile_stage(tmp_path, monkeypatch, caplog, {}, [2.0, 1.0])
+    assert first["precision"] == "bf16"
+    record = next((tmp_path / "hardware").glob("*.json"))
+    trials = [e for e in json.loads(record.read_text())["entries"].values()]
+    chosen = [e["value"] for e in trials if e["kind"] == compile_stage.CHOICE_KIND]
+    assert [(c["backend"], c["precision"]) for c in chosen] == [("export", "bf16")]
+    assert chosen[0]["trials"]["export/bf16"]["rounds_ms"] == [1.0] * 5  # raw timings kept
+    # nothing timed the second time (an empty list of timings): the recorded candidate is built
+    again, metrics, _ = _run_compile_stage(tmp_path, monkeypatch, caplog, {}, [])
+    assert again == first
+    assert metrics["choice_source"] == "recorded" and "auto_selection_timings" not in metrics
+    choices = (tmp_path / "hardware" / "choices.yaml").read_text()
+    assert "backend: export" in choices and "precision: bf16" in choices
+
+
+def test_two_fresh_projects_whose_timings_differ_by_noise_ship_the_same_artifact(
+    tmp_path, monkeypatch, caplog
+):
+    """bf16 5% faster in one project, 5% slower in the other: both keep the default."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    first, _, _ = _run_compile_stage(a, monkeypatch, caplog, {}, [1.0, 0.95])
+    second, _, _ = _run_compile_stage(b, monkeypatch, caplog, {}, [0.95, 1.0])
+    assert first["precision"] == second["precision"] == "fp32"
+    assert first == second
+    assert (a / "models/compiled/compiled.json").read_bytes() == (
+        b / "models/compiled/compiled.json"
+    ).read_bytes()

@@ -7,6 +7,13 @@ the calibrated Hydra, hash exactly as those of a second, fresh project built wit
 by ``dvc repro`` with its members built a process each (``python -m tasks.finetune_members
 --member m``, what a mapped member task runs when ``max_parallel`` > 1).
 
+The two projects' hardware probes read fake clocks that disagree (``fake_clock/``: bf16 5% faster
+in the first, 5% slower in the second) and ``compile: auto`` measures both precisions of the
+``export`` backend: the models, the compiled artifact included, are byte-identical, the gate's
+verdict is the same, and only outputs that hold timings may differ: uncached metrics
+(:data:`TIMING_OUTPUTS`) and, in the bundle, the gate's cost comparison of the candidates
+(latency ratios measured by evaluate: :data:`BUNDLE_TIMING_FILES`).
+
 bf16 (the quick profile passes with ``precision: bf16``) costs no extra run here: every
 model-running stage of the flow runs in it, training included (on the CPU only ``auto`` keeps
 training in fp32; an explicit ``bf16`` is honoured,
@@ -32,7 +39,7 @@ from test_pipeline_text import ALL_CLASSIFICATION, ALL_OOD, PASSING_GATES, cli, 
 
 from flows import dvcops
 from flows.pipeline import member_threads, member_waves
-from tasks.runtime.dvcfiles import cached_outputs
+from tasks.runtime.dvcfiles import cached_outputs, declared_outputs
 from tasks.runtime.layout import STAGES
 
 pytestmark = pytest.mark.slow
@@ -43,7 +50,39 @@ PARAMS = {
     "members": {"finetune": {"max_parallel": 1}},
     "gates": PASSING_GATES,
     "runtime": {"precision": "bf16"},
+    "compile": {"backend": "export", "precision": "auto"},
 }
+FAKE_CLOCK = Path(__file__).parent / "fake_clock"
+
+
+def fake_clock(bf16_time: float) -> dict[str, str]:
+    """The environment that makes a process's hardware probes read bf16 at ``bf16_time`` x fp32's
+    time (``fake_clock/sitecustomize.py``)."""
+    path = os.pathsep.join(p for p in (str(FAKE_CLOCK), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "HYDRA_ENS_TEST_BF16_TIME": str(bf16_time)}
+
+
+#: The uncached outputs that hold timings (or what is drawn from them): the only outputs two
+#: fresh projects of one commit may differ in.
+TIMING_OUTPUTS = {
+    "metrics/finetune_base.json",  # seconds per epoch
+    "metrics/compile.json",  # build seconds, each candidate's timings
+    "metrics/cost.json",  # latency rounds
+    "metrics/latency.json",
+    "metrics/key",  # each model's latency beside its quality
+    "reports/evaluate.md",  # the latency column
+    "reports/figures",  # the cost-vs-quality figure
+    "reports/evaluate.html",
+    "metrics/hydra.json",  # the Hydra's key numbers, its latency among them
+    "reports/gate.json",  # the cost comparison of the candidates: latency ratios
+    "reports/gate.md",
+}
+#: The bundle's files that carry the gate's cost comparison (each candidate's measured latency
+#: ratio and the candidates cheaper than the Hydra by it): the gate report, the manifest and the
+#: model card that hold or list it.
+BUNDLE_TIMING_FILES = {"gate.json", "bundle.json", "MODEL_CARD.md"}
+#: The gate report's fields drawn from latency.
+GATE_COST_FIELDS = ("cheaper_passing",)
 #: The stages that run a model, each logging ``rt.describe()`` when it runs.
 MODEL_STAGES = (
     "finetune_base",
@@ -79,7 +118,7 @@ def file_md5s(path: Path) -> dict[str, str]:
 def resumed(prefect_server, tmp_path_factory) -> dict:
     root = make_project(tmp_path_factory.mktemp("image") / "proj", PARAMS)
     members = root / "models" / "members"
-    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, **fake_clock(0.95)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "-C", str(root)],
         cwd=REPO,
@@ -105,14 +144,13 @@ def resumed(prefect_server, tmp_path_factory) -> dict:
         (root / rel).mkdir()
         (root / rel / "model.safetensors").write_bytes(b"half")
     (root / PLANTED_FILE).write_text("{")
-    cli("run", "-C", str(root))
+    cli("run", "-C", str(root), env=fake_clock(0.95))
     return {"root": root, "finished_before": finished, "lock_at_kill": lock}
 
 
-#: What the uninterrupted project builds: the calibrated Hydra (``models/hydra``) and everything
-#: upstream of it (``dvc repro`` runs it), the killed stage included; not the baselines nor the
-#: compile, evaluate and release stages, which the test of the kill has no need of.
-UNINTERRUPTED_TARGET = "calibrate"
+#: What the uninterrupted project builds: the bundle and everything upstream of it (``dvc repro``
+#: runs it), the killed stage and compile's measured choice included; not the registration.
+UNINTERRUPTED_TARGET = "bundle"
 
 
 @pytest.fixture(scope="module")
@@ -120,13 +158,22 @@ def uninterrupted(tmp_path_factory) -> Path:
     """A second fresh project with the same params: :data:`UNINTERRUPTED_TARGET` and its upstream
     built by ``dvc repro`` (no Prefect, no kill), its members first built one process each by
     :func:`flows.dvcops.run_member` (a mapped member task's process), so that the stage's own
-    ``dvc repro`` only verifies them."""
+    ``dvc repro`` only verifies them; its probes read the other fake clock."""
     root = make_project(tmp_path_factory.mktemp("image-again") / "proj", PARAMS)
-    dvcops.ensure_project(root)
-    dvcops.dvc(root, "repro", "select_members")
-    for member in range(3):
-        assert dvcops.run_member(root, member, log=lambda _: None).returncode == 0
-    dvcops.dvc(root, "repro", UNINTERRUPTED_TARGET)
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "HYDRA_ENS_TEST_BF16_TIME")}
+    os.environ.update(fake_clock(1.05))  # the stage processes' environment (dvcops)
+    try:
+        dvcops.ensure_project(root)
+        dvcops.dvc(root, "repro", "select_members")
+        for member in range(3):
+            assert dvcops.run_member(root, member, log=lambda _: None).returncode == 0
+        dvcops.dvc(root, "repro", UNINTERRUPTED_TARGET)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return root
 
 
@@ -168,21 +215,51 @@ def test_resume_removed_what_the_kill_left(resumed):
 
 
 def test_same_params_same_cached_hashes(resumed, uninterrupted):
-    """Same params, two fresh projects, one of them killed mid-stage and resumed: every cached
-    output the uninterrupted project built (the calibrated Hydra and all upstream of it, the
-    killed stage's members included) has the same md5 in both dvc.lock files (uncached metrics
-    may differ)."""
+    """Same params, two fresh projects whose probes' clocks disagree, one of them killed
+    mid-stage and resumed: every cached output the uninterrupted project built (the bundle and
+    all upstream of it, the killed stage's members and the compiled artifact included) has the
+    same md5 in both dvc.lock files, and both chose the same hardware."""
     a, b = resumed["root"], uninterrupted
     md5_a, md5_b = locked_md5s(a), locked_md5s(b)
     cached = set(cached_outputs(a)) & set(md5_b)
-    assert {"models/base", "models/members", "models/merged", "models/hydra"} <= cached
+    models = ("base", "members", "merged", "hydra", "compiled", "bundle")
+    assert {f"models/{m}" for m in models} <= cached
+    choices = [yaml.safe_load((r / "hardware" / "choices.yaml").read_text()) for r in (a, b)]
+    assert choices[0] == choices[1]
+    assert choices[0]["compile"] == {"artifact": {"backend": "export", "precision": "fp32"}}
     assert cached <= set(md5_a)
     differ = sorted(p for p in cached if md5_a[p] != md5_b[p])
     detail = {}
     for p in differ:  # name the files that differ, for the failure message
         fa, fb = file_md5s(a / p), file_md5s(b / p)
         detail[p] = sorted(f for f in {*fa, *fb} if fa.get(f) != fb.get(f))
-    assert differ == [], detail
+    assert set(differ) <= {"models/bundle"}, detail
+    assert set(detail.get("models/bundle", [])) <= BUNDLE_TIMING_FILES, detail
+    # the bundles' gate reports agree but for the cost comparison
+    gates = [json.loads((r / "models" / "bundle" / "gate.json").read_text()) for r in (a, b)]
+    for gate in gates:
+        for field in GATE_COST_FIELDS:
+            gate.pop(field, None)
+        for verdict in gate["candidates"].values():
+            verdict.pop("cost")
+    assert gates[0] == gates[1]
+
+
+def test_only_outputs_that_hold_timings_differ_and_the_verdict_is_the_same(resumed, uninterrupted):
+    """The uncached outputs both projects wrote are the same bytes but for :data:`TIMING_OUTPUTS`;
+    ``reports/gate.json`` among the same ones."""
+    a, b = resumed["root"], uninterrupted
+    uncached = {
+        path
+        for outs in declared_outputs(a).values()
+        for path, opts in outs.items()
+        if not opts.get("cache", True) and (b / path).exists()
+    }
+    assert "reports/gate.json" in uncached and "metrics/compile.json" in uncached
+    differ = sorted(p for p in uncached if file_md5s(a / p) != file_md5s(b / p))
+    assert set(differ) <= TIMING_OUTPUTS, differ
+    verdicts = [json.loads((r / "reports" / "gate.json").read_text())["verdict"] for r in (a, b)]
+    assert verdicts == ["passed", "passed"]
 
 
 def test_image_report_and_promotion(resumed):

@@ -50,15 +50,18 @@ ALL_CLASSIFICATION = ("accuracy", "nll", "brier", "ece", "adaptive_ece", "aurc",
 ALL_OOD = ("auroc", "aupr_in", "aupr_out", "fpr_at_95_tpr")
 
 
-def cli(*args: str, code: int | None = 0) -> subprocess.CompletedProcess:
-    """Run ``hydra-ens ARGS`` as a real process against the session's Prefect server.
+def cli(
+    *args: str, code: int | None = 0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``hydra-ens ARGS`` as a real process against the session's Prefect server (``env``:
+    variables added to this process's).
 
     (In-process ``CliRunner`` runs break on the second flow run: Prefect's console log handler
     keeps the first run's captured, since closed, stream.)
     """
     from prefect.settings import PREFECT_API_URL
 
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     if PREFECT_API_URL.value():
         env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     result = subprocess.run(

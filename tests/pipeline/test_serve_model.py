@@ -69,6 +69,7 @@ def service(project):
     )
     svc = PredictionService(holder, port=0, max_batch=8, max_wait_ms=2, info={"model": "hydra"})
     svc.start()
+    assert svc.wait_ready(120), "the warm-up did not end"
     yield svc
     svc.close()
 
@@ -242,6 +243,7 @@ def test_the_single_model_is_served_as_one_member(project):
     holder = ModelHolder(lambda: load_single_snapshot(project))
     svc = PredictionService(holder, port=0, max_batch=4).start()
     try:
+        assert svc.wait_ready(120)
         status, answer = ask(svc, TEXTS)
     finally:
         svc.close()
@@ -251,6 +253,46 @@ def test_the_single_model_is_served_as_one_member(project):
     for row in answer["rows"]:
         assert row["disagreement"] == 0 and row["mutual_information"] == pytest.approx(0, abs=1e-6)
     assert "of the 1 members" in answer["legend"]
+
+
+def test_health_is_not_ok_until_every_batch_shape_was_warmed(project):
+    """A service starting up answers ``/health`` 503 ``warming up`` and refuses predictions until
+    the model ran once on every shape it will meet (batch 1..max_batch x each pad length, each
+    once); afterwards requests of 1..7 texts meet only shapes it warmed."""
+    from tasks.release.preprocessing import pad_lengths
+
+    holder = ModelHolder(lambda: load_prod_snapshot(project))
+    served = holder.current.served
+    real, shapes, release = served.member_logits, [], threading.Event()
+
+    def counting(batch):
+        shapes.append(tuple(batch["input_ids"].shape))
+        release.wait(60)  # the warm-up waits here until the test has looked at /health
+        return real(batch)
+
+    served.member_logits = counting
+    svc = PredictionService(holder, port=0, max_batch=4, max_wait_ms=1).start()
+    try:
+        status, health = request(svc, "GET", "/health")
+        assert status == 503 and health["status"] == "warming up", health
+        status, answer = ask(svc, TEXTS[:1])
+        assert status == 503 and answer["error"].startswith("warming up"), answer
+        release.set()
+        assert svc.wait_ready(120)
+        status, health = request(svc, "GET", "/health")
+        lengths = pad_lengths(load_params(project / "params.yaml").model.max_length)
+        expected = {(b, n) for b in range(1, 5) for n in lengths}
+        assert status == 200 and health["status"] == "ok"
+        assert health["warmed_shapes"] == health["shapes"] == len(expected)
+        assert sorted(shapes) == sorted(expected)  # every shape, each once
+        warmed = len(shapes)
+        for n in range(1, 8):  # 5..7 texts: more than max_batch, split into warmed passes
+            texts = [" ".join([TEXTS[n % 3]] * (4 * n)), *TEXTS * 3][:n]
+            assert ask(svc, texts)[0] == 200
+        assert set(shapes[warmed:]) <= expected, shapes[warmed:]
+    finally:
+        release.set()
+        svc.close()
 
 
 def test_promoting_what_is_already_in_prod_names_the_version_and_stage(project):

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...atomic import atomic_write_file
+from ...atomic import atomic_write_bytes
 from ..inputs import dynamic_shapes, trace_inputs
 from .base import Backend, CompileError, CompileRequest, Runner, no_grad_runner
 
@@ -36,9 +37,24 @@ def export_program(
         raise CompileError(f"torch.export failed: {type(error).__name__}: {error}") from error
 
 
+def drop_stack_traces(program: torch.export.ExportedProgram) -> None:
+    """Remove the ``stack_trace`` of every node (it names this checkout's source files)."""
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        if isinstance(graph, torch.fx.Graph):
+            for node in graph.nodes:
+                node.meta.pop("stack_trace", None)
+
+
 def compile_export(request: CompileRequest) -> dict[str, Any]:
     program = export_program(request.model, request.tensors, request.names, request.max_batch)
-    atomic_write_file(request.target, lambda p: torch.export.save(program, str(p)))
+    # saved to memory first: saved to a path, the archive's folder is named after the temp file;
+    # and without the source paths in each node's stack trace: both would make two builds of one
+    # program (in two checkouts) differ in bytes
+    drop_stack_traces(program)
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    atomic_write_bytes(request.target, buffer.getvalue())
     return {}
 
 

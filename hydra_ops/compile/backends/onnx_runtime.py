@@ -49,6 +49,22 @@ def onnxruntime_precision_reason(precision: str, device: torch.device) -> str | 
     return None
 
 
+#: Node metadata that names this checkout's source files: two builds of one model in two
+#: checkouts would differ in bytes.
+STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def drop_stack_traces(model: Any) -> None:
+    """Remove :data:`STACK_TRACE_KEY` from every node of an ``onnx_ir`` model (its functions
+    included)."""
+    import onnx_ir as ir
+
+    graphs = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            node.metadata_props.pop(STACK_TRACE_KEY, None)
+
+
 def compile_onnxruntime(request: CompileRequest) -> dict[str, Any]:
     shapes = dynamic_shapes(request.names, request.max_batch)
     traced = trace_inputs(request.tensors)
@@ -67,6 +83,7 @@ def compile_onnxruntime(request: CompileRequest) -> dict[str, Any]:
         )
         if program is None:  # pragma: no cover - dynamo=True always returns a program
             raise CompileError("torch.onnx.export returned no program")
+        drop_stack_traces(program.model)
         program.save(str(path), external_data=False)
 
     try:
