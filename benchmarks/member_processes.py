@@ -14,7 +14,7 @@ Every process gets the flow's environment (:func:`flows.dvcops.subprocess_env`: 
 stage processes' allocator). The order alternates between rounds. Per run: wall seconds, each
 process's seconds, and the md5 of every file written, so the two ways are checked to build the
 same members. The project's ``models/members`` is set aside first and put back at the end (also
-after a failure); nothing else of it is written but its measurement cache.
+after a failure); nothing else of it is written but its hardware record (``hardware/``).
 
     python -m benchmarks.member_processes --project /tmp/run/project --rounds 2 \\
         --out benchmarks/results/cpu_amx/member_processes.json
