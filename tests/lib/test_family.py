@@ -36,6 +36,8 @@ def test_the_text_families_and_their_model_types():
         "camembert": "roberta",
         "distilbert": "distilbert",
         "electra": "electra",
+        "mpnet": "mpnet",
+        "deberta-v2": "deberta_v2",
     }
     assert family_of_model_type("camembert", "x").name == "roberta"
     assert (default_family("text").name, default_family("image").name) == ("bert", "timm_vit")

@@ -90,7 +90,7 @@ def test_with_the_mechanisms_off_a_member_fine_tune_is_unchanged(default_project
     from tasks.runtime.layout import BASE, MEMBERS
 
     cfg, root = default_project
-    assert cfg.members.finetune.model_dump(exclude={"max_parallel"}) == {
+    assert cfg.members.finetune.model_dump(exclude={"max_parallel", "controls"}) == {
         "enabled": True,
         "epochs": 1,
         "lr": None,

@@ -341,7 +341,7 @@ def test_10_zero_applicable_checks_fail_with_their_own_line(project):
     pp.train(project, seed=2)
     verdict = pp.gate_and_bundle(project)
     assert verdict["verdict"] == "failed" and verdict["failed"] == [NO_CHECK]
-    assert "| no applicable check | failed |" in (project / "reports" / "gate.md").read_text()
+    assert "| no applicable check | - | failed |" in (project / "reports" / "gate.md").read_text()
     from tasks.promote import run as promote_stage
 
     assert promote_stage(pp.cfg(project), project)["why"] == "gate failed"
