@@ -64,6 +64,37 @@ class AttentionWeights:
     head_dim: int
     position: dict[str, Tensor] | None = None
 
+    @classmethod
+    def from_linears(
+        cls,
+        q: nn.Linear,
+        k: nn.Linear,
+        v: nn.Linear,
+        o: nn.Linear,
+        num_heads: int,
+        head_dim: int,
+        position: dict[str, Tensor] | None = None,
+    ) -> AttentionWeights:
+        """Detached views of the four projections' weights and biases."""
+        return cls(
+            *(t for layer in (q, k, v, o) for t in (layer.weight.detach(), detached(layer.bias))),
+            num_heads=num_heads,
+            head_dim=head_dim,
+            position=position,
+        )
+
+    def to_linears(
+        self, q: nn.Linear, k: nn.Linear, v: nn.Linear, o: nn.Linear
+    ) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear]:
+        """New q, k, v, o layers holding copies of these weights, each like its template
+        (device, dtype, training mode): what head surgery installs."""
+        return (
+            linear_from(self.q_weight, self.q_bias, q),
+            linear_from(self.k_weight, self.k_bias, k),
+            linear_from(self.v_weight, self.v_bias, v),
+            linear_from(self.o_weight, self.o_bias, o),
+        )
+
     def select_heads(self, heads: list[int] | tuple[int, ...]) -> AttentionWeights:
         """The weights of ``heads`` only (in the given order), as new tensors."""
         if not heads:
@@ -117,6 +148,17 @@ class MLPWeights:
     fc2_weight: Tensor
     fc2_bias: Tensor | None
     activation: str
+
+    @classmethod
+    def from_linears(cls, fc1: nn.Linear, fc2: nn.Linear, activation: str) -> MLPWeights:
+        """Detached views of the two layers' weights and biases."""
+        return cls(
+            fc1.weight.detach(),
+            detached(fc1.bias),
+            fc2.weight.detach(),
+            detached(fc2.bias),
+            activation,
+        )
 
 
 @dataclass

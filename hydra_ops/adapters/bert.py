@@ -28,7 +28,6 @@ from .base import (
     UnsupportedModelError,
     detached,
     layer_norm_weights,
-    linear_from,
 )
 
 HF_ACTIVATIONS = {
@@ -125,27 +124,17 @@ class BertLayoutAdapter(HuggingFaceAdapter):
 
     def attention_weights(self, layer: int) -> AttentionWeights:
         attn = self.block(layer).attention
-        s, o = attn.self, attn.output.dense
-        return AttentionWeights(
-            q_weight=s.query.weight.detach(),
-            q_bias=detached(s.query.bias),
-            k_weight=s.key.weight.detach(),
-            k_bias=detached(s.key.bias),
-            v_weight=s.value.weight.detach(),
-            v_bias=detached(s.value.bias),
-            o_weight=o.weight.detach(),
-            o_bias=detached(o.bias),
-            num_heads=self.num_heads(layer),
-            head_dim=self.head_dim,
+        s = attn.self
+        return AttentionWeights.from_linears(
+            s.query, s.key, s.value, attn.output.dense, self.num_heads(layer), self.head_dim
         )
 
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
         attn = self.block(layer).attention
         s = attn.self
-        s.query = linear_from(weights.q_weight, weights.q_bias, s.query)
-        s.key = linear_from(weights.k_weight, weights.k_bias, s.key)
-        s.value = linear_from(weights.v_weight, weights.v_bias, s.value)
-        attn.output.dense = linear_from(weights.o_weight, weights.o_bias, attn.output.dense)
+        s.query, s.key, s.value, attn.output.dense = weights.to_linears(
+            s.query, s.key, s.value, attn.output.dense
+        )
         # the forward reshapes by attention_head_size; these two keep the module's record true
         s.num_attention_heads = weights.num_heads
         s.all_head_size = weights.num_heads * weights.head_dim
@@ -156,12 +145,10 @@ class BertLayoutAdapter(HuggingFaceAdapter):
             norm_first=False,
             attn_norm=layer_norm_weights(block.attention.output.LayerNorm),
             mlp_norm=layer_norm_weights(block.output.LayerNorm),
-            mlp=MLPWeights(
-                fc1_weight=block.intermediate.dense.weight.detach(),
-                fc1_bias=detached(block.intermediate.dense.bias),
-                fc2_weight=block.output.dense.weight.detach(),
-                fc2_bias=detached(block.output.dense.bias),
-                activation=hf_activation(self.model.config.hidden_act),
+            mlp=MLPWeights.from_linears(
+                block.intermediate.dense,
+                block.output.dense,
+                hf_activation(self.model.config.hidden_act),
             ),
         )
 

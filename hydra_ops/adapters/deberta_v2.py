@@ -224,28 +224,23 @@ class DebertaV2Adapter(HuggingFaceAdapter):
 
     def attention_weights(self, layer: int) -> AttentionWeights:
         attn = self.block(layer).attention
-        s, o = attn.self, attn.output.dense
-        return AttentionWeights(
+        s = attn.self
+        return AttentionWeights.from_linears(
+            s.query_proj,
+            s.key_proj,
+            s.value_proj,
+            attn.output.dense,
+            self.num_heads(layer),
+            self.head_dim,
             position=self._position_parts(layer),
-            q_weight=s.query_proj.weight.detach(),
-            q_bias=detached(s.query_proj.bias),
-            k_weight=s.key_proj.weight.detach(),
-            k_bias=detached(s.key_proj.bias),
-            v_weight=s.value_proj.weight.detach(),
-            v_bias=detached(s.value_proj.bias),
-            o_weight=o.weight.detach(),
-            o_bias=detached(o.bias),
-            num_heads=self.num_heads(layer),
-            head_dim=self.head_dim,
         )
 
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
         attn = self.block(layer).attention
         s = attn.self
-        s.query_proj = linear_from(weights.q_weight, weights.q_bias, s.query_proj)
-        s.key_proj = linear_from(weights.k_weight, weights.k_bias, s.key_proj)
-        s.value_proj = linear_from(weights.v_weight, weights.v_bias, s.value_proj)
-        attn.output.dense = linear_from(weights.o_weight, weights.o_bias, attn.output.dense)
+        s.query_proj, s.key_proj, s.value_proj, attn.output.dense = weights.to_linears(
+            s.query_proj, s.key_proj, s.value_proj, attn.output.dense
+        )
         for name in self._separate_projections(layer):
             weight = weights.position[f"{name}_weight"] if weights.position else None
             if weight is None or weight.shape[0] != weights.num_heads:
@@ -266,12 +261,10 @@ class DebertaV2Adapter(HuggingFaceAdapter):
             norm_first=False,
             attn_norm=layer_norm_weights(block.attention.output.LayerNorm),
             mlp_norm=layer_norm_weights(block.output.LayerNorm),
-            mlp=MLPWeights(
-                fc1_weight=block.intermediate.dense.weight.detach(),
-                fc1_bias=detached(block.intermediate.dense.bias),
-                fc2_weight=block.output.dense.weight.detach(),
-                fc2_bias=detached(block.output.dense.bias),
-                activation=hf_activation(self.model.config.hidden_act),
+            mlp=MLPWeights.from_linears(
+                block.intermediate.dense,
+                block.output.dense,
+                hf_activation(self.model.config.hidden_act),
             ),
         )
 

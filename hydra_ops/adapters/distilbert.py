@@ -28,7 +28,6 @@ from .base import (
     UnsupportedModelError,
     detached,
     layer_norm_weights,
-    linear_from,
 )
 from .bert import hf_activation
 
@@ -102,25 +101,15 @@ class DistilBertAdapter(HuggingFaceAdapter):
 
     def attention_weights(self, layer: int) -> AttentionWeights:
         a = self.block(layer).attention
-        return AttentionWeights(
-            q_weight=a.q_lin.weight.detach(),
-            q_bias=detached(a.q_lin.bias),
-            k_weight=a.k_lin.weight.detach(),
-            k_bias=detached(a.k_lin.bias),
-            v_weight=a.v_lin.weight.detach(),
-            v_bias=detached(a.v_lin.bias),
-            o_weight=a.out_lin.weight.detach(),
-            o_bias=detached(a.out_lin.bias),
-            num_heads=self.num_heads(layer),
-            head_dim=self.head_dim,
+        return AttentionWeights.from_linears(
+            a.q_lin, a.k_lin, a.v_lin, a.out_lin, self.num_heads(layer), self.head_dim
         )
 
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
         a = self.block(layer).attention
-        a.q_lin = linear_from(weights.q_weight, weights.q_bias, a.q_lin)
-        a.k_lin = linear_from(weights.k_weight, weights.k_bias, a.k_lin)
-        a.v_lin = linear_from(weights.v_weight, weights.v_bias, a.v_lin)
-        a.out_lin = linear_from(weights.o_weight, weights.o_bias, a.out_lin)
+        a.q_lin, a.k_lin, a.v_lin, a.out_lin = weights.to_linears(
+            a.q_lin, a.k_lin, a.v_lin, a.out_lin
+        )
         # the forward reshapes by attention_head_size; n_heads keeps the module's record true
         a.n_heads = weights.num_heads
 
@@ -130,12 +119,8 @@ class DistilBertAdapter(HuggingFaceAdapter):
             norm_first=False,
             attn_norm=layer_norm_weights(block.sa_layer_norm),
             mlp_norm=layer_norm_weights(block.output_layer_norm),
-            mlp=MLPWeights(
-                fc1_weight=block.ffn.lin1.weight.detach(),
-                fc1_bias=detached(block.ffn.lin1.bias),
-                fc2_weight=block.ffn.lin2.weight.detach(),
-                fc2_bias=detached(block.ffn.lin2.bias),
-                activation=hf_activation(self.model.config.activation),
+            mlp=MLPWeights.from_linears(
+                block.ffn.lin1, block.ffn.lin2, hf_activation(self.model.config.activation)
             ),
         )
 

@@ -26,7 +26,6 @@ from .base import (
     UnsupportedModelError,
     detached,
     layer_norm_weights,
-    linear_from,
 )
 from .bert import hf_activation
 
@@ -101,25 +100,15 @@ class HFViTAdapter(HuggingFaceAdapter):
 
     def attention_weights(self, layer: int) -> AttentionWeights:
         a = self.block(layer).attention
-        return AttentionWeights(
-            q_weight=a.q_proj.weight.detach(),
-            q_bias=detached(a.q_proj.bias),
-            k_weight=a.k_proj.weight.detach(),
-            k_bias=detached(a.k_proj.bias),
-            v_weight=a.v_proj.weight.detach(),
-            v_bias=detached(a.v_proj.bias),
-            o_weight=a.o_proj.weight.detach(),
-            o_bias=detached(a.o_proj.bias),
-            num_heads=self.num_heads(layer),
-            head_dim=self.head_dim,
+        return AttentionWeights.from_linears(
+            a.q_proj, a.k_proj, a.v_proj, a.o_proj, self.num_heads(layer), self.head_dim
         )
 
     def set_attention_weights(self, layer: int, weights: AttentionWeights) -> None:
         a = self.block(layer).attention
-        a.q_proj = linear_from(weights.q_weight, weights.q_bias, a.q_proj)
-        a.k_proj = linear_from(weights.k_weight, weights.k_bias, a.k_proj)
-        a.v_proj = linear_from(weights.v_weight, weights.v_bias, a.v_proj)
-        a.o_proj = linear_from(weights.o_weight, weights.o_bias, a.o_proj)
+        a.q_proj, a.k_proj, a.v_proj, a.o_proj = weights.to_linears(
+            a.q_proj, a.k_proj, a.v_proj, a.o_proj
+        )
         a.num_attention_heads = weights.num_heads
 
     def block_weights(self, layer: int) -> BlockWeights:
@@ -128,12 +117,8 @@ class HFViTAdapter(HuggingFaceAdapter):
             norm_first=True,
             attn_norm=layer_norm_weights(block.layernorm_before),
             mlp_norm=layer_norm_weights(block.layernorm_after),
-            mlp=MLPWeights(
-                fc1_weight=block.mlp.fc1.weight.detach(),
-                fc1_bias=detached(block.mlp.fc1.bias),
-                fc2_weight=block.mlp.fc2.weight.detach(),
-                fc2_bias=detached(block.mlp.fc2.bias),
-                activation=hf_activation(self.model.config.hidden_act),
+            mlp=MLPWeights.from_linears(
+                block.mlp.fc1, block.mlp.fc2, hf_activation(self.model.config.hidden_act)
             ),
         )
 

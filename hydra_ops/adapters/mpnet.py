@@ -36,7 +36,6 @@ from .base import (
     UnsupportedModelError,
     detached,
     layer_norm_weights,
-    linear_from,
 )
 from .bert import hf_activation
 
@@ -164,17 +163,13 @@ class MPNetAdapter(HuggingFaceAdapter):
 
     def attention_weights(self, layer: int) -> AttentionWeights:
         s = self.block(layer).attention.attn
-        return AttentionWeights(
-            q_weight=s.q.weight.detach(),
-            q_bias=detached(s.q.bias),
-            k_weight=s.k.weight.detach(),
-            k_bias=detached(s.k.bias),
-            v_weight=s.v.weight.detach(),
-            v_bias=detached(s.v.bias),
-            o_weight=s.o.weight.detach(),
-            o_bias=detached(s.o.bias),
-            num_heads=self.num_heads(layer),
-            head_dim=self.head_dim,
+        return AttentionWeights.from_linears(
+            s.q,
+            s.k,
+            s.v,
+            s.o,
+            self.num_heads(layer),
+            self.head_dim,
             position={"bias_heads": self._bias_heads(layer)},
         )
 
@@ -195,10 +190,7 @@ class MPNetAdapter(HuggingFaceAdapter):
                 f"position['bias_heads'] names {heads.numel()} heads, the weights hold "
                 f"{weights.num_heads}"
             )
-        q = linear_from(weights.q_weight, weights.q_bias, s.q)
-        k = linear_from(weights.k_weight, weights.k_bias, s.k)
-        v = linear_from(weights.v_weight, weights.v_bias, s.v)
-        o = linear_from(weights.o_weight, weights.o_bias, s.o)
+        q, k, v, o = weights.to_linears(s.q, s.k, s.v, s.o)
         all_heads = int(self.model.config.num_attention_heads)
         if torch.equal(heads.cpu(), torch.arange(all_heads)) and not isinstance(
             s, HeadSubsetMPNetSelfAttention
@@ -215,12 +207,10 @@ class MPNetAdapter(HuggingFaceAdapter):
             norm_first=False,
             attn_norm=layer_norm_weights(block.attention.LayerNorm),
             mlp_norm=layer_norm_weights(block.output.LayerNorm),
-            mlp=MLPWeights(
-                fc1_weight=block.intermediate.dense.weight.detach(),
-                fc1_bias=detached(block.intermediate.dense.bias),
-                fc2_weight=block.output.dense.weight.detach(),
-                fc2_bias=detached(block.output.dense.bias),
-                activation=hf_activation(self.model.config.hidden_act),
+            mlp=MLPWeights.from_linears(
+                block.intermediate.dense,
+                block.output.dense,
+                hf_activation(self.model.config.hidden_act),
             ),
         )
 
