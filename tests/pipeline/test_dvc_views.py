@@ -21,6 +21,7 @@ import yaml
 from conftest import REPO, git
 
 from tasks.reports.key_metrics import KEYS, LATENCY_KEY, write_key_metrics
+from tasks.runtime.hardware import sync_choices
 from tasks.runtime.layout import METRICS
 
 #: Two points of a study (benchmarks/studies/text-evidence.yaml): variant overrides and the seed.
@@ -106,6 +107,7 @@ def study_project(root: Path, dvc_yaml: str) -> Path:
     root.mkdir(parents=True)
     (root / "dvc.yaml").write_text(dvc_yaml)
     shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    sync_choices(root)  # the stages' hardware/choices.yaml, as the flow writes it before a run
     git(root, "init", "-q", "-b", "main")
     git(root, "config", "user.email", "tests@hydra-ens.invalid")
     git(root, "config", "user.name", "hydra-ens tests")

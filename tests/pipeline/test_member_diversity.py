@@ -102,6 +102,7 @@ def test_with_the_mechanisms_off_a_member_fine_tune_is_unchanged(default_project
         "lr",
         "seed_offset",
         "max_parallel",
+        "controls",
     }
     if _cpu_kind() != WRITTEN_ON:
         pytest.skip(f"the reference weights were written on {WRITTEN_ON}, this is {_cpu_kind()}")
