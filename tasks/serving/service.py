@@ -17,8 +17,9 @@ one snapshot it took, so no answer mixes versions. Endpoints (JSON in, JSON out)
 Before it answers, the service warms the model on every batch shape it will meet (each forward
 pass holds 1..``max_batch`` inputs, text padded to a few lengths: :mod:`tasks.serving.warmup`),
 logging its progress; until then ``/health`` answers 503 ``warming up`` (with ``warmed_shapes`` of
-``shapes``) and ``/predict`` 503, so no request waits on a first call. A newly promoted version is
-warmed the same way beside the one answering, before the swap.
+``shapes``) and ``/predict`` 503, so no request waits on a first call; a warm-up that fails
+leaves both 503 ``not serving`` with the failure. A newly promoted version is warmed the same
+way beside the one answering, before the swap.
 
 A bad request gets one ``{"error": "..."}`` with status 400 (404 unknown path, 405 wrong method,
 411/413 missing or oversized body) and the server goes on. Once the registry holds no version in
@@ -45,6 +46,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from hydra_ops.messages import one_line
 from tasks.serving.client import SERVICE_FILE, RequestError
 from tasks.serving.prod_model import ModelSnapshot, Withdrawn
 
@@ -105,6 +107,9 @@ class PredictionService:
         #: set once every batch shape was warmed (:meth:`start_warm_up`)
         self.ready = threading.Event()
         self.warmed: tuple[int, int] = (0, 0)  # (shapes done, shapes)
+        #: why the warm-up failed (one line); the service then answers nothing: a model that
+        #: cannot run its shapes is not served
+        self.warm_error: str | None = None
         holder.warm = self._warm  # a new version is warmed on every shape before its swap
         self.httpd = ThreadingHTTPServer((HOST, port), _Handler)
         self.httpd.daemon_threads = True
@@ -128,8 +133,8 @@ class PredictionService:
 
     def start_warm_up(self) -> threading.Thread:
         """Warm the current model on every batch shape in a background thread (progress in the
-        log and :attr:`warmed`); :attr:`ready` is set when it ends. A warm-up that fails is
-        logged and the service answers all the same."""
+        log and :attr:`warmed`); :attr:`ready` is set when it ends. A warm-up that fails sets
+        :attr:`warm_error`: ``/health`` and ``/predict`` then answer 503 with it."""
 
         def progress(done: int, total: int) -> None:
             self.warmed = (done, total)
@@ -145,8 +150,9 @@ class PredictionService:
                         self.warmed[1],
                         time.perf_counter() - t0,
                     )
-            except Exception:
-                log.exception("warm-up failed; serving all the same")
+            except Exception as exc:  # any model error: recorded and served as 503, never ok
+                self.warm_error = f"warm-up failed: {one_line(str(exc) or type(exc).__name__)}"
+                log.exception("warm-up failed; the service answers 503 until restarted")
             finally:
                 self.ready.set()
 
@@ -176,6 +182,8 @@ class PredictionService:
             raise RequestError(
                 503, f"warming up ({done} of {total} batch shapes); GET /health says when ok"
             )
+        if self.warm_error is not None:
+            raise RequestError(503, self.warm_error)
         try:
             snapshot, rows = self.batcher.submit(inputs).result(timeout=ANSWER_TIMEOUT_S)
         except FutureTimeout:
@@ -202,6 +210,12 @@ class PredictionService:
                 "model_version": None,
                 "withdrawn_version": snap.version,
                 "withdrawn_at": snap.since,
+            }
+        elif self.warm_error is not None:
+            state = {
+                "status": "not serving",
+                "reason": self.warm_error,
+                "model_version": snap.version,
             }
         else:
             state = {

@@ -295,6 +295,29 @@ def test_health_is_not_ok_until_every_batch_shape_was_warmed(project):
         svc.close()
 
 
+def test_a_failed_warm_up_is_never_served_as_ok(project):
+    """A model that fails on a batch shape while warming is not served: ``/health`` answers 503
+    ``not serving`` with the failure in one line, and ``/predict`` 503 with the same line."""
+    holder = ModelHolder(lambda: load_prod_snapshot(project))
+
+    def broken(batch):
+        raise RuntimeError("kernel\nmissing")
+
+    holder.current.served.member_logits = broken
+    svc = PredictionService(holder, port=0, max_batch=2, max_wait_ms=1).start()
+    try:
+        assert svc.wait_ready(120)
+        status, health = request(svc, "GET", "/health")
+        assert status == 503 and health["status"] == "not serving", health
+        assert (
+            health["reason"].startswith("warm-up failed: kernel") and "\n" not in health["reason"]
+        )
+        status, answer = ask(svc, TEXTS[:1])
+        assert status == 503 and answer["error"] == health["reason"], answer
+    finally:
+        svc.close()
+
+
 def test_promoting_what_is_already_in_prod_names_the_version_and_stage(project):
     from typer.testing import CliRunner
 
