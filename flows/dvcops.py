@@ -472,6 +472,15 @@ def relay(
     return proc.wait(), lines
 
 
+def wait_out_interrupt() -> None:
+    """Once the user interrupted the run, a task whose process the interrupt stopped reports
+    nothing: its thread waits here until :func:`flows.interrupts.end_interrupted` ends the
+    process, so the Prefect API keeps the ``Crashed`` state the interrupt recorded (a ``Failed``
+    reported after it would overwrite it)."""
+    if INTERRUPTED.is_set():
+        threading.Event().wait()
+
+
 def _refuse_if_interrupted(what: str) -> None:
     if INTERRUPTED.is_set():
         raise StageError(f"{what} not started: the run was interrupted")
@@ -486,6 +495,7 @@ def repro_stage(root: Path, stage: str, log: Callable[[str], None] = print) -> S
     )
     seconds = time.perf_counter() - t0
     if rc != 0:
+        wait_out_interrupt()
         kind = TransientStageError if is_transient_failure(rc, lines) else StageError
         raise kind.from_output(lines, rc, stage=stage)
     ran = f"Running stage '{stage}'" in "\n".join(lines)

@@ -88,6 +88,7 @@ def finetune_member(project_dir: str, member: int, threads: int) -> dict[str, An
         threads=threads,
     )
     if proc.returncode != 0:
+        dvcops.wait_out_interrupt()
         # killed (say by the OOM killer): retried; Ctrl-C or a user's SIGTERM, or an error: not
         transient = dvcops.is_transient_exit(proc.returncode)
         kind = dvcops.TransientStageError if transient else dvcops.StageError
