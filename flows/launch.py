@@ -169,5 +169,6 @@ def run_study(
         gates=gates,
         only=only or None,
         bundle=str(bundle) if bundle else None,
+        side_by_side=1 if cluster else workers,
     )
     return summary

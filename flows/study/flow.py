@@ -32,6 +32,7 @@ from prefect.futures import PrefectFuture
 
 from flows import dvcops
 from flows.study.carry import BundleError, write_points_bundle
+from flows.study.estimate import estimate_left
 from flows.study.points import (
     PointJob,
     earlier_upstream,
@@ -166,6 +167,7 @@ def hydra_study(
     gates: list[dict[str, Any]] | None = None,
     only: list[str] | None = None,
     bundle: str | None = None,
+    side_by_side: int = 1,
 ) -> dict[str, Any]:
     """Run the study ``spec_path`` in the project ``project_dir``; returns the summary.
     ``report_only``: run nothing, write the report of the points already done (the others are
@@ -174,7 +176,9 @@ def hydra_study(
     the report covers every point done. ``gates``: gate checks (``params.gates`` entries) the
     report judges every point and baseline with, instead of each point's own. ``bundle``: a file
     rewritten with the study commit and its finished points as each point finishes, and at the
-    end (:mod:`flows.study.carry`), so a session that ends midway loses only running points."""
+    end (:mod:`flows.study.carry`), so a session that ends midway loses only running points.
+    ``side_by_side``: how many points run at once, for the estimate of what is left logged as
+    each point finishes (:mod:`flows.study.estimate`)."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     root = Path(project_dir).resolve()
@@ -249,15 +253,27 @@ def hydra_study(
     }
     running = {k: f for k, f in upstream_futures.items() if not isinstance(f, dict)}
     outcomes, failures = {}, {}
+    upstream_seconds: list[float] = []
     for kind, name, fut in _as_finished(running, point_futures):
         if kind == "upstream":
             upstream_results[name] = _record_upstream(name, fut, state, commit, logger)
+            if "seconds" in upstream_results[name]:
+                upstream_seconds.append(upstream_results[name]["seconds"])
             continue
         try:
             outcomes[name] = fut.result()
         except Exception as err:  # reported, and the other points go on
             failures[name] = _one_line(err)
             logger.error("point %s failed: %s", name, failures[name])
+        left = estimate_left(
+            upstream_seconds,
+            [o["seconds"] for o in outcomes.values()],
+            upstreams_left=sum(1 for key in running if key not in upstream_results),
+            points_left=len(todo) - len(outcomes) - len(failures),
+            workers=side_by_side,
+        )
+        if left is not None and left.points_left:
+            logger.info("study %s: %s", spec.name, left.line())
         if bundle and name in outcomes:
             _carry(root, commit, Path(bundle), logger, fetch_from=job_base["git_url"])
     fetch_experiments(root, job_base["git_url"])
@@ -385,8 +401,11 @@ def _report(
     spec, spec_file, root, points, done, report_dir, wall, logger, gates=None
 ) -> dict[str, Any]:
     out_dir = Path(report_dir) if report_dir else root / "reports" / "studies" / spec.name
-    if not any(p.name in done and p.seed in spec.seeds for p in points):
-        logger.warning("no point of a choosing seed finished: no report")
+    choosing = spec.confirm_seeds if spec.registered else spec.seeds
+    if not any(p.name in done and p.seed in choosing for p in points):
+        logger.warning(
+            "no point of a %s seed finished: no report", "study" if spec.registered else "choosing"
+        )
         return {"report": None}
     with tempfile.TemporaryDirectory(prefix="hydra-study-") as tmp:
         results = [

@@ -24,6 +24,8 @@ intervals are conditional on one split.
 
 ``confirm_seeds`` are run like ``seeds`` (every variant), but the report chooses its variant on
 ``seeds`` alone and reports the chosen variant and the gates on the confirmation seeds apart.
+A spec with ``confirm_seeds`` and no ``seeds`` registers its variants in advance: there is no
+choosing step, and the report gives every variant's claims on the confirmation seeds.
 
 Points that agree on every param of the *shared* stages (data, base fine-tune, Deep Ensemble)
 share one upstream: :func:`upstream_key` names it.
@@ -69,7 +71,8 @@ class StudySpec(Strict):
     """A params file (relative to the spec) merged over the profile."""
     sets: dict[str, Any] = Field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[int] = Field(default_factory=list)
+    """The choosing seeds; empty in a study of registered variants (confirmation seeds only)."""
     confirm_seeds: list[int] = Field(default_factory=list)
     """Held-out replicate seeds: run, reported apart, never used to choose the variant."""
 
@@ -94,10 +97,17 @@ class StudySpec(Strict):
 
     @model_validator(mode="after")
     def _held_out(self) -> StudySpec:
+        if not self.seeds and not self.confirm_seeds:
+            raise ValueError("name seeds, confirm_seeds or both: a study needs a seed")
         both = sorted(set(self.seeds) & set(self.confirm_seeds))
         if both:
             raise ValueError(f"confirm_seeds must not repeat seeds: {both} are in both")
         return self
+
+    @property
+    def registered(self) -> bool:
+        """Whether the variants were fixed before any point ran: confirmation seeds only."""
+        return not self.seeds
 
     @property
     def all_seeds(self) -> list[int]:

@@ -681,8 +681,27 @@ def test_confirmation_seeds_are_reported_apart_and_never_change_the_choice(tmp_p
                 assert t["word"] == word and f"on {name.split('|')[1]}: **{word}**" in confirm
     assert set(conf["costs"]["fast"]) >= {"hydra[fast]", "single", "naive_pruned[fast]"}
     assert conf["costs"]["fast"]["hydra[fast]"] == conf["cost"]["fast"]
-    with pytest.raises(ValueError, match="nothing to choose on"):
-        write_study_report(held, tmp_path / "c", "t", confirm_seeds=[10, 11, 12])
+
+
+def test_registered_variants_are_confirmed_each_on_its_own_and_none_is_chosen(tmp_path):
+    """Confirmation seeds only (variants registered before any point ran): no choice, the
+    descriptive sections read every point, section 7 words every variant's claims, and each
+    variant's claims equal those it gets beside chosen-on seeds (they never depend on a choice)."""
+    held = [make_point(v, s) for v in ("fast", "slow") for s in SEEDS]
+    held = [dataclasses.replace(p, seed=p.seed + 10) for p in held]
+    seeds = [s + 10 for s in SEEDS]
+    summary = write_study_report(held, tmp_path / "r", "t", confirm_seeds=seeds)
+    rec, conf = summary["recommendation"], summary["confirmation"]
+    assert rec["variant"] is None and rec["registered"] and conf["registered"]
+    assert summary["seeds"] == seeds and conf["seeds"] == seeds
+    assert set(conf["claims"]) == {"fast", "slow"}
+    choosing = [make_point(v, s) for v in ("fast", "slow") for s in SEEDS]
+    beside = write_study_report(choosing + held, tmp_path / "b", "t", confirm_seeds=seeds)
+    assert beside["confirmation"]["claims"] == conf["claims"]
+    md = (tmp_path / "r" / "study.md").read_text()
+    assert "Registered variants: fixed before any point ran" in md
+    assert "No choosing step" in md.split("## 7.")[0] and "passes every seed" not in md
+    assert "confirm variants registered before any point ran" in md.split("## 7.")[1]
 
 
 def test_efficient_baselines_are_paired_and_gated_like_the_deep_ensemble():

@@ -49,7 +49,11 @@ def test_confirmation_seeds_are_run_and_must_be_held_out(tmp_path):
     from flows.study.spec import load_study, study_points
 
     spec = load_study(_spec(tmp_path, confirm_seeds=[5]))
-    assert spec.all_seeds == [0, 1, 5]
+    assert spec.all_seeds == [0, 1, 5] and not spec.registered
+    registered = load_study(_spec(tmp_path, seeds=[], confirm_seeds=[3, 4]))
+    assert registered.registered and registered.all_seeds == [3, 4]
+    with pytest.raises(ConfigError, match="a study needs a seed"):
+        load_study(_spec(tmp_path, seeds=[]))
     points = study_points(spec, tmp_path, STUB_DVC)
     assert sorted({p.seed for p in points}) == [0, 1, 5]
     assert {p.params["data"]["seed"] for p in points if p.seed == 5} == {5}

@@ -23,7 +23,11 @@ PLAN = {
     "brown-genres-screen": ([10, 11], []),
     "fashion-mnist": ([0, 1, 2], [3, 4, 5]),
     "brown-genres": ([0, 1, 2], [3, 4, 5]),
+    "mpnet-bbc-news": ([], [3, 4, 5]),
+    "mpnet-brown-genres": ([], [3, 4, 5]),
 }
+#: The 12-layer studies: name -> (variant prefix, data source).
+BY_SIZE = {"mpnet-bbc-news": ("mp-", "bbc-news"), "mpnet-brown-genres": ("mpbg-", "brown-genres")}
 #: Full study -> (its screening study, its variant prefix, the screening's prefix).
 SCREENED = {
     "brown-genres": ("brown-genres-screen", "bg-", "bgs-"),
@@ -137,3 +141,23 @@ def test_a_screenings_variants_share_each_seeds_upstream_except_m5(screen):
         assert len({k for v, k in keys.items() if v != m5}) == 1
         assert keys[m5] not in {k for v, k in keys.items() if v != m5}
     assert len({p.upstream for p in points}) == 2 * len(PLAN[screen][0])
+
+
+@pytest.mark.parametrize("name", BY_SIZE)
+def test_the_12_layer_studies_register_the_minilm_variants_on_mpnet(name):
+    """No choosing step: the variants are the text study's default and the paper's merge as the
+    MiniLM-L6 study ran them, on all-mpnet-base-v2 (12 x 12), each point with its twin, the single
+    model and a Deep Ensemble of 3; one upstream per seed, shared by both variants."""
+    prefix, source = BY_SIZE[name]
+    spec = load_study(STUDIES / f"{name}.yaml")
+    minilm = load_study(STUDIES / "text-evidence.yaml").variants
+    assert spec.registered
+    assert {v.removeprefix(prefix): o for v, o in spec.variants.items()} == {
+        k: minilm[k] for k in ("taylor-half", "taylor-s0")
+    }
+    points = points_of(name)
+    for p in points:
+        cfg = validate_params(p.params, root=REPO)
+        assert (cfg.model.family, cfg.data.name) == ("mpnet", source)
+        assert (cfg.model_layers, cfg.builds_deep_ensemble, cfg.deep_ensemble_size) == (12, True, 3)
+    assert len({p.upstream for p in points}) == 3

@@ -59,7 +59,12 @@ def header(
         f"- Seeds: {', '.join(str(s) for s in col.seeds)} (n = {len(col.seeds)}); "
         f"points: {len(col.points)}"
     )
-    if confirm_seeds:
+    if confirm_seeds and set(col.seeds) <= set(confirm_seeds):
+        lines.append(
+            "- Registered variants: fixed before any point ran; every seed is a confirmation "
+            "seed (no choosing step; each variant's claims in section 7)"
+        )
+    elif confirm_seeds:
         lines.append(
             f"- Confirmation seeds (held out, never used for choosing; section 7): "
             f"{', '.join(str(s) for s in confirm_seeds)}"
@@ -414,6 +419,10 @@ def section_recommendation(
     return lines
 
 
+def section_registered(rec: Mapping[str, Any]) -> list[str]:
+    return ["## 6. Recommendation", "", rec["sentence"]]
+
+
 def section_confirmation(confirm: Mapping[str, Any] | None) -> list[str]:
     lines = ["## 7. Confirmation on held-out seeds", ""]
     if confirm is None:
@@ -421,12 +430,18 @@ def section_confirmation(confirm: Mapping[str, Any] | None) -> list[str]:
         return lines
     seeds = ", ".join(str(s) for s in confirm["seeds"])
     lines.append(
-        f"Seeds {seeds} were run like the others but never used for choosing: the choice above "
-        "was made on the choosing seeds alone. Here is what they say about "
-        + (
-            f"the chosen variant `{confirm['variant']}` (first) and every other variant run on them"
-            if confirm["variant"]
-            else "every variant run on them (none was chosen)"
+        (
+            f"Seeds {seeds} confirm variants registered before any point ran. Here is what they "
+            "say about every variant"
+            if confirm.get("registered")
+            else f"Seeds {seeds} were run like the others but never used for choosing: the "
+            "choice above was made on the choosing seeds alone. Here is what they say about "
+            + (
+                f"the chosen variant `{confirm['variant']}` (first) and every other variant run "
+                "on them"
+                if confirm["variant"]
+                else "every variant run on them (none was chosen)"
+            )
         )
         + f" ({confirm['split']}); each variant's twin claim is tested on its own (Holm over "
         + "its own metrics)."

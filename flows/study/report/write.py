@@ -25,6 +25,17 @@ from flows.study.report.stats import CONFIDENCE
 from hydra_ops.atomic import atomic_write_bytes, atomic_write_dir
 from tasks.params import GateCheck
 
+#: The recommendation of a study of registered variants: none is chosen.
+REGISTERED: dict[str, Any] = {
+    "variant": None,
+    "registered": True,
+    "sentence": (
+        "No choosing step: the variants were registered before any point ran and every seed "
+        "is a confirmation seed; section 7 words each variant's comparisons on its own."
+    ),
+    "variants": [],
+}
+
 
 def write_study_report(
     points: Sequence[PointResult],
@@ -45,7 +56,9 @@ def write_study_report(
     point and baseline with these checks instead of each point's own (``reports/gate.json`` and
     ``params.gates``): what other gates would say on the same evidence. ``confirm_seeds``: the
     held-out seeds; their points never enter the choice (sections 1-6 read the other points) and
-    are reported apart (section 7) for the chosen variant.
+    are reported apart (section 7) for the chosen variant. Points at confirmation seeds only (a
+    study of registered variants): sections 1-5 describe them, nothing is chosen
+    (:data:`REGISTERED`), and section 7 words every variant's claims.
     """
     validate_points(points, title)
     if wall_seconds is not None and (not is_number(wall_seconds) or wall_seconds < 0):
@@ -56,16 +69,17 @@ def write_study_report(
         )
     held_out = set(confirm_seeds or ())
     choosing = [p for p in points if p.seed not in held_out]
-    if not choosing:
-        raise ValueError("every point is at a confirmation seed: nothing to choose on")
-    col = Collected(choosing)
+    registered = not choosing
+    # registered variants (confirmation seeds only): sections 1-5 describe every point; nothing
+    # is chosen, and section 7 words each variant's claims
+    col = Collected(points if registered else choosing)
     point_gates = [point_gate(p, gates) for p in col.points]
     paired = paired_differences(col)
     beats = beats_single(col, paired)
     twin = beats_twin(col, paired)
-    rec = recommend(col, point_gates, twin)
+    rec = REGISTERED if registered else recommend(col, point_gates, twin)
     confirm = None
-    if confirm_seeds:
+    if held_out:
         confirm = confirmation(
             [p for p in points if p.seed in held_out], sorted(held_out), rec, gates
         )
@@ -119,7 +133,9 @@ def write_study_report(
         markdown.section_paired(col, paired),
         markdown.section_pareto(pareto),
         markdown.section_gates(point_gates, base_gates, gates),
-        markdown.section_recommendation(rec, beats, twin),
+        markdown.section_registered(rec)
+        if registered
+        else markdown.section_recommendation(rec, beats, twin),
         markdown.section_confirmation(confirm),
     ]
     study_md = "\n\n".join("\n".join(s) for s in sections) + "\n"
@@ -153,6 +169,7 @@ def confirmation(
     out: dict[str, Any] = {
         "seeds": seeds,
         "variant": chosen,
+        "registered": bool(rec.get("registered")),
         "points": [{"variant": p.variant, "seed": p.seed} for p in points],
         "gates": [],
         "paired": {},
