@@ -8,7 +8,7 @@ written atomically (:mod:`flows.study.report.by_size` builds them)::
             MPNet-base=docs/studies/<mpnet-bbc-news>/study.json:mp-taylor-half \\
         --task brown-genres MiniLM-L6=docs/studies/brown-genres/study.json:bg-default \\
             MPNet-base=docs/studies/<mpnet-brown-genres>/study.json:mpbg-taylor-half \\
-        --out docs/studies/by-size/
+        --out docs/studies/by-size
 
 Each ``--task NAME MODEL=STUDY_JSON:VARIANT ...`` is one table. A study is named by its folder
 (the claims anchor names ``docs/studies/<study>/study.json``). The single model's parameter count

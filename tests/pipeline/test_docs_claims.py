@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -124,7 +125,10 @@ def _check_parameters(where: str, text: str, report: dict[str, Any], variant: st
 
 
 def check_table(
-    doc: str, args: dict[str, str], rows: list[list[str]], report_of: Any = _report
+    doc: str,
+    args: dict[str, str],
+    rows: list[list[str]],
+    report_of: Callable[[str], dict[str, Any]] = _report,
 ) -> list[str]:
     """What in one anchored table differs from its study.json files (``report_of(study)``)."""
     pairs = _studies(args)
