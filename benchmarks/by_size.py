@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> None:
             if not entries:
                 raise ValueError(f"task {name!r} names no MODEL=STUDY_JSON:VARIANT")
             tasks[name] = [parse_entry(text, params) for text in entries]
+        named = {e.model for entries in tasks.values() for e in entries}
+        if unknown := sorted(set(params) - named):
+            raise ValueError(f"--params names {', '.join(unknown)}, which no --task names")
         figure = by_size_figure(tasks)
         markdown = by_size_markdown(tasks, figure=FIGURE)
     except ValueError as e:

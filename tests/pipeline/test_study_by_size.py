@@ -268,6 +268,10 @@ def test_cli_bad_arguments_exit_with_one_line(
         (["--task", "t", f"M={tmp_path}/none.json:v"], "cannot read"),
         (["--task", "t"], "task 't' names no MODEL=STUDY_JSON:VARIANT"),
         (["--task", "t", f"M={REAL}:v", "--params", "M=lots"], "--params expects MODEL=COUNT"),
+        (
+            ["--task", "t", f"M={REAL}:{VARIANT}", "--params", "N=1e8"],
+            "--params names N, which no --task names",
+        ),
     ):
         with pytest.raises(SystemExit) as e:
             cli.main([*argv, "--out", str(tmp_path / "out")])

@@ -132,8 +132,8 @@ def _stats(conf: Mapping[str, Any], variant: str, baseline: str, key: str) -> An
 
 
 def _test(conf: Mapping[str, Any], variant: str, baseline: str, key: str) -> Any:
-    family = conf["claims"][variant]["twin" if baseline == "naive_pruned" else "baselines"]
-    return family["tests"].get(f"{baseline}|{key}")
+    family = conf["claims"][variant].get("twin" if baseline == "naive_pruned" else "baselines")
+    return (family or {}).get("tests", {}).get(f"{baseline}|{key}")
 
 
 def seed_count(e: Entry) -> int:
