@@ -8,8 +8,14 @@ A results table is anchored by a comment naming its study, variant, rows (baseli
     |---|---|---|
     | single model | -0.074 [-0.142, -0.005] no detectable difference | 1.00x |
 
-and a cost in prose by ``<!-- cost study=S variant=V model=M -->1.64x [1.55, 1.72]``. Each number
-must equal the confirmation seeds' value in ``docs/studies/<study>/study.json`` (its
+A table of several studies side by side (``python -m benchmarks.by_size``) names them in
+order, ``studies=S1:V1,S2:V2``; its rows are each study's ``rows`` in turn and its columns exactly
+``cols``, among them the labels ``model`` and ``baseline`` (not checked), ``parameters`` (the
+single model's count, ``22.7M``; ``given`` after it where the study.json has none) and
+``hydra_cost`` (the Hydra's cost).
+
+A cost in prose is anchored by ``<!-- cost study=S variant=V model=M -->1.64x [1.55, 1.72]``.
+Each number must equal the confirmation seeds' value in ``docs/studies/<study>/study.json`` (its
 ``confirmation`` section: computed from the held-out seeds alone) at the decimals printed, and each
 word the one the report's Holm-corrected test gives (``confirmation.claims``). A cost anchored
 with ``seeds=choosing`` is the choosing seeds' (the report's ``models`` section)."""
@@ -18,12 +24,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import REPO
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+from flows.study.report.by_size import single_parameters
+
+#: The docs, and the by-size tables written next to the studies (``benchmarks/by_size.py``).
+DOCS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "docs" / "studies").glob("*/by_size.md")),
+]
 TABLE = re.compile(r"<!-- claims (?P<args>[^>]*?) -->\n(?P<table>(?:\|.*\n)+)")
 COST = re.compile(r"<!-- cost (?P<args>[^>]*?) -->(?P<text>[^\s,;)]+(?: \[[^\]]*\])?)")
 NUMBER = r"([+-]?\d+\.\d+)"
@@ -37,10 +51,12 @@ def _args(text: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in text.split())
 
 
+def _report(study: str) -> dict[str, Any]:
+    return json.loads((REPO / "docs" / "studies" / study / "study.json").read_text())
+
+
 def _confirmation(study: str) -> dict[str, Any]:
-    return json.loads((REPO / "docs" / "studies" / study / "study.json").read_text())[
-        "confirmation"
-    ]
+    return _report(study)["confirmation"]
 
 
 def _choosing_cost(study: str, label: str) -> dict[str, Any]:
@@ -48,6 +64,13 @@ def _choosing_cost(study: str, label: str) -> dict[str, Any]:
     report = json.loads((REPO / "docs" / "studies" / study / "study.json").read_text())
     st = report["models"][label]["metrics"]["model.cost_ratio"]
     return {"ratio": st["mean"], "ratio_low": st["low"], "ratio_high": st["high"]}
+
+
+def _studies(args: dict[str, str]) -> list[tuple[str, str]]:
+    """The (study, variant) pairs an anchor names, in order."""
+    if "studies" in args:
+        return [tuple(sv.split(":", 1)) for sv in args["studies"].split(",")]  # type: ignore[misc]
+    return [(args["study"], args["variant"])]
 
 
 def _label(baseline: str, variant: str) -> str:
@@ -89,6 +112,56 @@ def _check_diff(where: str, text: str, test: dict[str, Any]) -> list[str]:
     return bad
 
 
+def _check_parameters(where: str, text: str, report: dict[str, Any], variant: str) -> list[str]:
+    found = re.match(rf"^{NUMBER}M( given)?$", text.strip())
+    count = single_parameters(report, variant)
+    if found is None:
+        return [f"{where}: {text!r} is not a parameter count like 22.7M"]
+    if count is None:
+        return [] if found.group(2) else [f"{where}: the study has no count; mark it 'given'"]
+    if found.group(2) or not _same(found.group(1), count / 1e6):
+        return [f"{where}: {text!r} != the study's {count / 1e6:.4f}M"]
+    return []
+
+
+def check_table(
+    doc: str,
+    args: dict[str, str],
+    rows: list[list[str]],
+    report_of: Callable[[str], dict[str, Any]] = _report,
+) -> list[str]:
+    """What in one anchored table differs from its study.json files (``report_of(study)``)."""
+    pairs = _studies(args)
+    baselines, cols = args["rows"].split(","), args["cols"].split(",")
+    several = "studies" in args
+    if len(rows) != len(pairs) * len(baselines):
+        return [f"{doc}: {len(rows)} rows, the anchor names {len(pairs)} x {baselines}"]
+    bad: list[str] = []
+    for i, (study, v) in enumerate(pairs):
+        report = report_of(study)
+        conf = report["confirmation"]
+        claims = conf["claims"][v]
+        block = rows[i * len(baselines) : (i + 1) * len(baselines)]
+        for baseline, row in zip(baselines, block, strict=True):
+            cells = row if several else row[1:]
+            if len(cells) != len(cols):
+                bad.append(f"{doc}: {row} has not the {len(cols)} columns {cols}")
+                continue
+            for col, cell in zip(cols, cells, strict=True):
+                where = f"{doc} {study} {v} {baseline} {col}"
+                if col in ("model", "baseline"):
+                    continue
+                if col == "parameters":
+                    bad += _check_parameters(where, cell, report, v)
+                elif col in ("cost", "hydra_cost"):
+                    label = _label("hydra" if col == "hydra_cost" else baseline, v)
+                    bad += _check_cost(where, cell, conf["costs"][v][label])
+                else:
+                    family = claims["twin" if baseline == "naive_pruned" else "baselines"]
+                    bad += _check_diff(where, cell, family["tests"][f"{baseline}|{col}"])
+    return bad
+
+
 def _anchored_tables() -> list[tuple[str, dict[str, str], list[list[str]]]]:
     out = []
     for doc in DOCS:
@@ -100,7 +173,9 @@ def _anchored_tables() -> list[tuple[str, dict[str, str], list[list[str]]]]:
 
 
 def test_the_readme_prints_every_task_from_its_confirmation_seeds() -> None:
-    studies = {a["study"] for doc, a, _ in _anchored_tables() if doc == "README.md"}
+    studies = {
+        a["study"] for doc, a, _ in _anchored_tables() if doc == "README.md" and "study" in a
+    }
     assert studies == README_STUDIES
 
 
@@ -108,22 +183,8 @@ def test_the_readme_prints_every_task_from_its_confirmation_seeds() -> None:
 def test_anchored_tables_print_the_reports_numbers_and_words(doc: str) -> None:
     bad: list[str] = []
     for where_doc, args, rows in _anchored_tables():
-        if where_doc != doc:
-            continue
-        conf = _confirmation(args["study"])
-        v = args["variant"]
-        baselines, cols = args["rows"].split(","), args["cols"].split(",")
-        assert len(rows) == len(baselines), f"{doc}: {args['study']} rows != {baselines}"
-        claims = conf["claims"][v]
-        for baseline, row in zip(baselines, rows, strict=True):
-            assert len(row) == len(cols) + 1, f"{doc}: {row}"
-            for col, cell in zip(cols, row[1:], strict=True):
-                where = f"{doc} {args['study']} {v} {baseline} {col}"
-                if col == "cost":
-                    bad += _check_cost(where, cell, conf["costs"][v][_label(baseline, v)])
-                    continue
-                family = claims["twin" if baseline == "naive_pruned" else "baselines"]
-                bad += _check_diff(where, cell, family["tests"][f"{baseline}|{col}"])
+        if where_doc == doc:
+            bad += check_table(doc, args, rows)
     for m in COST.finditer((REPO / doc).read_text()):
         a = _args(m.group("args"))
         label = _label(a["model"], a["variant"])
@@ -149,4 +210,5 @@ def test_a_drifted_number_or_word_is_caught() -> None:
 
 def test_every_anchor_names_a_published_study() -> None:
     for _, args, _ in _anchored_tables():
-        assert (REPO / "docs" / "studies" / args["study"] / "study.json").is_file(), args
+        for study, _variant in _studies(args):
+            assert (REPO / "docs" / "studies" / study / "study.json").is_file(), args

@@ -67,14 +67,15 @@ def stat_cell(st: Mapping[str, Any] | None, key: str = "", mark: str = "") -> st
     return f"{fmt_value(st['mean'], key)} [{fmt_value(lo, key)}, {fmt_value(hi, key)}]{mark}"
 
 
-def diff_cell(st: Mapping[str, Any], key: str = "", mark: str = "") -> str:
-    """A signed difference ``+mean [+low, +high]``, the interval clipped to the range of a
-    difference of ``key`` (:func:`metric_range`), then ``mark``."""
+def diff_cell(st: Mapping[str, Any], key: str = "", mark: str = "", decimals: int = 4) -> str:
+    """A signed difference ``+mean [+low, +high]`` at ``decimals``, the interval clipped to the
+    range of a difference of ``key`` (:func:`metric_range`), then ``mark``."""
+    d = decimals
     if st["low"] is None:
-        return f"{st['mean']:+.4f} (n=1, no interval)"
+        return f"{st['mean']:+.{d}f} (n=1, no interval)"
     rng = metric_range(key, difference=True)
     lo, hi = clip(st["low"], rng), clip(st["high"], rng)
-    return f"{st['mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]{mark}"
+    return f"{st['mean']:+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}]{mark}"
 
 
 def md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
