@@ -49,7 +49,7 @@ MODULE = re.compile(r"(?<![\w./\-])((?:" + "|".join(PACKAGES) + r")(?:\.[A-Za-z_
 #: Suffixes that make a dotted name a file name, not a module.
 FILE_SUFFIXES = ("md", "py", "yaml", "yml", "json", "txt", "log", "toml", "sh", "bundle", "png")
 #: What a path written by a command follows.
-OUTPUT = re.compile(r"(?:--out(?:put)?[ =]|>\s*)$")
+OUTPUT = re.compile(r"(?:--(?:out(?:put)?|bundle)[ =]|>\s*)$")
 
 
 def doc_files() -> list[Path]:
