@@ -6,8 +6,8 @@ What counts as a reference (precise patterns, so prose never matches):
   ``tests/``, ``benchmarks/``, ``docs/``, ``examples/``) or a top-level file (``README.md``,
   ``CONTRIBUTING.md``, ``dvc.yaml``, ``params.yaml``, ``pyproject.toml``), not inside a longer
   path or URL: it must exist; one with ``*`` must match a file (a glob); one cut short by a
-  placeholder (``tasks/<stage>.py``, ``{name}``), or written by a command (after ``--out`` or
-  ``>``), only needs the folder it goes in to exist;
+  placeholder (``tasks/<stage>.py``, ``{name}``), or written by a command (after ``--out``,
+  ``--bundle`` or ``>``), only needs the folder it goes in to exist;
 - a dotted module name rooted at a package of the repository (``tasks.params.resolve_params``),
   not a file name (``benchmarks.md``): its longest module prefix must exist, and the first name
   after it must be defined in that module (a def, class, assignment, import, a lazy export of
