@@ -472,17 +472,23 @@ def relay(
     return proc.wait(), lines
 
 
+#: How long a task thread waits for the interrupted process to end (:func:`wait_out_interrupt`).
+INTERRUPT_WAIT_SECONDS = 60.0
+
+
 def wait_out_interrupt() -> None:
-    """Once the user interrupted the run, a task whose process the interrupt stopped reports
-    nothing: its thread waits here until :func:`flows.interrupts.end_interrupted` ends the
-    process, so the Prefect API keeps the ``Crashed`` state the interrupt recorded (a ``Failed``
-    reported after it would overwrite it)."""
+    """Once the user interrupted the run, a task whose process the interrupt stopped (or that
+    would start after it) reports nothing: its thread waits here until
+    :func:`flows.interrupts.end_interrupted` ends the process, so the Prefect API keeps the
+    ``Crashed`` state the interrupt recorded (a ``Failed`` reported after it would overwrite it).
+    Bounded by :data:`INTERRUPT_WAIT_SECONDS`, after which the caller reports as it would."""
     if INTERRUPTED.is_set():
-        threading.Event().wait()
+        threading.Event().wait(INTERRUPT_WAIT_SECONDS)
 
 
 def _refuse_if_interrupted(what: str) -> None:
     if INTERRUPTED.is_set():
+        wait_out_interrupt()
         raise StageError(f"{what} not started: the run was interrupted")
 
 

@@ -208,10 +208,15 @@ def test_nothing_is_transient_once_the_run_is_interrupted(monkeypatch) -> None:
     assert not dvcops.is_transient_exit(-9) and not dvcops.is_transient_exit(-15)
     assert not dvcops.is_transient_failure(-9, []) and not dvcops.is_transient_failure(255, killed)
     assert not dvcops.is_transient_failure(255, [REPO_LOCK])
+    # a task started after the interrupt first waits for the process to end (it reports nothing
+    # while the interrupt records Crashed), then refuses
+    monkeypatch.setattr(dvcops, "INTERRUPT_WAIT_SECONDS", 0.3)
+    t0 = time.monotonic()
     with pytest.raises(dvcops.StageError, match="not started: the run was interrupted"):
         dvcops.repro_stage(Path("/nonexistent"), "merge", log=lambda _: None)
     with pytest.raises(dvcops.StageError, match="member 1 not started"):
         dvcops.run_member(Path("/nonexistent"), 1, log=lambda _: None)
+    assert time.monotonic() - t0 >= 0.6
 
 
 def test_stop_descendants_stops_the_whole_tree(tmp_path) -> None:
