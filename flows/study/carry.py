@@ -13,7 +13,7 @@ branches already hold: those commits are its prerequisites, which a clone of the
     git checkout study
     hydra-ens study <spec> --workers 2        # runs only the points the bundle lacks
 
-The file is replaced atomically (written beside it, then renamed), so a session that ends while
+The file is replaced atomically (written beside it, then renamed), so a study stopped while
 it is written leaves the previous bundle whole.
 """
 

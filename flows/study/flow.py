@@ -176,7 +176,7 @@ def hydra_study(
     the report covers every point done. ``gates``: gate checks (``params.gates`` entries) the
     report judges every point and baseline with, instead of each point's own. ``bundle``: a file
     rewritten with the study commit and its finished points as each point finishes, and at the
-    end (:mod:`flows.study.carry`), so a session that ends midway loses only running points.
+    end (:mod:`flows.study.carry`), so a study stopped midway loses only running points.
     ``side_by_side``: how many points run at once, for the estimate of what is left logged as
     each point finishes (:mod:`flows.study.estimate`)."""
     logger = get_run_logger()
