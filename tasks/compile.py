@@ -243,15 +243,18 @@ def compile_choice(
     example: dict,
     heldout: dict[str, list[dict]],
     out_dir: Path,
-) -> tuple[Any, dict[str, Any], str]:
-    """``(artifact, how it was chosen, source)``: with nothing ``auto`` in ``compile``, the
+) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
+    """``(artifact, how it was chosen, source, check)``: with nothing ``auto`` in ``compile``, the
     configured build (source ``configured``); else the recorded choice of this machine kind and
     :func:`choice_key` built as such (``recorded``), or, never measured here, ``auto`` measured
-    now and its pick recorded (``measured``). ``how`` holds :data:`CHOICE_FIELDS`."""
+    now and its pick recorded (``measured``). ``how`` holds :data:`CHOICE_FIELDS`; ``check`` is
+    the shipped artifact against the fp32 eager model on ``heldout`` (:func:`verify`). A recorded
+    low-precision choice whose check fails ships the same backend in fp32."""
     measurements = measurement_cache(root)
     if "auto" not in (cfg.compile.backend, cfg.compile.precision):
         artifact = build_artifact(cfg, hydra, example, heldout, out_dir)
-        return artifact, {k: artifact[k] for k in CHOICE_FIELDS if k in artifact}, "configured"
+        how = {k: artifact[k] for k in CHOICE_FIELDS if k in artifact}
+        return artifact, how, "configured", verify(cfg, artifact, hydra, heldout)
     key, machine = choice_key(cfg, hydra, example), machine_kind()
     recorded = measurements.get(CHOICE_KIND, key, machine)
     if recorded is not None:
@@ -261,7 +264,8 @@ def compile_choice(
             cfg, hydra, example, heldout, out_dir, backend=backend, precision=precision
         )
         how = dict(recorded["how"])
-        if precision != "fp32" and not _agrees(cfg, artifact, hydra, example, heldout):
+        check = verify(cfg, artifact, hydra, heldout)
+        if precision != "fp32" and not check["passed"]:
             log.warning(
                 "compile: recorded %s disagrees with this model: %s/fp32", precision, backend
             )
@@ -269,7 +273,8 @@ def compile_choice(
                 cfg, hydra, example, heldout, out_dir, backend=backend, precision="fp32"
             )
             how["precision_reason"] = f"the recorded {precision} disagrees with this model"
-        return artifact, how, "recorded"
+            check = verify(cfg, artifact, hydra, heldout)
+        return artifact, how, "recorded", check
     artifact = build_artifact(
         cfg,
         hydra,
@@ -283,28 +288,28 @@ def compile_choice(
     value = {"backend": artifact["backend"], "precision": artifact["precision"], "how": how}
     selection = artifact.get("auto_selection") or {}
     measurements.put(CHOICE_KIND, key, machine, {**value, "trials": selection.get("trials", {})})
-    return artifact, how, "measured"
+    return artifact, how, "measured", verify(cfg, artifact, hydra, heldout)
 
 
-def _agrees(
-    cfg: CoreConfig, artifact: Any, hydra: torch.nn.Module, example: dict, heldout: dict
-) -> bool:
-    """Whether ``artifact`` agrees with the fp32 eager ``hydra`` on the example and held-out
-    batches at its precision's tolerance (what ``auto`` checks before it keeps a candidate)."""
+def verify(
+    cfg: CoreConfig, artifact: Any, hydra: torch.nn.Module, heldout: dict[str, list[dict]]
+) -> dict[str, Any]:
+    """``artifact`` against the fp32 eager ``hydra`` on every held-out batch, at its precision's
+    tolerance (:func:`hydra_ops.compile.verify_compiled_by_split`): the check ``compiled.json``
+    records and the gate reads."""
     from hydra_ops.compile import verify_compiled_by_split
 
-    result = verify_compiled_by_split(
+    return verify_compiled_by_split(
         artifact,
         hydra,
-        {"example": [example], **heldout},
+        heldout,
         tolerance=cfg.compile.tolerance(artifact["precision"]),
         min_agreement=cfg.compile.min_agreement,
     )
-    return bool(result["passed"])
 
 
 def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
-    from hydra_ops.compile import METADATA_FILE, precision_name, verify_compiled_by_split
+    from hydra_ops.compile import METADATA_FILE, precision_name
     from hydra_ops.hydra.serialization import load_hydra
 
     source_hashes = source_record(root)  # hashed before loading: the record names what was loaded
@@ -324,20 +329,12 @@ def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
             }
         else:
             example, heldout = check_batches(cfg, root)
-            artifact, how, source = compile_choice(cfg, root, hydra, example, heldout, tmp)
+            artifact, how, source, result = compile_choice(cfg, root, hydra, example, heldout, tmp)
             note_choice(
                 root,
                 "compile",
                 "artifact",
                 {"backend": artifact["backend"], "precision": artifact["precision"]},
-            )
-            # the shipped artifact against the fp32 eager model, at its precision's tolerance
-            result = verify_compiled_by_split(
-                artifact,
-                hydra,
-                heldout,
-                tolerance=cfg.compile.tolerance(artifact["precision"]),
-                min_agreement=cfg.compile.min_agreement,
             )
             meta = {k: v for k, v in dict(artifact).items() if k not in CHOICE_FIELDS}
             meta.update(
