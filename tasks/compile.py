@@ -130,7 +130,7 @@ def check_batches(cfg: CoreConfig, root: Path) -> tuple[dict, dict[str, list[dic
     test = split(root, "test")
     n_example = min(size, max(1, len(test) // 2))
     example = batches(cfg, test, n_example, with_labels=False, limit=n_example)[0]
-    tokenizer = text_tokenizer(cfg.model.path) if test.texts is not None else None
+    tokenizer = text_tokenizer(cfg.model_folder) if test.texts is not None else None
     lengths = check_lengths(cfg.model.max_length) if tokenizer is not None else (None,)
     heldout: dict[str, list[dict]] = {}
     for name in CHECK_SPLITS:

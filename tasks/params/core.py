@@ -107,6 +107,13 @@ class CoreConfig(Strict):
         built-in model."""
         return None if self.model.path is None else str(self.project_path(self.model.path))
 
+    @property
+    def model_folder(self) -> str | None:
+        """The folder the base is loaded from and whose tokenizer reads the text:
+        :attr:`model_dir`, else the family's default folder (MiniLM-L6 for ``bert``,
+        all-mpnet-base-v2 for ``mpnet``); None for a family built from scratch."""
+        return self.model_dir or self.model_family.default_path()
+
     def _project_data(self) -> DataSpec:
         """``data`` with its paths made openable from this process (:meth:`project_path`), for
         the checks and derived values that look at the files."""

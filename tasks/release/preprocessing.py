@@ -7,7 +7,7 @@ they were when the model was judged:
   :func:`pad_lengths` that holds its longest text, so a served model meets a few sequence
   lengths, each warmed before serving, not every one) and the tokenizer, saved into the bundle's
   ``tokenizer/`` folder with the sha256 of each of its files and where it came from
-  (``model.path``, or the built-in MiniLM-L6);
+  (``model.path``, or the family's built-in model);
 * images: ``image_size`` (S x S, bilinear resize), ``channels`` (1: grayscale, 3: RGB) and the
   normalisation (uint8 / 255 into [0, 1], no mean/std shift:
   :func:`hydra_ops.models.factory.prepare_images`).
@@ -55,14 +55,14 @@ def write_preprocessing(cfg: PipelineConfig, out_dir: Path) -> dict[str, Any]:
         from hydra_ops.data import text_tokenizer
 
         folder = out_dir / TOKENIZER_DIR
-        text_tokenizer(cfg.model_dir).save_pretrained(str(folder))
+        text_tokenizer(cfg.model_folder).save_pretrained(str(folder))
         record |= {
             "max_length": cfg.model.max_length,
             "truncation": True,
             "padding": "longest",
             "tokenizer": {
                 "folder": TOKENIZER_DIR,
-                "from": cfg.model.path or "built-in MiniLM-L6",
+                "from": cfg.model.path or f"built-in ({cfg.family} default)",
                 "sha256": _files(folder),
             },
         }

@@ -36,7 +36,7 @@ def split(root: Path, name: str) -> Split:
 def batches(cfg: CoreConfig, data: Split, batch_size: int, **kwargs: Any) -> list[dict]:
     """``data`` as contract batches (:func:`hydra_ops.data.split_batches`; ``kwargs``: shuffle,
     seed, with_labels, limit)."""
-    tokenizer = text_tokenizer(cfg.model.path) if data.texts is not None else None
+    tokenizer = text_tokenizer(cfg.model_folder) if data.texts is not None else None
     return split_batches(
         data,
         batch_size,

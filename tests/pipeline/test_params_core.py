@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from hydra_ops.adapters import FAMILIES
 from tasks.params import ConfigError, resolve_params, to_raw, validate_params
 
 
@@ -250,3 +252,21 @@ def test_a_family_that_does_not_fit_model_path_is_one_line(tmp_path):
     with pytest.raises(ConfigError) as info:
         validate_params({"model": {"family": "hf_vit"}, "data": {"name": "digits"}})
     assert one_line(info) == "params.yaml: model.family: 'hf_vit' cannot be a pipeline base"
+
+
+@pytest.mark.parametrize("family", ["bert", "mpnet"])
+def test_text_is_tokenized_by_the_model_the_family_loads(family):
+    """Without ``model.path`` the base is the family's default folder, and so is the tokenizer:
+    MPNet's ids are not BERT's (``<s>`` = 0, not ``[CLS]`` = 101; every word shifted)."""
+    from hydra_ops.data import Split, text_tokenizer
+    from tasks.runtime.data import batches
+
+    cfg = validate_params({"model": {"family": family}})
+    folder = cfg.model_folder
+    assert folder == FAMILIES[family].default_path()
+    split = Split("test", "text", ["a", "b"], np.array([0, 1]), texts=["hello world", "a b c"])
+    ids = batches(cfg, split, 2)[0]["input_ids"]
+    own = text_tokenizer(folder)("hello world")["input_ids"]
+    assert ids[0, : len(own)].tolist() == own
+    minilm = text_tokenizer(FAMILIES["bert"].default_path())("hello world")["input_ids"]
+    assert (own == minilm) == (family == "bert")
