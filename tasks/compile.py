@@ -6,12 +6,15 @@ measured on the first check batch; ``eager``: no compilation, recorded as such) 
 ``hydra_ops.compile.verify_compiled_by_split`` re-checks the loaded artifact against the eager
 model on held-out examples of every split evaluate scores (ID test, shift, near-OOD, far-OOD; up
 to ``compile.check_examples`` each, none of them the trace example), text at several sequence
-lengths (:func:`check_batches`): max abs difference of ensemble probabilities and argmax
-agreement, overall and per split.
+lengths (:func:`check_batches`), and on every example of those splits as evaluate batches them
+(``<split>/all``, :func:`whole_split_batches`: what the gate judges): max abs difference of
+ensemble probabilities and argmax agreement, overall and per split.
 ``compile.precision`` (default ``auto``: each (backend, precision) candidate the device runs fast
-is measured against the fp32 eager model on the check batches and the fastest that agrees within
-``tolerance_fp32`` / ``tolerance_low_precision`` and ``min_agreement`` ships; one log line and
-``precision_reason`` say why, e.g. why fp32 was kept; or ``fp32``, ``bf16``, ``fp16``). Building
+is measured against the fp32 eager model on the sample check batches, the fastest that agrees
+within ``tolerance_fp32`` / ``tolerance_low_precision`` and ``min_agreement`` is chosen and then
+checked on every example, where a low precision that fails ships the same backend in fp32; one
+log line and ``precision_reason`` say why, e.g. why fp32 was kept; or ``fp32``, ``bf16``,
+``fp16``). Building
 candidates is most of ``auto``'s cost, so the candidates of a precision whose eager forward is at
 least twice as slow (the inference precision probe ``calibrate`` ran on the same model,
 :func:`eager_precision_ms`) are built only if no faster one agrees. The check
@@ -154,6 +157,17 @@ def check_batches(cfg: CoreConfig, root: Path) -> tuple[dict, dict[str, list[dic
     return example, {k: v for k, v in heldout.items() if v}
 
 
+def whole_split_batches(cfg: CoreConfig, root: Path) -> dict[str, list[dict]]:
+    """``{"<split>/all": batches}``: every example of each split of :data:`CHECK_SPLITS`, batched
+    as evaluate batches them (``evaluate.batch_size``, ``model.max_length``), so the shipped
+    artifact is checked by compile on what the gate judges, not only on a sample of it."""
+    return {
+        f"{name}/all": batches(cfg, data, cfg.evaluate.batch_size, with_labels=False)
+        for name in CHECK_SPLITS
+        if len(data := split(root, name))
+    }
+
+
 def eager_precision_ms(
     cfg: CoreConfig, root: Path, hydra: torch.nn.Module
 ) -> dict[str, float] | None:
@@ -243,18 +257,22 @@ def compile_choice(
     example: dict,
     heldout: dict[str, list[dict]],
     out_dir: Path,
+    whole: dict[str, list[dict]] | None = None,
 ) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
     """``(artifact, how it was chosen, source, check)``: with nothing ``auto`` in ``compile``, the
     configured build (source ``configured``); else the recorded choice of this machine kind and
     :func:`choice_key` built as such (``recorded``), or, never measured here, ``auto`` measured
     now and its pick recorded (``measured``). ``how`` holds :data:`CHOICE_FIELDS`; ``check`` is
-    the shipped artifact against the fp32 eager model on ``heldout`` (:func:`verify`). A recorded
-    low-precision choice whose check fails ships the same backend in fp32."""
+    the shipped artifact against the fp32 eager model on ``heldout`` and ``whole``
+    (:func:`whole_split_batches`; :func:`verify`). ``auto`` chooses on ``heldout`` alone; a
+    low-precision choice whose check fails (a recorded one on this model, or one that agreed on
+    the sample but not on every example) ships the same backend in fp32."""
+    groups = {**heldout, **(whole or {})}
     measurements = measurement_cache(root)
     if "auto" not in (cfg.compile.backend, cfg.compile.precision):
         artifact = build_artifact(cfg, hydra, example, heldout, out_dir)
         how = {k: artifact[k] for k in CHOICE_FIELDS if k in artifact}
-        return artifact, how, "configured", verify(cfg, artifact, hydra, heldout)
+        return artifact, how, "configured", verify(cfg, artifact, hydra, groups)
     key, machine = choice_key(cfg, hydra, example), machine_kind()
     recorded = measurements.get(CHOICE_KIND, key, machine)
     if recorded is not None:
@@ -263,32 +281,39 @@ def compile_choice(
         artifact = build_artifact(
             cfg, hydra, example, heldout, out_dir, backend=backend, precision=precision
         )
-        how = dict(recorded["how"])
-        check = verify(cfg, artifact, hydra, heldout)
-        if precision != "fp32" and not check["passed"]:
-            log.warning(
-                "compile: recorded %s disagrees with this model: %s/fp32", precision, backend
-            )
-            artifact = build_artifact(
-                cfg, hydra, example, heldout, out_dir, backend=backend, precision="fp32"
-            )
-            how["precision_reason"] = f"the recorded {precision} disagrees with this model"
-            check = verify(cfg, artifact, hydra, heldout)
-        return artifact, how, "recorded", check
-    artifact = build_artifact(
-        cfg,
-        hydra,
-        example,
-        heldout,
-        out_dir,
-        measurements=measurements,
-        eager_ms=eager_precision_ms(cfg, root, hydra),
-    )
-    how, _ = _split_run_facts({k: artifact[k] for k in CHOICE_FIELDS if k in artifact})
-    value = {"backend": artifact["backend"], "precision": artifact["precision"], "how": how}
-    selection = artifact.get("auto_selection") or {}
-    measurements.put(CHOICE_KIND, key, machine, {**value, "trials": selection.get("trials", {})})
-    return artifact, how, "measured", verify(cfg, artifact, hydra, heldout)
+        how, source = dict(recorded["how"]), "recorded"
+    else:
+        artifact = build_artifact(
+            cfg,
+            hydra,
+            example,
+            heldout,
+            out_dir,
+            measurements=measurements,
+            eager_ms=eager_precision_ms(cfg, root, hydra),
+        )
+        how, _ = _split_run_facts({k: artifact[k] for k in CHOICE_FIELDS if k in artifact})
+        value = {"backend": artifact["backend"], "precision": artifact["precision"], "how": how}
+        selection = artifact.get("auto_selection") or {}
+        record = {**value, "trials": selection.get("trials", {})}
+        measurements.put(CHOICE_KIND, key, machine, record)
+        source = "measured"
+    check = verify(cfg, artifact, hydra, groups)
+    if artifact["precision"] != "fp32" and not check["passed"]:
+        backend, precision = artifact["backend"], artifact["precision"]
+        failed = [name for name, part in check["splits"].items() if not part["passed"]] or ["all"]
+        log.warning(
+            "compile: %s failed on %s: %s/fp32 ships", precision, ", ".join(failed), backend
+        )
+        artifact = build_artifact(
+            cfg, hydra, example, heldout, out_dir, backend=backend, precision="fp32"
+        )
+        how, worst = dict(how), check["max_abs_diff_probs"]
+        how["precision_reason"] = (
+            f"{precision} failed this model's check (max |dp| {worst:.3g}, on {', '.join(failed)})"
+        )
+        check = verify(cfg, artifact, hydra, groups)
+    return artifact, how, source, check
 
 
 def verify(
@@ -329,7 +354,10 @@ def run(cfg: CoreConfig, root: Path) -> dict[str, Any]:
             }
         else:
             example, heldout = check_batches(cfg, root)
-            artifact, how, source, result = compile_choice(cfg, root, hydra, example, heldout, tmp)
+            whole = whole_split_batches(cfg, root)
+            artifact, how, source, result = compile_choice(
+                cfg, root, hydra, example, heldout, tmp, whole
+            )
             note_choice(
                 root,
                 "compile",

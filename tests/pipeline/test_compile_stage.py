@@ -23,11 +23,18 @@ from tasks.params import GateCheck, default_gates, resolve_params
 
 
 def _run_compile_stage(
-    tmp_path, monkeypatch, caplog, sets: dict, times: list[float], eager_ms: dict | None = None
+    tmp_path,
+    monkeypatch,
+    caplog,
+    sets: dict,
+    times: list[float],
+    eager_ms: dict | None = None,
+    whole: int = 6,
 ) -> tuple:
     """The compile stage (``export``, ``precision: auto``) on a tiny Hydra with fixed timings
-    (``auto`` times fp32 then bf16) and the eager probe's ``eager_ms`` (None: not measured);
-    returns (compiled.json, metrics/compile.json, auto lines)."""
+    (``auto`` times fp32 then bf16), the eager probe's ``eager_ms`` (None: not measured) and
+    ``whole`` batches of 8 as every example of the test split; returns (compiled.json,
+    metrics/compile.json, auto lines)."""
     plans = [HeadPlan(((0,),)), HeadPlan(((1, 2),))]
     hydra = merge_members(make_members("bert", plans, fine_tuned=True, num_hidden_layers=1))
     save_hydra(hydra, tmp_path / "models" / "hydra")
@@ -39,6 +46,8 @@ def _run_compile_stage(
         "check_batches",
         lambda cfg, root: (check_batches[0], {"test": check_batches[1:]}),
     )
+    every = [tiny_inputs("bert", 8, seed=20 + i) for i in range(whole)]
+    monkeypatch.setattr(compile_stage, "whole_split_batches", lambda cfg, root: {"test/all": every})
 
     def fixed(call, repeats, device=None):
         with torch.no_grad():
@@ -146,6 +155,30 @@ def test_eager_precision_ms_reads_the_inference_probe(
     model = torch.nn.Linear(2, 2)
     assert compile_stage.eager_precision_ms(cfg, tmp_path, model) == expected
     assert calls == ([] if expected is None else [("compile (eager probe)", "inference", model)])
+
+
+def test_a_low_precision_that_agrees_on_the_sample_but_not_on_every_example_ships_fp32(
+    tmp_path, monkeypatch, caplog
+):
+    """What the gate judges (every example) is what compile checks: a tolerance between bf16's
+    worst difference on the sample and on the whole split lets ``auto`` choose bf16 on the
+    sample, then ships fp32; the recorded choice does the same on the next run."""
+    first, _, _ = _run_compile_stage(tmp_path / "a", monkeypatch, caplog, {}, [2.0, 1.0])
+    parts = first["check"]["splits"]
+    sample, whole = parts["test"]["max_abs_diff_probs"], parts["test/all"]["max_abs_diff_probs"]
+    assert first["precision"] == "bf16" and parts["test/all"]["num_examples"] == 48
+    assert sample < whole  # the worst of more examples
+    tolerance = (sample + whole) / 2
+    sets = {"compile.tolerance_low_precision": tolerance}
+    shipped, metrics, _ = _run_compile_stage(tmp_path / "b", monkeypatch, caplog, sets, [2.0, 1.0])
+    assert shipped["auto_selection"]["trials"]["export/bf16"]["ok"]  # chosen on the sample
+    assert shipped["precision"] == "fp32" and shipped["check"]["passed"]
+    assert shipped["check"]["tolerance"] == 1e-4
+    assert shipped["precision_reason"].startswith("bf16 failed this model's check (max |dp|")
+    assert shipped["precision_reason"].endswith("on test/all)")
+    assert metrics["precision"] == "fp32" and metrics["check_splits"]["test/all"] == 48
+    again, _, _ = _run_compile_stage(tmp_path / "b", monkeypatch, caplog, sets, [])
+    assert again == shipped  # the recorded bf16 is built, fails the same way, and fp32 ships
 
 
 def test_a_second_run_builds_the_recorded_choice_and_writes_the_same_metadata(
