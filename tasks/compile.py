@@ -267,12 +267,15 @@ def compile_choice(
     (:func:`whole_split_batches`; :func:`verify`). ``auto`` chooses on ``heldout`` alone; a
     low-precision choice whose check fails (a recorded one on this model, or one that agreed on
     the sample but not on every example) ships the same backend in fp32."""
+    from hydra_ops.compile import eager_outputs
+
     groups = {**heldout, **(whole or {})}
+    reference = eager_outputs(hydra, groups)  # one eager pass, whatever is checked against it
     measurements = measurement_cache(root)
     if "auto" not in (cfg.compile.backend, cfg.compile.precision):
         artifact = build_artifact(cfg, hydra, example, heldout, out_dir)
         how = {k: artifact[k] for k in CHOICE_FIELDS if k in artifact}
-        return artifact, how, "configured", verify(cfg, artifact, hydra, groups)
+        return artifact, how, "configured", verify(cfg, artifact, hydra, groups, reference)
     key, machine = choice_key(cfg, hydra, example), machine_kind()
     recorded = measurements.get(CHOICE_KIND, key, machine)
     if recorded is not None:
@@ -298,7 +301,7 @@ def compile_choice(
         record = {**value, "trials": selection.get("trials", {})}
         measurements.put(CHOICE_KIND, key, machine, record)
         source = "measured"
-    check = verify(cfg, artifact, hydra, groups)
+    check = verify(cfg, artifact, hydra, groups, reference)
     if artifact["precision"] != "fp32" and not check["passed"]:
         backend, precision = artifact["backend"], artifact["precision"]
         failed = [name for name, part in check["splits"].items() if not part["passed"]] or ["all"]
@@ -312,24 +315,30 @@ def compile_choice(
         how["precision_reason"] = (
             f"{precision} failed this model's check (max |dp| {worst:.3g}, on {', '.join(failed)})"
         )
-        check = verify(cfg, artifact, hydra, groups)
+        check = verify(cfg, artifact, hydra, groups, reference)
     return artifact, how, source, check
 
 
 def verify(
-    cfg: CoreConfig, artifact: Any, hydra: torch.nn.Module, heldout: dict[str, list[dict]]
+    cfg: CoreConfig,
+    artifact: Any,
+    hydra: torch.nn.Module,
+    groups: dict[str, list[dict]],
+    reference: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """``artifact`` against the fp32 eager ``hydra`` on every held-out batch, at its precision's
-    tolerance (:func:`hydra_ops.compile.verify_compiled_by_split`): the check ``compiled.json``
-    records and the gate reads."""
+    """``artifact`` against the fp32 eager ``hydra`` (its outputs ``reference`` when given) on
+    every batch of ``groups``, at its precision's tolerance
+    (:func:`hydra_ops.compile.verify_compiled_by_split`): the check ``compiled.json`` records and
+    the gate reads."""
     from hydra_ops.compile import verify_compiled_by_split
 
     return verify_compiled_by_split(
         artifact,
         hydra,
-        heldout,
+        groups,
         tolerance=cfg.compile.tolerance(artifact["precision"]),
         min_agreement=cfg.compile.min_agreement,
+        reference=reference,
     )
 
 

@@ -10,7 +10,8 @@ Public API (what the pipeline's compile stage codes against)::
     verify_compiled(artifact, model, heldout_inputs, *, tolerance=None, min_agreement=1.0,
                     out_path=None) -> dict
     verify_compiled_by_split(artifact, model, {split: batches}, *, tolerance=None,
-                             min_agreement=1.0) -> dict   # overall + per split, seq lengths
+                             min_agreement=1.0, reference=None) -> dict   # overall + per split
+    eager_outputs(model, {split: batches}) -> {split: logits}   # a reference to check against
     available_backends() -> dict[str, str | None]   # backend -> None if usable, else the reason
     median_latency_ms(call, repeats, device=None) -> (warm-up output, median ms)
 
@@ -86,7 +87,13 @@ from .precision import (
     precision_name,
     precision_unavailable_reason,
 )
-from .verify import compare_logits, default_tolerance, verify_compiled, verify_compiled_by_split
+from .verify import (
+    compare_logits,
+    default_tolerance,
+    eager_outputs,
+    verify_compiled,
+    verify_compiled_by_split,
+)
 
 __all__ = [
     "ATTENTION_OPS",
@@ -116,6 +123,7 @@ __all__ = [
     "compile_model",
     "default_tolerance",
     "device_description",
+    "eager_outputs",
     "fast_bf16_unavailable_reason",
     "get_backend",
     "input_names_of",

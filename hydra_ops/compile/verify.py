@@ -145,10 +145,14 @@ def _tolerance(artifact: Any, model: nn.Module, tolerance: float | None) -> floa
 
 
 def _both_outputs(
-    artifact: Callable[..., Tensor], model: nn.Module, batches: list[Any]
+    artifact: Callable[..., Tensor],
+    model: nn.Module,
+    batches: list[Any],
+    eager: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, list[int]]:
     """``(eager [N, M, C], compiled [N, M, C], sorted distinct sequence lengths)`` on CPU in
-    fp32 over ``batches`` (image batches have no sequence length: ``[]``)."""
+    fp32 over ``batches`` (image batches have no sequence length: ``[]``); ``eager`` given: the
+    model's outputs on ``batches``, not computed again."""
     model.eval()
     names = getattr(artifact, "input_names", None)
     eager_out, compiled_out, lengths = [], [], set()
@@ -156,9 +160,33 @@ def _both_outputs(
         tensors = arrange_inputs(batch, names or input_names_of(batch))
         if not tensors[0].is_floating_point():
             lengths.add(int(tensors[0].shape[1]))
-        eager_out.append(model(*tensors).float().cpu())
+        if eager is None:
+            eager_out.append(model(*tensors).float().cpu())
         compiled_out.append(artifact(*tensors).float().cpu())
-    return torch.cat(eager_out), torch.cat(compiled_out), sorted(lengths)
+    compiled = torch.cat(compiled_out)
+    if eager is None:
+        eager = torch.cat(eager_out)
+    elif eager.shape != compiled.shape:
+        raise ValueError(f"reference shape {tuple(eager.shape)} != {tuple(compiled.shape)}")
+    return eager, compiled, sorted(lengths)
+
+
+@torch.no_grad()
+def eager_outputs(model: nn.Module, groups: Mapping[str, Sequence[Any]]) -> dict[str, Tensor]:
+    """The eager model's member logits on every group, in fp32 on CPU: the ``reference`` of
+    :func:`verify_compiled_by_split`, computed once when several artifacts are checked on the
+    same groups.
+
+    Shape:
+        ``{split: [N, M, C]}``, N the examples of the split's batches.
+    """
+    model.eval()
+    out: dict[str, Tensor] = {}
+    for name, batches in groups.items():
+        if len(batches):
+            names = input_names_of(batches[0])
+            out[name] = torch.cat([model(*arrange_inputs(b, names)).float().cpu() for b in batches])
+    return out
 
 
 @torch.no_grad()
@@ -169,6 +197,7 @@ def verify_compiled_by_split(
     *,
     tolerance: float | None = None,
     min_agreement: float = 1.0,
+    reference: Mapping[str, Tensor] | None = None,
 ) -> dict[str, Any]:
     """:func:`verify_compiled` over held-out batches grouped by split, every group at once and
     each on its own.
@@ -176,6 +205,8 @@ def verify_compiled_by_split(
     Args:
         groups: ``{split: [batch, ...]}`` (batches as :func:`verify_compiled` takes them; text
             batches may differ in sequence length). At least one non-empty group.
+        reference: ``model``'s outputs on ``groups`` (:func:`eager_outputs`), so checking a
+            second artifact does not run the eager model again; None: computed here.
 
     Returns:
         :func:`verify_compiled`'s record over all groups together (``passed`` needs every
@@ -192,7 +223,8 @@ def verify_compiled_by_split(
     per: dict[str, dict[str, Any]] = {}
     eager_all, compiled_all, lengths_all = [], [], set()
     for name, batches in groups.items():
-        eager, compiled, lengths = _both_outputs(artifact, model, batches)
+        known = None if reference is None else reference[name]
+        eager, compiled, lengths = _both_outputs(artifact, model, batches, known)
         compared = compare_logits(eager, compiled, tol, min_agreement)
         per[name] = {
             "num_examples": int(eager.shape[0]),

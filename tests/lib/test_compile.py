@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny_models import FAMILIES, make_members, member_plans, positional, tiny_inputs
+from tiny_models import FAMILIES, NUM_CLASSES, make_members, member_plans, positional, tiny_inputs
 from torch import nn
 
 from hydra_ops import compile as hc
@@ -231,6 +231,32 @@ def test_verify_by_split_checks_every_split_and_length_on_its_own(hydra, export_
     assert not report["passed"]
     with pytest.raises(ValueError, match="at least one batch"):
         hc.verify_compiled_by_split(wrong_when_short, hydra, {"test": []})
+
+
+def test_verify_by_split_against_a_reference_computed_once(hydra, export_dir):
+    """Checking against :func:`eager_outputs` gives the record checking against the model gives,
+    without running the model; a reference of other examples is refused."""
+    short = {k: v[:, :4] for k, v in tiny_inputs("bert", 4, seed=13).items()}
+    groups = {"test": heldout(), "far_ood": [short]}
+    reference = hc.eager_outputs(hydra, groups)
+    assert {k: v.shape[0] for k, v in reference.items()} == {"test": 8, "far_ood": 4}
+    assert reference["test"].shape[1:] == (len(PLANS), NUM_CLASSES)
+    artifact = hc.load_compiled(export_dir)
+    direct = hc.verify_compiled_by_split(artifact, hydra, groups)
+
+    class NotRun(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = hydra
+
+        def forward(self, *x):
+            raise AssertionError("the eager model ran again")
+
+    cached = hc.verify_compiled_by_split(artifact, NotRun(), groups, reference=reference)
+    assert cached == direct
+    wrong = {**reference, "far_ood": reference["far_ood"][:2]}
+    with pytest.raises(ValueError, match="reference shape"):
+        hc.verify_compiled_by_split(artifact, hydra, groups, reference=wrong)
 
 
 def test_missing_mask_is_filled_exactly(hydra):
