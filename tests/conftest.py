@@ -44,7 +44,12 @@ PROJECT_FILES = ("dvc.yaml", ".dvcignore")
 PROJECT_DIRS = ("hydra_ops", "tasks")
 #: The longest modules, longest first (each runs whole pipelines); under xdist they are handed out
 #: first, the many short modules fill in behind them.
-SLOWEST_MODULES = ("test_pipeline_text.py", "test_pipeline_image.py", "test_study_flow.py")
+SLOWEST_MODULES = (
+    "test_pipeline_text.py",
+    "test_pipeline_image.py",
+    "test_own_classifier.py",
+    "test_study_flow.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -205,12 +205,18 @@ def test_evaluate_scores_the_compiled_artifact_on_every_split(built):
     assert hydra["compile_max_abs_diff"] >= max(c["max_abs_diff_probs"] for c in compared.values())
 
 
-def test_compile_checks_held_out_examples_of_every_split(built):
+def test_compile_checks_held_out_examples_and_every_example_of_every_split(built):
+    """A sample of each split at several lengths, and every example as evaluate batches it
+    (``<split>/all``): what the gate judges is what compile checked."""
+    from tasks.runtime.data import split
+
     check = json.loads((built / COMPILED / "compiled.json").read_text())["check"]
-    assert set(check["splits"]) == {"test", "shift", "near_ood", "far_ood"}
+    splits = ("test", "shift", "near_ood", "far_ood")
+    assert set(check["splits"]) == {*splits, *(f"{s}/all" for s in splits)}
     counts = {s: c["num_examples"] for s, c in check["splits"].items()}
-    assert counts == {"test": 16, "shift": 16, "near_ood": 16, "far_ood": 16}, counts
-    assert check["num_examples"] == 64 and check["passed"]
+    sizes = {f"{s}/all": len(split(built, s)) for s in splits}
+    assert counts == {**dict.fromkeys(splits, 16), **sizes}, counts
+    assert check["num_examples"] == 64 + sum(sizes.values()) and check["passed"]
 
 
 def test_the_gate_judges_what_the_artifact_computes_not_the_eager_stand_in(project, monkeypatch):
