@@ -21,15 +21,13 @@ Batch = dict[str, torch.Tensor]
 
 
 @functools.cache
-def text_tokenizer(model_path: str | None = None) -> Any:
-    """The fast tokenizer of the local model folder ``model_path`` (default: the bundled MiniLM-L6),
-    loaded once per process and never from a hub."""
+def text_tokenizer(model_path: str) -> Any:
+    """The fast tokenizer of the local model folder ``model_path``, loaded once per process and
+    never from a hub. There is no default: text must be tokenized by the folder its model is
+    loaded from (another family's ids would be read as wrong words)."""
     from transformers import AutoTokenizer
 
-    from hydra_ops.models.factory import default_text_model_path
-
-    path = model_path or str(default_text_model_path())
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
 
 
 def split_batches(

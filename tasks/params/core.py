@@ -176,7 +176,7 @@ class CoreConfig(Strict):
         if not family.from_folder:
             return self.model.vit.depth, self.model.vit.num_heads
         try:
-            return model_folder_shape(self.model_dir or family.default_path())
+            return model_folder_shape(self.model_folder)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"model.path: {err}") from None
 

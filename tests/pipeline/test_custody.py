@@ -322,6 +322,7 @@ def _digit_png(project: Path) -> Path:
 
 def test_text_preprocessing_comes_from_the_bundle_not_params(tmp_path):
     from hydra_ops.data import text_tokenizer
+    from hydra_ops.models.bundled import minilm_path
     from hydra_ops.models.factory import make_text_batches
     from tasks.release.preprocessing import load_preprocessing, write_preprocessing
 
@@ -330,7 +331,8 @@ def test_text_preprocessing_comes_from_the_bundle_not_params(tmp_path):
     assert record["max_length"] == 48 and (tmp_path / "tokenizer").is_dir()
     texts = ["Shares rose on strong profits " * 10, "The band's new album"]
     pre = load_preprocessing(tmp_path)
-    expected = next(make_text_batches(texts, None, text_tokenizer(), 48, batch_size=2))
+    tokenizer = text_tokenizer(str(minilm_path()))
+    expected = next(make_text_batches(texts, None, tokenizer, 48, batch_size=2))
     got = pre.batch(texts)
     assert got.keys() == expected.keys()
     for key in expected:

@@ -83,8 +83,9 @@ def train_classifier(family: str, folder: Path) -> None:
     """Fine-tune the family's tiny classifier on the ID classes and save it with its tokenizer,
     as a user's ``save_pretrained`` folder."""
     from hydra_ops.data.batching import text_tokenizer
+    from hydra_ops.models.bundled import minilm_path
 
-    tokenizer = text_tokenizer()
+    tokenizer = text_tokenizer(str(minilm_path()))
     model = FACTORIES[family](LABELS, tokenizer.vocab_size)
     texts, targets = [], []
     for label in LABELS:
