@@ -149,6 +149,7 @@ def project(request, prefect_server, tmp_path_factory) -> tuple[Path, Path]:
         "scoring": {"method": "circuit"},
         "baselines": {"mc_dropout": {"enabled": False}},
         "gates": GATES,
+        "runtime": {"precision": "fp32"},  # the path is under test, not the precision probe
     }
     root = make_project(base / "proj", params)
     cli(

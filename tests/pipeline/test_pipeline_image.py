@@ -15,10 +15,10 @@ verdict is the same, and only outputs that hold timings may differ: uncached met
 (latency ratios measured by evaluate: :data:`BUNDLE_TIMING_FILES`).
 
 bf16 (the quick profile passes with ``precision: bf16``) costs no extra run here: every
-model-running stage of the flow runs in it, training included (on the CPU only ``auto`` keeps
-training in fp32; an explicit ``bf16`` is honoured,
-:func:`hydra_ops.models.runtime.resolve_precision`). The text pipeline (``test_pipeline_text.py``)
-keeps the default ``auto`` (fp32 on the CPU)."""
+model-running stage of the flow runs in it, training included (an explicit ``bf16`` is honoured
+without measuring, :func:`hydra_ops.models.runtime.resolve_precision`). The text pipeline
+(``test_pipeline_text.py``) keeps the default ``auto``, which measures both precisions on a CPU
+with native bf16 and keeps fp32 on one without."""
 
 from __future__ import annotations
 

@@ -240,8 +240,9 @@ def test_failing_gate_blocks_promotion(project):
 
 
 def test_param_change_reruns_only_downstream_stages(project):
-    cli("run", "-C", str(project), "--set", "merge.mode=average", code=3)
-    assert last_run(project)["ran"] == list(STAGES[STAGES.index("merge") :])
+    """An evaluate param: the ten stages above it are up to date (the gates above still fail)."""
+    cli("run", "-C", str(project), "--set", "evaluate.bootstrap_seed=1", code=3)
+    assert last_run(project)["ran"] == list(STAGES[STAGES.index("evaluate") :])
 
 
 def test_force_needs_reason_and_records_it(project):
