@@ -1,6 +1,7 @@
 """The studies' points kept in ``benchmarks/studies/*.bundle`` restore with the documented command
-(docs/study.md): each bundle verifies against this repository's history, and the five studies'
-bundle fetched into a clone gives the study commit and its 100 finished points."""
+(docs/study.md): each bundle verifies against this repository's history, the five studies'
+bundle fetched into a clone gives the study commit and its 100 finished points, and the 12-layer
+studies' bundle holds points of the variants and seeds their specs registered, and no other."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from conftest import REPO
 
 BUNDLES = sorted((REPO / "benchmarks" / "studies").glob("*.bundle"))
 FIVE_STUDIES = REPO / "benchmarks/studies/fashion-mnist-text-evidence-brown-genres-points.bundle"
+TWELVE_LAYERS = REPO / "benchmarks/studies/mpnet-points.bundle"
 
 
 def _git(*args: str, cwd=REPO) -> str:
@@ -29,7 +31,23 @@ def history():
 
 
 def test_the_bundles_are_named_by_their_studies():
-    assert [b.name for b in BUNDLES] == [FIVE_STUDIES.name, "text-points.bundle"]
+    assert [b.name for b in BUNDLES] == [
+        FIVE_STUDIES.name,
+        TWELVE_LAYERS.name,
+        "text-points.bundle",
+    ]
+
+
+def test_the_12_layer_points_are_of_the_variants_their_specs_registered():
+    import yaml
+
+    registered = set()
+    for name in ("mpnet-bbc-news", "mpnet-brown-genres"):
+        spec = yaml.safe_load((REPO / "benchmarks/studies" / f"{name}.yaml").read_text())
+        registered |= {f"{v}-seed{s}" for v in spec["variants"] for s in spec["confirm_seeds"]}
+    heads = _git("bundle", "list-heads", str(TWELVE_LAYERS)).splitlines()
+    points = {line.rsplit("/", 1)[1] for line in heads if "refs/exps/" in line}
+    assert points and points <= registered, points - registered
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: b.name)
