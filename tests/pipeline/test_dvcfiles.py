@@ -31,3 +31,16 @@ def test_cached_outputs_leave_out_cache_false(project_files):
     assert cached["models/members"] == "finetune_members"  # {persist: true}, still cached
     assert "metrics/finetune_base.json" not in cached  # {cache: false}: may hold timings
     assert "reports/evaluate.md" not in cached
+
+
+def test_the_dvc_files_read_as_yaml_reads_them_and_a_broken_lock_is_one_line(project_files):
+    import yaml
+
+    from tasks.runtime.dvcfiles import read_dvc_yaml, read_lock
+
+    text = (project_files / "dvc.yaml").read_text()
+    assert read_dvc_yaml(project_files) == yaml.safe_load(text)["stages"]
+    assert read_lock(project_files) == {}
+    (project_files / "dvc.lock").write_text("stages:\n  merge: [1, 2\n")
+    with pytest.raises(ValueError, match=r"^dvc\.lock is unreadable: [^\n]+$"):
+        read_lock(project_files)

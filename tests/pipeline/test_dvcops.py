@@ -252,6 +252,27 @@ def test_stop_descendants_stops_the_whole_tree(tmp_path) -> None:
         parent.wait()
 
 
+def test_config_values_are_read_as_dvc_config_prints_them(tmp_path):
+    """``config_value`` (read in process) answers what ``dvc config NAME`` prints: the most
+    specific level wins, a relative remote path is resolved against its config file, a level
+    can be asked for, an unset name or a folder outside DVC is ""."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    dvcops.dvc(root, "init", "--no-scm", "-q")
+    dvcops.dvc(root, "remote", "add", "-d", "store", "../elsewhere/store")
+    dvcops.dvc(root, "config", "cache.type", "copy")
+    dvcops.dvc(root, "config", "--local", "cache.type", "hardlink,copy")
+    names = ["cache.type", "core.remote", "remote.store.url", "core.analytics", "remote.x.url"]
+    for name in names:
+        printed = dvcops.dvc(root, "config", name, check=False).stdout.strip()
+        assert dvcops.config_value(root, name) == printed, name
+    assert dvcops.config_value(root, "cache.type") == "hardlink,copy"
+    assert dvcops.config_value(root, "cache.type", level="repo") == "copy"
+    assert dvcops.config_value(root, "remote.store.url") == str(tmp_path / "elsewhere" / "store")
+    assert dvcops.config_value(root, "core.analytics") == ""
+    assert dvcops.config_value(tmp_path, "cache.type") == ""
+
+
 def test_the_local_remote_is_added_though_another_remote_s_url_has_the_word(tmp_path):
     """``ensure_project`` adds its remote ``local`` when the project's other remote lives under
     ``/srv/my local store`` (``dvc remote list`` split on spaces read a remote named ``local``)."""
