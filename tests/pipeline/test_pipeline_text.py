@@ -308,7 +308,8 @@ def test_serve_runs_a_triggered_deployment(project, prefect_server):
     from prefect.exceptions import ObjectNotFound
 
     assert "127.0.0.1" in prefect_server
-    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    # the runner looks for scheduled runs every second (Prefect's default: 10 s)
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -334,7 +335,7 @@ def test_serve_runs_a_triggered_deployment(project, prefect_server):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                run = run_deployment("hydra-pipeline/nightly", timeout=180)
+                run = run_deployment("hydra-pipeline/nightly", timeout=180, poll_interval=1)
                 break
             except ObjectNotFound:  # deployment not registered yet
                 if proc.poll() is not None:
