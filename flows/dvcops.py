@@ -1,4 +1,5 @@
-"""DVC and project plumbing for the flow and the CLI (subprocesses; one dvc process at a time).
+"""DVC and project plumbing for the flow and the CLI (subprocesses, one dvc process at a time;
+config values are read in process, :func:`config_value`).
 
 * :func:`ensure_project`: the project is a git repo with ``dvc init`` done, analytics off and a
   local default remote ``.dvc-remote/`` (``dvc push`` after each run copies the cache there),
