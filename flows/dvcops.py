@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,10 +131,16 @@ def bin_path(name: str) -> str:
     return str(cand) if cand.exists() else name
 
 
+#: What the stage processes of the run in this process get on top of :func:`subprocess_env`: the
+#: warm stage server's variables (:func:`flows.warm.warm_stages`) while the pipeline flow runs
+#: its stages.
+STAGE_ENV: dict[str, str] = {}
+
+
 def subprocess_env() -> dict[str, str]:
-    """The environment of dvc and the stage processes: offline, unbuffered, and the memory
+    """The environment of dvc and the stage processes: offline, unbuffered, the memory
     allocator of ``HYDRA_ENS_MALLOC`` (:func:`hydra_ops.perf.allocators.allocator_env`; ValueError
-    for an unknown one)."""
+    for an unknown one) and :data:`STAGE_ENV`."""
     from hydra_ops.perf.allocators import allocator_env
 
     env = dict(os.environ)
@@ -144,6 +151,7 @@ def subprocess_env() -> dict[str, str]:
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("HYDRA_ENS_PROGRESS", "0")
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(STAGE_ENV)
     return env
 
 
@@ -542,8 +550,9 @@ def run_member(
     env = subprocess_env()
     if threads is not None:
         env["HYDRA_ENS_THREADS"] = str(threads)
+    python = shutil.which("python", path=env.get("PATH")) or bin_path("python")
     proc = subprocess.run(
-        [bin_path("python"), "-m", "tasks.finetune_members", "--member", str(member)],
+        [python, "-m", "tasks.finetune_members", "--member", str(member)],
         cwd=root,
         capture_output=True,
         text=True,

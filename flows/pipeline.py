@@ -27,6 +27,7 @@ Design (see docs/pipeline.md):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -37,8 +38,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import dvcops
+from flows.warm import warm_stages_of_this_process, worth_warming
 from hydra_ops.perf.allocators import allocator_env
-from tasks.params.schema import load_params
+from tasks.params.schema import PipelineConfig, load_params
 from tasks.runtime import hardware
 from tasks.runtime.dvcfiles import locked_outs
 from tasks.runtime.layout import METRICS, REGISTRY, REPORTS, STAGES
@@ -170,6 +172,28 @@ def _publish_artifacts(root: Path) -> dict[str, Any]:
     return summary
 
 
+def _run_stages(
+    root: Path, cfg: PipelineConfig, order: list[str], to_run: list[str]
+) -> list[dict[str, Any]]:
+    """Each stage of ``order`` in turn: those in ``to_run`` through DVC (the members first as
+    mapped tasks when they run side by side), the others reported up to date."""
+    results: list[dict[str, Any]] = []
+    for stage in order:
+        if stage not in to_run:
+            results.append({"stage": stage, "ran": False, "seconds": 0.0, "checked": "dvc status"})
+            continue
+        if stage == "finetune_members" and cfg.finetune_members:
+            parallel = cfg.members.finetune.max_parallel
+            for wave in member_waves(cfg.members.num_members, parallel):
+                threads = unmapped(member_threads(len(wave)))
+                futures = finetune_member.map(str(root), wave, threads=threads)
+                futures.wait()
+                for f in futures:
+                    f.result()
+        results.append(run_stage(str(root), stage))
+    return results
+
+
 @flow(name="hydra-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=4))
 def hydra_pipeline(
     project_dir: str = ".", push: bool = True, remeasure: bool = False
@@ -209,24 +233,25 @@ def hydra_pipeline(
         cfg.members.num_members,
         ", ".join(s for s in order if s in stale) or "none (nothing to do)",
     )
-    results: list[dict[str, Any]] = []
-    for i, stage in enumerate(order):
-        if first is None or i < first:
-            results.append({"stage": stage, "ran": False, "seconds": 0.0, "checked": "dvc status"})
-            continue
-        if stage == "finetune_members" and cfg.finetune_members:
-            parallel = cfg.members.finetune.max_parallel
-            for wave in member_waves(cfg.members.num_members, parallel):
-                threads = unmapped(member_threads(len(wave)))
-                futures = finetune_member.map(str(root), wave, threads=threads)
-                futures.wait()
-                for f in futures:
-                    f.result()
-        results.append(run_stage(str(root), stage))
+    to_run = [] if first is None else order[first:]
+    warm_notes: list[str] = []
+
+    def note_warm(line: str) -> None:
+        logger.info(line)
+        warm_notes.append(line)
+
+    warm = (
+        warm_stages_of_this_process(log=note_warm)
+        if worth_warming(root, to_run)
+        else contextlib.nullcontext()
+    )
+    with warm:
+        results = _run_stages(root, cfg, order, to_run)
     summary: dict[str, Any] = {
         "project": str(root),
         "stages": results,
         "ran": [r["stage"] for r in results if r["ran"]],
+        "warm_stages": warm_notes[-1] if warm_notes else "not used (fewer than 2 model stages)",
         **_publish_artifacts(root),
         "hardware": {"kind": choices["kind"], "record": str(hardware.record_path(root))},
     }

@@ -18,6 +18,7 @@ killed workers are removed by the next job on that machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,9 @@ from flows.dvcops import (
 )
 from flows.study.report.results import OPTIONAL_FILES, POINT_FILES
 from flows.study.spec import POINT_TARGET, SHARED_STAGES, reusable_stages
+from flows.warm import warm_stages, worth_warming
 from tasks.params import validate_params, write_params
+from tasks.runtime.dvcfiles import read_dvc_yaml
 
 Log = Callable[[str], None]
 #: The clone's default DVC remote: the study's.
@@ -169,7 +172,8 @@ def run_upstream(job: PointJob, log: Log) -> dict[str, Any]:
     dvc = bin_path("dvc")
     with checkout(job, log) as wd:
         seeded = bool(job.upstream) and _lay_down_upstream(wd, job.upstream, env, log)
-        ran = _stages_ran(_run([dvc, "repro", *SHARED_STAGES], wd, env, log))
+        with _warm(wd, SHARED_STAGES, env, log) as stage_env:
+            ran = _stages_ran(_run([dvc, "repro", *SHARED_STAGES], wd, env | stage_env, log))
         _run([dvc, "push", "-q", *SHARED_STAGES], wd, env)
         stages = yaml.safe_load((wd / "dvc.lock").read_text())["stages"]
         lock = {s: stages[s] for s in SHARED_STAGES}
@@ -225,7 +229,9 @@ def run_point(job: PointJob, log: Log) -> dict[str, Any]:
     dvc = bin_path("dvc")
     with checkout(job, log) as wd:
         reused = bool(job.upstream) and _lay_down_upstream(wd, job.upstream, env, log)
-        ran = _stages_ran(_run([dvc, "exp", "run", "-n", job.name, POINT_TARGET], wd, env, log))
+        with _warm(wd, read_dvc_yaml(wd), env, log) as stage_env:
+            exp_run = [dvc, "exp", "run", "-n", job.name, POINT_TARGET]
+            ran = _stages_ran(_run(exp_run, wd, env | stage_env, log))
         sha = subprocess.run(
             ["git", "rev-parse", f"refs/exps/{job.commit[:2]}/{job.commit[2:]}/{job.name}"],
             cwd=wd,
@@ -252,6 +258,16 @@ def run_point(job: PointJob, log: Log) -> dict[str, Any]:
         "reused_upstream": reused,
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _warm(
+    wd: Path, stages: Iterable[str], env: dict[str, str], log: Log
+) -> contextlib.AbstractContextManager[dict[str, str]]:
+    """A warm stage process for the model stages among ``stages`` (:mod:`flows.warm`), when two
+    or more of them are ``python -m tasks.<stage>`` commands."""
+    if worth_warming(wd, stages):
+        return warm_stages(env, log)
+    return contextlib.nullcontext({})
 
 
 def _stages_ran(lines: list[str]) -> list[str]:

@@ -39,6 +39,7 @@ from test_pipeline_text import ALL_CLASSIFICATION, ALL_OOD, PASSING_GATES, cli, 
 
 from flows import dvcops
 from flows.pipeline import member_threads, member_waves
+from flows.warm import warm_stages_of_this_process
 from tasks.runtime.dvcfiles import cached_outputs, declared_outputs
 from tasks.runtime.layout import STAGES
 
@@ -164,10 +165,11 @@ def uninterrupted(tmp_path_factory) -> Path:
     os.environ.update(fake_clock(1.05))  # the stage processes' environment (dvcops)
     try:
         dvcops.ensure_project(root)
-        dvcops.dvc(root, "repro", "select_members")
-        for member in range(3):
-            assert dvcops.run_member(root, member, log=lambda _: None).returncode == 0
-        dvcops.dvc(root, "repro", UNINTERRUPTED_TARGET)
+        with warm_stages_of_this_process():  # as a run's stages are
+            dvcops.dvc(root, "repro", "select_members")
+            for member in range(3):
+                assert dvcops.run_member(root, member, log=lambda _: None).returncode == 0
+            dvcops.dvc(root, "repro", UNINTERRUPTED_TARGET)
     finally:
         for key, value in saved.items():
             if value is None:

@@ -96,6 +96,8 @@ def project(prefect_server, tmp_path_factory) -> Path:
 def test_first_run_runs_every_stage_and_promotes(project):
     summary = last_run(project)
     assert summary["ran"] == list(STAGES)
+    # every stage was forked from the run's warm process, none started fresh
+    assert summary["warm_stages"] == f"warm stages: {len(STAGES)} forked"
     assert summary["gate"]["verdict"] == "passed"
     assert summary["promotion"]["promoted"] is True
     assert tags(project) == ["hydra#prod#1", "hydra@v0.0.1"]

@@ -1,0 +1,174 @@
+"""Warm stage processes: while a run (or a study point) builds its models, one process that has
+already imported torch and transformers forks each model stage, so a stage starts in a fraction of
+a second instead of paying those imports (4-5 s on 2 cores) in a fresh interpreter.
+
+The stage command does not change (``python -m tasks.<stage>``, what ``dvc.yaml`` and
+``dvc.lock`` record): the run puts a ``python`` first on its stages' ``PATH``
+(:mod:`tasks.runtime.warm_client`) that hands the command to the server
+(:mod:`tasks.runtime.warm_server`) and exits as the stage did; anything else, or a request whose
+environment the server was not started with, runs in a fresh interpreter as before. A stage's
+output, exit status, signals (Ctrl-C, SIGTERM reach it through its ``python``) and files are those
+of a fresh process; a plain ``dvc repro`` outside a run uses no server.
+
+``HYDRA_ENS_WARM_STAGES=0`` turns it off. Linux only (it forks and uses ``PR_SET_PDEATHSIG``);
+elsewhere every stage starts fresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from flows import dvcops
+from tasks.runtime.dvcfiles import read_dvc_yaml
+
+ENABLE_VARIABLE = "HYDRA_ENS_WARM_STAGES"
+SERVER_VARIABLE = "HYDRA_ENS_STAGE_SERVER"
+RUNTIME = Path(__file__).resolve().parents[1] / "tasks" / "runtime"
+SERVER = RUNTIME / "warm_server.py"
+CLIENT = RUNTIME / "warm_client.py"
+#: What the server imports before it forks: what every model stage imports first.
+PRELOAD = (
+    "torch",
+    "transformers.modeling_utils",
+    "transformers.models.bert.modeling_bert",
+    "safetensors.torch",
+)
+#: The stages that load a model: each imports torch and transformers before anything else. The
+#: others (data, plans, reports, gate, release) import no torch, so fewer than two of these to
+#: run do not pay for a warm process.
+MODEL_STAGES = frozenset(
+    {
+        "finetune_base",
+        "finetune_baselines",
+        "baseline_logits",
+        "score_heads",
+        "finetune_members",
+        "merge",
+        "calibrate",
+        "compile",
+        "evaluate",
+    }
+)
+#: Seconds the server may take to bind its socket.
+START_SECONDS = 30.0
+_SHIM = """#!{python} -IS
+import importlib.util as _u
+_spec = _u.spec_from_file_location("hydra_ens_warm_client", {client!r})
+_client = _u.module_from_spec(_spec)
+_spec.loader.exec_module(_client)
+_client.main({python!r})
+"""
+
+
+def worth_warming(root: Path, stages: Iterable[str]) -> bool:
+    """Whether two or more of ``stages`` are model stages run as ``python -m tasks.<stage>``
+    in ``root/dvc.yaml`` (:data:`MODEL_STAGES`): below two, a warm
+    process would only add its own imports."""
+    declared = read_dvc_yaml(root)
+    warm = [
+        s
+        for s in stages
+        if s in MODEL_STAGES and declared.get(s, {}).get("cmd") == f"python -m tasks.{s}"
+    ]
+    return len(warm) >= 2
+
+
+def unavailable(env: dict[str, str]) -> str | None:
+    """Why stages of ``env`` cannot be forked warm here (one short reason), or None."""
+    if env.get(ENABLE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{ENABLE_VARIABLE}={env[ENABLE_VARIABLE]}"
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    if len(f"#!{sys.executable} -IS") > 250:
+        return "the interpreter's path is too long for a script's first line"
+    return None
+
+
+@contextlib.contextmanager
+def warm_stages(
+    env: dict[str, str],
+    log: Callable[[str], None] | None = None,
+    preload: tuple[str, ...] = PRELOAD,
+) -> Iterator[dict[str, str]]:
+    """Serve the stage processes run with ``env`` (plus what this yields) from one warm process.
+
+    Yields the variables to add to ``env`` for the stage processes (``{}`` when
+    :func:`unavailable`); on the way out the server stops (any stage still running is killed)
+    and its one-line summary goes to ``log``.
+    """
+    why = unavailable(env)
+    if why is not None:
+        if log is not None:
+            log(f"warm stages: off ({why})")
+        yield {}
+        return
+    with tempfile.TemporaryDirectory(prefix="hydra-ens-warm-", ignore_cleanup_errors=True) as tmp:
+        folder = Path(tmp)
+        socket_path = folder / "stages.sock"
+        if len(os.fsencode(socket_path)) >= 100:  # AF_UNIX paths hold about 107 bytes
+            socket_path = Path(tempfile.mkdtemp(prefix="hew-", dir="/tmp")) / "s"
+        shim = folder / "bin" / "python"
+        shim.parent.mkdir()
+        shim.write_text(_SHIM.format(python=sys.executable, client=str(CLIENT)))
+        shim.chmod(0o700)
+        extra = {
+            SERVER_VARIABLE: str(socket_path),
+            "PATH": f"{shim.parent}{os.pathsep}{env.get('PATH', '')}",
+        }
+        args = ["--socket", str(socket_path), "--preload", ",".join(preload)]
+        server = subprocess.Popen(
+            [sys.executable, str(SERVER), *args],
+            cwd=folder,
+            env={**env, **extra},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + START_SECONDS
+            while not socket_path.exists() and server.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            yield extra if socket_path.exists() else {}
+        finally:
+            summary = _stop(server)
+            if socket_path.parent != folder:
+                with contextlib.suppress(OSError):
+                    socket_path.unlink(missing_ok=True)
+                    socket_path.parent.rmdir()
+            if log is not None and summary:
+                log(summary)
+
+
+@contextlib.contextmanager
+def warm_stages_of_this_process(log: Callable[[str], None] | None = None) -> Iterator[None]:
+    """:func:`warm_stages` for every stage process this process starts through
+    :mod:`flows.dvcops` (``dvc repro``, member processes) until the block ends."""
+    with warm_stages(dvcops.subprocess_env(), log) as extra:
+        dvcops.STAGE_ENV.update(extra)
+        try:
+            yield
+        finally:
+            dvcops.STAGE_ENV.clear()
+
+
+def _stop(server: subprocess.Popen) -> str:
+    """Close the server's stdin (it stops, killing any stage left); its summary line."""
+    try:
+        out, _ = server.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        out, _ = server.communicate()
+    lines = [ln for ln in (out or "").splitlines() if ln.strip()]
+    if server.returncode != 0:
+        return f"warm stages: the server ended with status {server.returncode}"
+    return lines[-1] if lines else ""
