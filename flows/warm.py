@@ -86,8 +86,8 @@ def unavailable(env: dict[str, str]) -> str | None:
         return f"{ENABLE_VARIABLE}={env[ENABLE_VARIABLE]}"
     if not sys.platform.startswith("linux"):
         return "not Linux"
-    if len(f"#!{sys.executable} -IS") > 250:
-        return "the interpreter's path is too long for a script's first line"
+    if len(f"#!{sys.executable} -IS") > 250 or any(c.isspace() for c in sys.executable):
+        return "the interpreter's path cannot be a script's first line (too long, or spaces)"
     return None
 
 
@@ -95,13 +95,14 @@ def unavailable(env: dict[str, str]) -> str | None:
 def warm_stages(
     env: dict[str, str],
     log: Callable[[str], None] | None = None,
-    preload: tuple[str, ...] = PRELOAD,
+    preload: tuple[str, ...] | None = None,
 ) -> Iterator[dict[str, str]]:
     """Serve the stage processes run with ``env`` (plus what this yields) from one warm process.
 
     Yields the variables to add to ``env`` for the stage processes (``{}`` when
     :func:`unavailable`); on the way out the server stops (any stage still running is killed)
-    and its one-line summary goes to ``log``.
+    and its one-line summary goes to ``log``. ``preload``: what the server imports (None:
+    :data:`PRELOAD`).
     """
     why = unavailable(env)
     if why is not None:
@@ -122,7 +123,8 @@ def warm_stages(
             SERVER_VARIABLE: str(socket_path),
             "PATH": f"{shim.parent}{os.pathsep}{env.get('PATH', '')}",
         }
-        args = ["--socket", str(socket_path), "--preload", ",".join(preload)]
+        modules = PRELOAD if preload is None else preload
+        args = ["--socket", str(socket_path), "--preload", ",".join(modules)]
         server = subprocess.Popen(
             [sys.executable, str(SERVER), *args],
             cwd=folder,

@@ -453,3 +453,26 @@ def test_rounds_alternate_the_order_and_take_each_modes_median():
     assert order == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
     runs = [{"mode": m, "seconds": s} for m, s in (("a", 1.0), ("b", 5.0), ("a", 3.0), ("a", 2.0))]
     assert median_seconds(runs, ("a", "b")) == {"a": 2.0, "b": 5.0}
+
+
+def test_warm_stage_benchmark_records_fresh_and_warm_side_by_side(tmp_path):
+    """One round with a light probe: both kinds timed, their ratio recorded; a missing folder for
+    the record is refused before anything runs."""
+    out = tmp_path / "warm.json"
+    cmd = [sys.executable, "-m", "benchmarks.warm_stages", "--rounds", "1"]
+    cmd += ["--imports", "json", "--preload", "json"]
+    subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, check=True, timeout=300)
+    record = json.loads(out.read_text())
+    assert record["imports"] == ["json"] and record["rounds"] == 1
+    fresh, warm = record["medians"]["fresh"], record["medians"]["warm"]
+    assert fresh["wall_s"] > 0 and warm["wall_s"] > 0 and warm["cpu_s"] > 0
+    assert record["ratios_warm_to_fresh"]["wall_s"] == round(warm["wall_s"] / fresh["wall_s"], 4)
+    bad = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "no" / "warm.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "is not a folder" in bad.stderr
+    assert not (tmp_path / "no").exists()

@@ -177,3 +177,27 @@ def test_no_points_no_bundle_and_a_bad_destination_is_one_line(tmp_path):
         write_points_bundle(project, commit, dest)
     assert "\n" not in str(err.value) and dest.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_point_whose_model_stages_run_as_modules_gets_a_warm_process(tmp_path, monkeypatch):
+    """Two model stages run as ``python -m tasks.<stage>``: the point's ``dvc exp run`` gets the
+    warm process's variables; the study's stub commands get none (nothing is started)."""
+    import os
+
+    import yaml
+
+    from flows import warm
+    from flows.study.points import _warm
+
+    monkeypatch.setattr(warm, "PRELOAD", ("json",))
+    stages = {s: {"cmd": f"python -m tasks.{s}"} for s in ("merge", "evaluate")}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    lines: list[str] = []
+    with _warm(tmp_path, stages, dict(os.environ), lines.append) as extra:
+        assert Path(extra["HYDRA_ENS_STAGE_SERVER"]).exists()
+        assert extra["PATH"].split(os.pathsep)[0].endswith("bin")
+    assert lines == ["warm stages: 0 forked"]
+    stub = {s: {"cmd": f"python stub.py {s}"} for s in ("merge", "evaluate")}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stub}))
+    with _warm(tmp_path, stub, dict(os.environ), lines.append) as extra:
+        assert extra == {}
