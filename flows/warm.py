@@ -68,9 +68,9 @@ _client.main({python!r})
 
 
 def worth_warming(root: Path, stages: Iterable[str]) -> bool:
-    """Whether two or more of ``stages`` are model stages run as ``python -m tasks.<stage>``
-    in ``root/dvc.yaml`` (:data:`MODEL_STAGES`): below two, a warm
-    process would only add its own imports."""
+    """Whether two or more of ``stages`` are model stages run as ``python -m tasks.<stage>`` in
+    ``root/dvc.yaml`` (:data:`MODEL_STAGES`): below two, a warm process would only add its own
+    imports."""
     declared = read_dvc_yaml(root)
     warm = [
         s
@@ -125,15 +125,17 @@ def warm_stages(
         }
         modules = PRELOAD if preload is None else preload
         args = ["--socket", str(socket_path), "--preload", ",".join(modules)]
-        server = subprocess.Popen(
-            [sys.executable, str(SERVER), *args],
-            cwd=folder,
-            env={**env, **extra},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        errors = folder / "server.err"
+        with errors.open("w") as err:
+            server = subprocess.Popen(
+                [sys.executable, str(SERVER), *args],
+                cwd=folder,
+                env={**env, **extra},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
         try:
             deadline = time.monotonic() + START_SECONDS
             while not socket_path.exists() and server.poll() is None:
@@ -142,7 +144,7 @@ def warm_stages(
                 time.sleep(0.01)
             yield extra if socket_path.exists() else {}
         finally:
-            summary = _stop(server)
+            summary = _stop(server, errors)
             if socket_path.parent != folder:
                 with contextlib.suppress(OSError):
                     socket_path.unlink(missing_ok=True)
@@ -163,8 +165,9 @@ def warm_stages_of_this_process(log: Callable[[str], None] | None = None) -> Ite
             dvcops.STAGE_ENV.clear()
 
 
-def _stop(server: subprocess.Popen) -> str:
-    """Close the server's stdin (it stops, killing any stage left); its summary line."""
+def _stop(server: subprocess.Popen, errors: Path) -> str:
+    """Close the server's stdin (it stops, killing any stage left); its summary line, or why it
+    failed (the stages then started fresh)."""
     try:
         out, _ = server.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -172,5 +175,7 @@ def _stop(server: subprocess.Popen) -> str:
         out, _ = server.communicate()
     lines = [ln for ln in (out or "").splitlines() if ln.strip()]
     if server.returncode != 0:
-        return f"warm stages: the server ended with status {server.returncode}"
+        said = [ln for ln in errors.read_text(errors="replace").splitlines() if ln.strip()]
+        why = f": {said[-1]}" if said else ""
+        return f"warm stages: the warm process ended with status {server.returncode}{why}"
     return lines[-1] if lines else ""

@@ -226,3 +226,17 @@ def test_only_two_or_more_model_stages_run_as_modules_are_worth_a_server(tmp_pat
     assert worth_warming(tmp_path, ["merge", "evaluate"])
     assert not worth_warming(tmp_path, ["merge", "gate"])  # gate imports no torch
     assert not worth_warming(tmp_path, ["merge", "calibrate"])  # not `python -m tasks.calibrate`
+
+
+def test_a_warm_process_that_fails_to_start_leaves_the_stages_fresh(project, tmp_path, monkeypatch):
+    from flows import warm
+
+    broken = tmp_path / "broken_server.py"
+    broken.write_text("import sys\nsys.exit('cannot listen here')\n")
+    monkeypatch.setattr(warm, "SERVER", broken)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    lines: list[str] = []
+    with warm_stages(env, log=lines.append, preload=("json",)) as extra:
+        assert extra == {}
+        assert probe({**env, **extra}, project, "exit", "0").returncode == 0
+    assert lines == ["warm stages: the warm process ended with status 1: cannot listen here"]
