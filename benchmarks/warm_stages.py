@@ -1,12 +1,13 @@
 """A model stage's start in a fresh interpreter against forked from a warm process
 (:mod:`flows.warm`), side by side.
 
-Each trial runs ``python -m tasks.warm_probe`` in a temp copy of the project's code, the command a
-DVC stage runs; the probe imports what a model stage imports before its work (``--imports``: by
-default the ``calibrate`` stage's module and the BERT adapter, which pull in torch and
-transformers' modeling code) and exits. ``fresh`` runs the real interpreter; ``warm`` runs the
-``python`` a run puts on its stages' ``PATH``, answered by one warm process started before the
-rounds (its own start-up, paid once per run, is reported apart). The trials alternate
+Each trial runs, in a temp copy of the project's code, what a DVC stage runs
+(``python -m tasks.<module>``) for a probe module written there; the probe imports what a model
+stage imports before its work (``--imports``: by default the ``calibrate`` stage's module and the
+BERT adapter, which pull in torch and transformers' modeling code) and exits. ``fresh`` runs the
+real interpreter; ``warm`` runs the ``python`` a run puts on its stages' ``PATH``, answered by
+one warm process started before the rounds (its own start-up, paid once per run, is reported
+apart). The trials alternate
 (fresh, warm, fresh, ...) so a change in the machine's load falls on both.
 
 Per trial: wall time from the command's start to its end, as ``dvc repro`` sees it, and CPU time
