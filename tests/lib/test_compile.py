@@ -22,6 +22,7 @@ from hydra_ops.heads.plans import HeadPlan
 from hydra_ops.hydra.grouped import ATTENTION_IMPLEMENTATIONS, MemberGemmAttention, MemberGemmMLP
 from hydra_ops.hydra.merge import merge_members
 from hydra_ops.hydra.serialization import load_hydra, save_hydra
+from hydra_ops.margin import clearly_faster
 from hydra_ops.models.inference import logits
 
 ATOL = 1e-4
@@ -105,7 +106,9 @@ def test_export_program_loads_without_project_classes(hydra, export_dir, tmp_pat
     assert float(done.stdout.strip().splitlines()[-1]) <= ATOL
 
 
-def test_auto_without_cuda_measures_and_keeps_the_fastest_that_agrees(hydra, tmp_path, monkeypatch):
+def test_auto_without_cuda_keeps_the_first_unless_another_is_clearly_faster(
+    hydra, tmp_path, monkeypatch
+):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert hc.tensorrt_unavailable_reason() == "no CUDA device"
     # two quick backends (inductor's compile is slow on 2 cores) and one that cannot build
@@ -117,7 +120,11 @@ def test_auto_without_cuda_measures_and_keeps_the_fastest_that_agrees(hydra, tmp
     assert set(trials) == {"no_such_backend/fp32", "export/fp32", "onnxruntime/fp32"}
     ran = {k: t for k, t in trials.items() if "median_ms" in t}
     assert set(ran) == {"export/fp32", "onnxruntime/fp32"}
-    assert f"{artifact.backend}/fp32" == min(ran, key=lambda b: ran[b]["median_ms"])
+    # the first in the order given ships unless a later one is clearly faster (the margin rule),
+    # not the lowest median: two runs whose timings differ by noise ship the same backend
+    rounds = {k: t["rounds_ms"] for k, t in ran.items()}
+    later_wins = clearly_faster(rounds["onnxruntime/fp32"], rounds["export/fp32"])
+    assert f"{artifact.backend}/fp32" == ("onnxruntime/fp32" if later_wins else "export/fp32")
     assert all(t["ok"] and t["max_abs_diff_member_probs"] <= ATOL for t in ran.values())
     assert not trials["no_such_backend/fp32"]["ok"] and trials["no_such_backend/fp32"]["why_not"]
     assert artifact["precision"] == "fp32" and artifact["dtype"] == "float32"
