@@ -27,9 +27,9 @@ from pathlib import Path
 
 from flows import dvcops
 from tasks.runtime.dvcfiles import read_dvc_yaml
+from tasks.runtime.warm_client import SERVER_VARIABLE
 
 ENABLE_VARIABLE = "HYDRA_ENS_WARM_STAGES"
-SERVER_VARIABLE = "HYDRA_ENS_STAGE_SERVER"
 RUNTIME = Path(__file__).resolve().parents[1] / "tasks" / "runtime"
 SERVER = RUNTIME / "warm_server.py"
 CLIENT = RUNTIME / "warm_client.py"
