@@ -22,6 +22,8 @@ import yaml
 
 from flows.warm import ENABLE_VARIABLE, warm_stages, worth_warming
 
+pytestmark = pytest.mark.timeout(120)  # a probe that never answers fails the test, not the suite
+
 PROBE = textwrap.dedent(
     """
     import json, os, signal, sys, time
