@@ -278,7 +278,7 @@ def mark_abandoned_runs(root: Path) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)
             continue
-        if _process_alive(pid, record.get("started")):
+        if process_alive(pid, record.get("started")):
             continue
         with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
             state = client.read_flow_run(flow_run_id).state
@@ -289,7 +289,7 @@ def mark_abandoned_runs(root: Path) -> list[str]:
     return marked
 
 
-def _process_alive(pid: int, started: float | None) -> bool:
+def process_alive(pid: int, started: float | None) -> bool:
     """Whether process ``pid`` runs and is the one that started at ``started`` (a pid the
     system gave to a new process since is not)."""
     import psutil

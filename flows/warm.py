@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,10 +27,12 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from flows import dvcops
+from flows.interrupts import process_alive
 from tasks.runtime.dvcfiles import read_dvc_yaml
 from tasks.runtime.warm_client import SERVER_VARIABLE
 
 ENABLE_VARIABLE = "HYDRA_ENS_WARM_STAGES"
+FOLDER_PREFIX = "hydra-ens-warm-"
 RUNTIME = Path(__file__).resolve().parents[1] / "tasks" / "runtime"
 SERVER = RUNTIME / "warm_server.py"
 CLIENT = RUNTIME / "warm_client.py"
@@ -110,8 +113,10 @@ def warm_stages(
             log(f"warm stages: off ({why})")
         yield {}
         return
-    with tempfile.TemporaryDirectory(prefix="hydra-ens-warm-", ignore_cleanup_errors=True) as tmp:
+    remove_abandoned(Path(tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix=FOLDER_PREFIX, ignore_cleanup_errors=True) as tmp:
         folder = Path(tmp)
+        (folder / "owner").write_text(f"{os.getpid()} {_started()}\n")
         socket_path = folder / "stages.sock"
         if len(os.fsencode(socket_path)) >= 100:  # AF_UNIX paths hold about 107 bytes
             socket_path = Path(tempfile.mkdtemp(prefix="hew-", dir="/tmp")) / "s"
@@ -163,6 +168,29 @@ def warm_stages_of_this_process(log: Callable[[str], None] | None = None) -> Ite
             yield
         finally:
             dvcops.STAGE_ENV.clear()
+
+
+def remove_abandoned(tmp: Path) -> list[Path]:
+    """Remove the folders of warm processes whose run is gone (a run killed with SIGKILL leaves
+    its folder: socket, ``python``, log); returns them. A folder whose run still runs, or that
+    names no owner, stays."""
+    removed = []
+    for folder in tmp.glob(f"{FOLDER_PREFIX}*"):
+        try:
+            pid, started = (folder / "owner").read_text().split()
+            if process_alive(int(pid), float(started)):
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _started() -> float:
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def _stop(server: subprocess.Popen, errors: Path) -> str:

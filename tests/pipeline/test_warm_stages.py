@@ -242,3 +242,19 @@ def test_a_warm_process_that_fails_to_start_leaves_the_stages_fresh(project, tmp
         assert extra == {}
         assert probe({**env, **extra}, project, "exit", "0").returncode == 0
     assert lines == ["warm stages: the warm process ended with status 1: cannot listen here"]
+
+
+def test_the_folder_of_a_killed_run_is_removed_by_the_next_one(tmp_path):
+    from flows.warm import remove_abandoned
+
+    gone_run, live_run, unowned = (tmp_path / f"hydra-ens-warm-{n}" for n in ("a", "b", "c"))
+    for folder in (gone_run, live_run, unowned):
+        (folder / "bin").mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    import psutil
+
+    (gone_run / "owner").write_text(f"{dead.pid} {time.time() - 5}\n")
+    (live_run / "owner").write_text(f"{os.getpid()} {psutil.Process().create_time()}\n")
+    assert remove_abandoned(tmp_path) == [gone_run]
+    assert not gone_run.exists() and live_run.is_dir() and unowned.is_dir()
