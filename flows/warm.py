@@ -113,13 +113,16 @@ def warm_stages(
             log(f"warm stages: off ({why})")
         yield {}
         return
-    remove_abandoned(Path(tempfile.gettempdir()))
-    with tempfile.TemporaryDirectory(prefix=FOLDER_PREFIX, ignore_cleanup_errors=True) as tmp:
+    base = Path(tempfile.gettempdir())
+    if len(os.fsencode(base)) > 60:  # the socket's path must fit AF_UNIX's 107 bytes
+        base = Path("/tmp")
+    remove_abandoned(base)
+    with tempfile.TemporaryDirectory(
+        prefix=FOLDER_PREFIX, dir=base, ignore_cleanup_errors=True
+    ) as tmp:
         folder = Path(tmp)
         (folder / "owner").write_text(f"{os.getpid()} {_started()}\n")
         socket_path = folder / "stages.sock"
-        if len(os.fsencode(socket_path)) >= 100:  # AF_UNIX paths hold about 107 bytes
-            socket_path = Path(tempfile.mkdtemp(prefix="hew-", dir="/tmp")) / "s"
         shim = folder / "bin" / "python"
         shim.parent.mkdir()
         shim.write_text(_SHIM.format(python=sys.executable, client=str(CLIENT)))
@@ -150,10 +153,6 @@ def warm_stages(
             yield extra if socket_path.exists() else {}
         finally:
             summary = _stop(server, errors)
-            if socket_path.parent != folder:
-                with contextlib.suppress(OSError):
-                    socket_path.unlink(missing_ok=True)
-                    socket_path.parent.rmdir()
             if log is not None and summary:
                 log(summary)
 
