@@ -380,6 +380,7 @@ def _record_upstream(
         "reused_from_earlier": False,
         "ran": result.get("ran"),
         "seeded_from": result.get("seeded_from"),
+        "resumed": bool(result.get("resumed")),
     }
 
 

@@ -12,8 +12,10 @@ and the DVC remote. No shared filesystem is assumed between the study's driver a
   created only by the final push, so a point killed halfway records nothing.
 * :func:`fresh_points` / :func:`read_point`: which points the project already holds, from git.
 
-Every clone lives under :func:`scratch_dir` and is removed when the job ends; clones left by
-killed workers are removed by the next job on that machine.
+Every clone lives under :func:`scratch_dir` and is removed when the job ends. A clone left by a
+killed worker is taken over by the next run of the same job on that machine when it is at the
+job's commit (:func:`checkout`): DVC's lock and the stages' persisted units say what finished, so
+the job resumes where it was killed; any other leftover clone is removed.
 """
 
 from __future__ import annotations
@@ -94,26 +96,95 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log: Log | None = None
     return lines
 
 
-def _remove_dead_clones(scratch: Path, prefix: str) -> None:
-    """Clones of ``prefix`` whose process is gone (a killed worker) on this machine."""
+@dataclass(frozen=True)
+class Clone:
+    """A job's working clone; ``resumed`` when it was taken over from a killed run of the job."""
+
+    path: Path
+    resumed: bool = False
+
+
+def _dead_clones(scratch: Path, prefix: str) -> list[Path]:
+    """Clones of ``prefix`` whose process is gone (a killed worker on this machine), newest
+    first."""
+    dead = []
     for old in scratch.glob(f"{prefix}-*"):
         pid = old.name.removeprefix(prefix + "-").split("-")[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(old, ignore_errors=True)
+            dead.append(old)
+    return sorted(dead, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _git_line(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _resumable(clone: Path, commit: str) -> bool:
+    """Whether ``clone`` was set up whole (its branch at ``commit``, DVC configured) and its
+    HEAD is that commit (on the branch, or detached there by a killed ``dvc exp run``): a clone
+    killed while it was being made is not."""
+    return (
+        (clone / ".dvc" / "config.local").is_file()
+        and _git_line(clone, "rev-parse", "-q", "--verify", "refs/heads/hydra-study") == commit
+        and _git_line(clone, "rev-parse", "HEAD") == commit
+    )
+
+
+def _forget_killed_run(wd: Path) -> None:
+    """Put a taken-over clone's git and DVC state back as a fresh clone has it, outputs and
+    ``dvc.lock`` kept: HEAD on its branch, nothing staged, no experiment in flight (the killed
+    run's exec refs and run records), no read/write lock naming its dead process."""
+    subprocess.run(["git", "symbolic-ref", "HEAD", "refs/heads/hydra-study"], cwd=wd, check=True)
+    subprocess.run(["git", "reset", "-q"], cwd=wd, check=True)
+    refs = _git_line(wd, "for-each-ref", "--format=%(refname)", "refs/exps/exec")
+    for ref in refs.split():
+        subprocess.run(["git", "update-ref", "-d", ref], cwd=wd, check=True)
+    shutil.rmtree(wd / ".dvc" / "tmp" / "exps", ignore_errors=True)
+    (wd / ".dvc" / "tmp" / "rwlock").unlink(missing_ok=True)
+
+
+def _take_over_dead_clone(scratch: Path, prefix: str, commit: str, wd: Path) -> Path | None:
+    """Move the newest killed clone of ``prefix`` at ``commit`` to ``wd`` and return where it was;
+    remove every other killed clone of ``prefix``."""
+    taken = None
+    for old in _dead_clones(scratch, prefix):
+        if taken is None and _resumable(old, commit):
+            try:
+                old.rename(wd)
+            except OSError:  # another worker on this machine took it first
+                continue
+            try:
+                _forget_killed_run(wd)
+            except subprocess.CalledProcessError:
+                shutil.rmtree(wd, ignore_errors=True)
+                continue
+            taken = old
+            continue
+        shutil.rmtree(old, ignore_errors=True)
+    return taken
 
 
 @contextmanager
-def checkout(job: PointJob, log: Log) -> Iterator[Path]:
-    """A fresh clone of ``job.git_url`` at ``job.commit`` with the point's params, the hardware
-    choices of this machine kind and the study's DVC remote as default; removed on exit."""
+def checkout(job: PointJob, log: Log) -> Iterator[Clone]:
+    """A clone of ``job.git_url`` at ``job.commit`` with the point's params, the hardware choices
+    of this machine kind and the study's DVC remote as default; removed on exit.
+
+    A clone a killed run of this job left on this machine at the same commit is taken over
+    instead of cloning afresh (``Clone.resumed``): its finished stages (``dvc.lock``) and
+    finished units (members, Deep Ensemble seeds) are kept, and DVC reruns only what is not up
+    to date."""
     scratch = scratch_dir()
     prefix = f"{job.study}-{job.name}"
-    _remove_dead_clones(scratch, prefix)
     wd = scratch / f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     env = _env(job.threads)
     try:
-        _run(["git", "clone", "-q", "--no-checkout", job.git_url, str(wd)], scratch, env)
-        _run(["git", "checkout", "-q", "-B", "hydra-study", job.commit], wd, env)
+        taken = _take_over_dead_clone(scratch, prefix, job.commit, wd)
+        if taken is not None:
+            log(f"resuming the clone a killed run of {job.name} left ({taken.name})")
+        else:
+            _run(["git", "clone", "-q", "--no-checkout", job.git_url, str(wd)], scratch, env)
+            _run(["git", "checkout", "-q", "-B", "hydra-study", job.commit], wd, env)
         for key, value in _IDENTITY.items():
             if subprocess.run(["git", "config", key], cwd=wd, capture_output=True).returncode:
                 _run(["git", "config", key, value], wd, env)
@@ -129,7 +200,7 @@ def checkout(job: PointJob, log: Log) -> Iterator[Path]:
         # dependency): every point of one kind reads one record
         hardware.sync_choices(wd)
         log(f"clone at {job.commit[:8]} in {wd}")
-        yield wd
+        yield Clone(wd, resumed=taken is not None)
     finally:
         shutil.rmtree(wd, ignore_errors=True)
 
@@ -163,15 +234,17 @@ def _uncached_files(wd: Path, stages: tuple[str, ...]) -> list[str]:
 
 def run_upstream(job: PointJob, log: Log) -> dict[str, Any]:
     """Compute the shared stages for ``job.params`` once; returns ``{"lock", "files",
-    "seconds", "ran", "seeded_from"}`` (``dvc.lock`` entries of the shared stages, their uncached
-    files, the stages that ran). ``job.upstream``, when given, is an earlier upstream's lock (see
-    :func:`earlier_upstream`): laid down first, so DVC reruns only the stages it does not cover
-    or whose code, data or params changed since."""
+    "seconds", "ran", "seeded_from", "resumed"}`` (``dvc.lock`` entries of the shared stages,
+    their uncached files, the stages that ran, whether it resumed a killed run's clone).
+    ``job.upstream``, when given, is an earlier upstream's lock (see :func:`earlier_upstream`):
+    laid down first, so DVC reruns only the stages it does not cover or whose code, data or
+    params changed since."""
     t0 = time.perf_counter()
     env = _env(job.threads)
     dvc = bin_path("dvc")
-    with checkout(job, log) as wd:
-        seeded = bool(job.upstream) and _lay_down_upstream(wd, job.upstream, env, log)
+    with checkout(job, log) as clone:
+        wd = clone.path
+        seeded = bool(job.upstream) and _lay_down_upstream(clone, job.upstream, env, log)
         with _warm(wd, SHARED_STAGES, env, log) as stage_env:
             ran = _stages_ran(_run([dvc, "repro", *SHARED_STAGES], wd, env | stage_env, log))
         _run([dvc, "push", "-q", *SHARED_STAGES], wd, env)
@@ -184,6 +257,7 @@ def run_upstream(job: PointJob, log: Log) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - t0, 1),
         "ran": ran,
         "seeded_from": job.upstream.get("from") if seeded and job.upstream else None,
+        "resumed": clone.resumed,
     }
 
 
@@ -205,11 +279,21 @@ def earlier_upstream(stored: list[Path], params: dict[str, Any]) -> dict[str, An
     return best
 
 
-def _lay_down_upstream(wd: Path, upstream: dict[str, Any], env: dict[str, str], log: Log) -> bool:
-    """Write the upstream's lock entries and files, pull its outputs; False if the remote lacks
-    them (the point then computes the shared stages itself)."""
-    lock = {"schema": "2.0", "stages": upstream["lock"]}
-    (wd / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+def _lay_down_upstream(
+    clone: Clone, upstream: dict[str, Any], env: dict[str, str], log: Log
+) -> bool:
+    """Write the upstream's lock entries (beside what a resumed clone's lock already records) and
+    files, pull its outputs; False if the remote lacks them (the job then computes the shared
+    stages itself)."""
+    wd = clone.path
+    stages: dict[str, Any] = {}
+    if clone.resumed and (wd / "dvc.lock").is_file():
+        stages = (yaml.safe_load((wd / "dvc.lock").read_text()) or {}).get("stages") or {}
+    before = dict(stages)
+    stages.update(upstream["lock"])
+    (wd / "dvc.lock").write_text(
+        yaml.safe_dump({"schema": "2.0", "stages": stages}, sort_keys=False)
+    )
     for rel, text in upstream["files"].items():
         (wd / rel).parent.mkdir(parents=True, exist_ok=True)
         (wd / rel).write_text(text)
@@ -217,8 +301,13 @@ def _lay_down_upstream(wd: Path, upstream: dict[str, Any], env: dict[str, str], 
         _run([bin_path("dvc"), "pull", "-q", *upstream["lock"]], wd, env)
         return True
     except StageError as err:
-        log(f"upstream not reusable ({err}); this point computes it")
-        (wd / "dvc.lock").unlink()
+        log(f"upstream not reusable ({err}); this job computes it")
+        if before:
+            (wd / "dvc.lock").write_text(
+                yaml.safe_dump({"schema": "2.0", "stages": before}, sort_keys=False)
+            )
+        else:
+            (wd / "dvc.lock").unlink()
         return False
 
 
@@ -227,8 +316,9 @@ def run_point(job: PointJob, log: Log) -> dict[str, Any]:
     t0 = time.perf_counter()
     env = _env(job.threads)
     dvc = bin_path("dvc")
-    with checkout(job, log) as wd:
-        reused = bool(job.upstream) and _lay_down_upstream(wd, job.upstream, env, log)
+    with checkout(job, log) as clone:
+        wd = clone.path
+        reused = bool(job.upstream) and _lay_down_upstream(clone, job.upstream, env, log)
         with _warm(wd, read_dvc_yaml(wd), env, log) as stage_env:
             exp_run = [dvc, "exp", "run", "-n", job.name, POINT_TARGET]
             ran = _stages_ran(_run(exp_run, wd, env | stage_env, log))
@@ -256,6 +346,7 @@ def run_point(job: PointJob, log: Log) -> dict[str, Any]:
         "ref": sha,
         "ran": ran,
         "reused_upstream": reused,
+        "resumed": clone.resumed,
         "seconds": round(time.perf_counter() - t0, 1),
     }
 

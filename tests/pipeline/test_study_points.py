@@ -145,6 +145,7 @@ def test_a_finished_upstream_is_stored_at_once_and_a_failed_one_is_logged_not_st
         "reused_from_earlier": False,
         "ran": ["finetune_base"],
         "seeded_from": None,
+        "resumed": False,
     }
     stored = tmp_path / "upstream" / f"{'c' * 12}-abc.json"
     assert json.loads(stored.read_text())["seconds"] == 12.5 and errors == []

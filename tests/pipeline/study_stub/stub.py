@@ -3,7 +3,8 @@
 ``evaluate`` perturbs a real evaluate.json (evaluate_template.json) by the point's variant and
 seed; ``gate`` judges it with the pipeline's own gate checks. ``evaluate.cost_rounds: 13``
 makes ``evaluate`` fail at seed 1 (a point that fails for a real reason);
-``STUB_SLOW_SECONDS`` makes ``score_heads`` take that long (a window to kill a worker in).
+``STUB_SLOW_SECONDS`` makes ``STUB_SLOW_STAGE`` (``score_heads`` unless set) take that long (a
+window to kill a worker in).
 """
 
 import hashlib
@@ -73,6 +74,8 @@ def cost(ev: dict, rounds: int) -> dict:
 
 
 seed = params["seed"]
+if stage == os.environ.get("STUB_SLOW_STAGE", "score_heads"):
+    time.sleep(float(os.environ.get("STUB_SLOW_SECONDS", "0")))
 if stage == "prepare_data":
     # the split drawn by data.seed (which follows the replicate seed unless a spec pins it)
     write(
@@ -88,7 +91,6 @@ elif stage == "finetune_baselines":
 elif stage == "baseline_logits":
     write("artifacts/baseline_logits/index.json", {"seed": seed, "w": jitter("logits", seed)})
 elif stage == "score_heads":
-    time.sleep(float(os.environ.get("STUB_SLOW_SECONDS", "0")))
     write("artifacts/scores/scores.json", {"method": params["scoring"]["method"], "seed": seed})
 elif stage == "evaluate":
     if params["evaluate"]["cost_rounds"] == 13 and seed == 1:
