@@ -111,8 +111,11 @@ def _dead_clones(scratch: Path, prefix: str) -> list[Path]:
     for old in scratch.glob(f"{prefix}-*"):
         pid = old.name.removeprefix(prefix + "-").split("-")[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            dead.append(old)
-    return sorted(dead, key=lambda p: p.stat().st_mtime, reverse=True)
+            try:
+                dead.append((old.stat().st_mtime, old))
+            except OSError:  # removed meanwhile by another worker on this machine
+                continue
+    return [path for _, path in sorted(dead, reverse=True)]
 
 
 def _git_line(repo: Path, *args: str) -> str:
