@@ -29,28 +29,50 @@ job = PointJob(**json.loads(sys.argv[2]))
 """
 
 
-@pytest.fixture
-def study(tmp_path, monkeypatch):
+def _study(root: Path) -> dict:
+    """A committed copy of the study stub in ``root``, a DVC remote beside it and the job of one
+    upstream of it."""
     from flows.study.points import PointJob
     from tasks.params import resolve_params, write_params
 
-    project = tmp_path / "proj"
-    project.mkdir()
+    project = root / "proj"
+    project.mkdir(parents=True)
     for name in ("dvc.yaml", "stub.py", "evaluate_template.json"):
         shutil.copy2(STUB / name, project / name)
     write_params(resolve_params("quick"), project / "params.yaml")
     commit_project(project, "stub project")
-    scratch = tmp_path / "scratch"
-    monkeypatch.setenv("HYDRA_ENS_STUDY_SCRATCH", str(scratch))
     job = PointJob(
         study="tiny",
         name="upstream-abc",
         params=yaml.safe_load((project / "params.yaml").read_text()),
         git_url=str(project),
         commit=git(project, "rev-parse", "HEAD").strip(),
-        dvc_remote=str(tmp_path / "remote"),
+        dvc_remote=str(root / "remote"),
     )
-    return {"project": project, "scratch": scratch, "job": job}
+    return {"project": project, "scratch": root / "scratch", "job": job}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        study = _study(tmp_path_factory.mktemp("resume"))
+        mp.setenv("HYDRA_ENS_STUDY_SCRATCH", str(study["scratch"]))
+        yield study
+
+
+@pytest.fixture(scope="module")
+def resumed_upstream(study):
+    """The upstream job killed in ``finetune_baselines`` (``finetune_base`` finished), then run
+    again: its result, its log lines and the clone the killed run left."""
+    from flows.study.points import run_upstream
+
+    job = study["job"]
+    killed = _killed_midway(
+        job, "upstream", study["scratch"], "finetune_baselines", "finetune_base"
+    )
+    lines: list[str] = []
+    result = run_upstream(job, lines.append)
+    return {"result": result, "lines": lines, "killed": killed}
 
 
 def _killed_midway(job, kind: str, scratch: Path, slow_stage: str, finished: str) -> Path:
@@ -85,18 +107,18 @@ def _killed_midway(job, kind: str, scratch: Path, slow_stage: str, finished: str
         kill_group(proc)
 
 
-def test_a_killed_upstream_resumes_its_clone_and_reruns_only_the_unfinished_stages(study):
+def test_a_killed_upstream_resumes_its_clone_and_reruns_only_the_unfinished_stages(
+    study, resumed_upstream
+):
     from flows.study.points import run_upstream
 
-    job, scratch = study["job"], study["scratch"]
-    killed = _killed_midway(job, "upstream", scratch, "finetune_baselines", "finetune_base")
-    lines: list[str] = []
-    resumed = run_upstream(job, lines.append)
+    job, resumed = study["job"], resumed_upstream["result"]
     assert resumed["resumed"] is True
     assert resumed["ran"] == ["finetune_baselines", "baseline_logits"]
-    assert any(f"resuming the clone a killed run of {job.name} left" in ln for ln in lines)
-    assert list(scratch.iterdir()) == []  # the taken-over clone is removed when the job ends
-    assert not killed.exists()
+    said = f"resuming the clone a killed run of {job.name} left"
+    assert any(said in ln for ln in resumed_upstream["lines"])
+    assert list(study["scratch"].iterdir()) == []  # the taken-over clone is removed at the end
+    assert not resumed_upstream["killed"].exists()
     # what it recorded is what a run that was never killed records, hash for hash
     whole = run_upstream(dataclasses.replace(job, name="upstream-whole"), lambda _: None)
     assert whole["resumed"] is False
@@ -104,11 +126,11 @@ def test_a_killed_upstream_resumes_its_clone_and_reruns_only_the_unfinished_stag
     assert resumed["lock"] == whole["lock"] and resumed["files"] == whole["files"]
 
 
-def test_a_killed_point_resumes_its_experiment_and_pushes_it_whole(study):
-    from flows.study.points import experiment_refs, run_point, run_upstream
+def test_a_killed_point_resumes_its_experiment_and_pushes_it_whole(study, resumed_upstream):
+    from flows.study.points import experiment_refs, run_point
     from flows.study.report.results import POINT_FILES
 
-    upstream = run_upstream(study["job"], lambda _: None)
+    upstream = resumed_upstream["result"]
     job = dataclasses.replace(study["job"], name="taylor-seed0", upstream=upstream)
     _killed_midway(job, "point", study["scratch"], "evaluate", "score_heads")
     assert experiment_refs(study["project"], job.commit) == {}  # a killed point records nothing
@@ -121,10 +143,14 @@ def test_a_killed_point_resumes_its_experiment_and_pushes_it_whole(study):
         git(study["project"], "cat-file", "-e", f"{point['ref']}:{rel}")
 
 
-def test_killed_clones_at_another_commit_or_half_made_are_removed_not_taken_over(study, tmp_path):
+def test_killed_clones_at_another_commit_or_half_made_are_removed_not_taken_over(
+    tmp_path, monkeypatch
+):
     from flows.study.points import Clone, checkout
 
+    study = _study(tmp_path)
     job, scratch, project = study["job"], study["scratch"], study["project"]
+    monkeypatch.setenv("HYDRA_ENS_STUDY_SCRATCH", str(scratch))
     scratch.mkdir()
     # pids above the kernel's largest (2**22) never name a live process
     earlier = scratch / f"tiny-{job.name}-99999998-0000aaaa"
