@@ -104,13 +104,27 @@ class Clone:
     resumed: bool = False
 
 
+def _working_dirs() -> set[Path]:
+    """The working folders of this machine's processes (those this user may read)."""
+    cwds = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cwds.add(Path(os.readlink(proc / "cwd")))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return cwds
+
+
 def _dead_clones(scratch: Path, prefix: str) -> list[Path]:
-    """Clones of ``prefix`` whose process is gone (a killed worker on this machine), newest
-    first."""
+    """Clones of ``prefix`` whose worker is gone (killed, on this machine) and in which no
+    process still works (a stage or ``dvc`` that outlived it), newest first."""
+    cwds = _working_dirs()
     dead = []
     for old in scratch.glob(f"{prefix}-*"):
         pid = old.name.removeprefix(prefix + "-").split("-")[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        real = old.resolve()
+        in_use = any(c == real or real in c.parents for c in cwds)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not in_use:
             try:
                 dead.append((old.stat().st_mtime, old))
             except OSError:  # removed meanwhile by another worker on this machine

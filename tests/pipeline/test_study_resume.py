@@ -143,6 +143,15 @@ def test_a_killed_point_resumes_its_experiment_and_pushes_it_whole(study, resume
         git(study["project"], "cat-file", "-e", f"{point['ref']}:{rel}")
 
 
+def _left_by_a_killed_job(project: Path, dest: Path, commit: str) -> Path:
+    """A clone as :func:`flows.study.points.checkout` sets one up, at ``commit``."""
+    git(dest.parent, "clone", "-q", str(project), str(dest))
+    git(dest, "checkout", "-q", "-B", "hydra-study", commit)
+    (dest / ".dvc").mkdir()
+    (dest / ".dvc" / "config.local").write_text("")
+    return dest
+
+
 def test_killed_clones_at_another_commit_or_half_made_are_removed_not_taken_over(
     tmp_path, monkeypatch
 ):
@@ -153,16 +162,12 @@ def test_killed_clones_at_another_commit_or_half_made_are_removed_not_taken_over
     monkeypatch.setenv("HYDRA_ENS_STUDY_SCRATCH", str(scratch))
     scratch.mkdir()
     # pids above the kernel's largest (2**22) never name a live process
-    earlier = scratch / f"tiny-{job.name}-99999998-0000aaaa"
-    git(tmp_path, "clone", "-q", str(project), str(earlier))
-    git(earlier, "checkout", "-q", "-B", "hydra-study", job.commit)
-    (earlier / ".dvc").mkdir()
-    (earlier / ".dvc" / "config.local").write_text("")
+    earlier = _left_by_a_killed_job(project, scratch / f"tiny-{job.name}-99999997-a", job.commit)
     (project / "new.txt").write_text("a later commit\n")
     git(project, "add", "new.txt")
     git(project, "commit", "-q", "-m", "later")
     later = git(project, "rev-parse", "HEAD").strip()
-    half_made = scratch / f"tiny-{job.name}-99999999-0000bbbb"  # killed before its set-up ended
+    half_made = scratch / f"tiny-{job.name}-99999998-b"  # killed before its set-up ended
     git(tmp_path, "clone", "-q", str(project), str(half_made))
     lines: list[str] = []
     with checkout(dataclasses.replace(job, commit=later), lines.append) as clone:
@@ -170,3 +175,28 @@ def test_killed_clones_at_another_commit_or_half_made_are_removed_not_taken_over
         assert (clone.path / "new.txt").is_file()
         assert not earlier.exists() and not half_made.exists()
     assert not any("resuming" in ln for ln in lines)
+
+
+def test_a_clone_a_process_still_works_in_is_left_alone(tmp_path, monkeypatch):
+    """Its worker was killed, but a stage (or ``dvc``) it started still runs there."""
+    from flows.study.points import checkout
+
+    study = _study(tmp_path)
+    job, scratch = study["job"], study["scratch"]
+    monkeypatch.setenv("HYDRA_ENS_STUDY_SCRATCH", str(scratch))
+    scratch.mkdir()
+    busy = _left_by_a_killed_job(
+        study["project"], scratch / f"tiny-{job.name}-99999999-c", job.commit
+    )
+    (busy / "models").mkdir()
+    orphan = subprocess.Popen(["sleep", "60"], cwd=busy / "models")
+    try:
+        with checkout(job, lambda _: None) as clone:
+            assert clone.resumed is False and clone.path != busy
+            assert busy.is_dir()
+    finally:
+        orphan.kill()
+        orphan.wait()
+    with checkout(job, lambda _: None) as clone:  # once it is gone, the clone is taken over
+        assert clone.resumed is True
+    assert not busy.exists()
