@@ -12,7 +12,11 @@ from conftest import REPO
 
 BUNDLES = sorted((REPO / "benchmarks" / "studies").glob("*.bundle"))
 FIVE_STUDIES = REPO / "benchmarks/studies/fashion-mnist-text-evidence-brown-genres-points.bundle"
-TWELVE_LAYERS = REPO / "benchmarks/studies/mpnet-points.bundle"
+#: The 12-layer studies' bundles, by study.
+TWELVE_LAYERS = {
+    name: REPO / f"benchmarks/studies/{name}-points.bundle"
+    for name in ("mpnet-bbc-news", "mpnet-brown-genres")
+}
 
 
 def _git(*args: str, cwd=REPO) -> str:
@@ -33,21 +37,34 @@ def history():
 def test_the_bundles_are_named_by_their_studies():
     assert [b.name for b in BUNDLES] == [
         FIVE_STUDIES.name,
-        TWELVE_LAYERS.name,
+        *(b.name for b in TWELVE_LAYERS.values()),
         "text-points.bundle",
     ]
 
 
-def test_the_12_layer_points_are_of_the_variants_their_specs_registered():
+@pytest.mark.parametrize("study", sorted(TWELVE_LAYERS))
+def test_the_12_layer_points_are_of_the_variants_their_specs_registered(study):
     import yaml
 
-    registered = set()
-    for name in ("mpnet-bbc-news", "mpnet-brown-genres"):
-        spec = yaml.safe_load((REPO / "benchmarks/studies" / f"{name}.yaml").read_text())
-        registered |= {f"{v}-seed{s}" for v in spec["variants"] for s in spec["confirm_seeds"]}
-    heads = _git("bundle", "list-heads", str(TWELVE_LAYERS)).splitlines()
+    spec = yaml.safe_load((REPO / "benchmarks/studies" / f"{study}.yaml").read_text())
+    registered = {f"{v}-seed{s}" for v in spec["variants"] for s in spec["confirm_seeds"]}
+    heads = _git("bundle", "list-heads", str(TWELVE_LAYERS[study])).splitlines()
     points = {line.rsplit("/", 1)[1] for line in heads if "refs/exps/" in line}
     assert points and points <= registered, points - registered
+
+
+def test_the_12_layer_studies_ran_the_same_stage_code(tmp_path):
+    """The two tasks' points ran at two commits; what their stages ran (the code DVC hashes, the
+    DAG, the hardware records) is the same at both, so the by-size tables compare like with
+    like."""
+    clone = tmp_path / "study"
+    _git("clone", "-q", "--no-checkout", "--shared", str(REPO), str(clone))
+    commits = []
+    for study, bundle in sorted(TWELVE_LAYERS.items()):
+        _git("fetch", "-q", str(bundle), f"HEAD:refs/heads/{study}", cwd=clone)
+        commits.append(_git("rev-parse", study, cwd=clone).strip())
+    stage_code = ["tasks", "hydra_ops", "dvc.yaml", "params.yaml", "hardware"]
+    assert _git("diff", "--stat", *commits, "--", *stage_code, cwd=clone) == ""
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: b.name)
