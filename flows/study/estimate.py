@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,14 @@ def estimate_left(
     upstream = fmean(upstream_seconds) if upstream_seconds else point
     compute = upstreams_left * upstream + points_left * point
     return Estimate(upstreams_left, points_left, upstream, point, compute, compute / workers)
+
+
+def whole_runs(jobs: Iterable[Mapping[str, Any]], stages: Collection[str] = ()) -> list[float]:
+    """The ``seconds`` of the finished jobs (upstream or point results) that measured a whole
+    job: every one of ``stages`` ran, and it did not resume a killed run's clone. An upstream
+    reused from an earlier commit, or seeded by one, or resumed, measured only part of it."""
+    return [
+        job["seconds"]
+        for job in jobs
+        if "seconds" in job and not job.get("resumed") and set(stages) <= set(job.get("ran") or ())
+    ]

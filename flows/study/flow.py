@@ -32,7 +32,7 @@ from prefect.futures import PrefectFuture
 
 from flows import dvcops
 from flows.study.carry import BundleError, write_points_bundle
-from flows.study.estimate import estimate_left
+from flows.study.estimate import estimate_left, whole_runs
 from flows.study.points import (
     PointJob,
     earlier_upstream,
@@ -43,7 +43,13 @@ from flows.study.points import (
     run_upstream,
 )
 from flows.study.report import load_point, write_study_report
-from flows.study.spec import StudyPoint, load_study, select_points, study_points
+from flows.study.spec import (
+    SHARED_STAGES,
+    StudyPoint,
+    load_study,
+    select_points,
+    study_points,
+)
 from tasks.params import GateCheck
 from tasks.release.git_repo import git
 from tasks.runtime.outputs import write_json
@@ -253,12 +259,9 @@ def hydra_study(
     }
     running = {k: f for k, f in upstream_futures.items() if not isinstance(f, dict)}
     outcomes, failures = {}, {}
-    upstream_seconds: list[float] = []
     for kind, name, fut in _as_finished(running, point_futures):
         if kind == "upstream":
             upstream_results[name] = _record_upstream(name, fut, state, commit, logger)
-            if "seconds" in upstream_results[name]:
-                upstream_seconds.append(upstream_results[name]["seconds"])
             continue
         try:
             outcomes[name] = fut.result()
@@ -266,8 +269,10 @@ def hydra_study(
             failures[name] = _one_line(err)
             logger.error("point %s failed: %s", name, failures[name])
         left = estimate_left(
-            upstream_seconds,
-            [o["seconds"] for o in outcomes.values()],
+            whole_runs(
+                (upstream_results[k] for k in running if k in upstream_results), SHARED_STAGES
+            ),
+            whole_runs(outcomes.values()),
             upstreams_left=sum(1 for key in running if key not in upstream_results),
             points_left=len(todo) - len(outcomes) - len(failures),
             workers=side_by_side,

@@ -23,3 +23,19 @@ def test_left_work_is_counted_at_the_measured_means_and_split_over_the_workers()
     # no upstream measured yet: each left upstream counts as a point
     alone = estimate_left([], [600.0], upstreams_left=1, points_left=1, workers=1)
     assert alone is not None and alone.compute_s == pytest.approx(1200.0)
+
+
+def test_only_jobs_that_did_all_their_work_are_measurements():
+    from flows.study.estimate import whole_runs
+
+    stages = ("prepare_data", "finetune_base")
+    upstreams = [
+        {"seconds": 3000.0, "ran": list(stages), "resumed": False},
+        {"seconds": 6.3, "ran": [], "resumed": False},  # reused from an earlier commit
+        {"seconds": 900.0, "ran": ["finetune_base"], "resumed": False},  # seeded by one
+        {"seconds": 1200.0, "ran": list(stages), "resumed": True},  # a killed run's clone
+        {"error": "finetune_base: out of memory"},
+    ]
+    assert whole_runs(upstreams, stages) == [3000.0]
+    points = [{"seconds": 1400.0, "ran": ["gate"]}, {"seconds": 300.0, "resumed": True}]
+    assert whole_runs(points) == [1400.0]
