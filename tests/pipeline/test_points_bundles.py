@@ -1,7 +1,8 @@
 """The studies' points kept in ``benchmarks/studies/*.bundle`` restore with the documented command
 (docs/study.md): each bundle verifies against this repository's history, the five studies'
-bundle fetched into a clone gives the study commit and its 100 finished points, and the 12-layer
-studies' bundle holds points of the variants and seeds their specs registered, and no other."""
+bundle fetched into a clone gives the study commit and its 100 finished points, and each 12-layer
+study's bundle holds points of the variants and seeds its spec registered, and no other, at a
+commit whose stage code is the other's."""
 
 from __future__ import annotations
 
