@@ -44,6 +44,7 @@ from flows.dvcops import (
     relay,
     subprocess_env,
 )
+from flows.interrupts import process_alive
 from flows.study.report.results import OPTIONAL_FILES, POINT_FILES
 from flows.study.spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 from flows.warm import warm_stages, worth_warming
@@ -115,6 +116,20 @@ def _working_dirs() -> set[Path]:
     return cwds
 
 
+#: In a clone's ``.git`` (never part of a commit): the start time of the process that made it.
+_OWNER = "hydra-study-owner"
+
+
+def _owner_alive(clone: Path, pid: int) -> bool:
+    """Whether the process that made ``clone`` runs: ``pid`` (from its name) and, where the clone
+    records it, the same start time (after a restart the system may give that pid to another)."""
+    try:
+        started: float | None = float((clone / ".git" / _OWNER).read_text())
+    except (OSError, ValueError):
+        started = None
+    return process_alive(pid, started)
+
+
 def _dead_clones(scratch: Path, prefix: str) -> list[Path]:
     """Clones of ``prefix`` whose worker is gone (killed, on this machine) and in which no
     process still works (a stage or ``dvc`` that outlived it), newest first."""
@@ -124,12 +139,18 @@ def _dead_clones(scratch: Path, prefix: str) -> list[Path]:
         pid = old.name.removeprefix(prefix + "-").split("-")[0]
         real = old.resolve()
         in_use = any(c == real or real in c.parents for c in cwds)
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not in_use:
+        if pid.isdigit() and not _owner_alive(old, int(pid)) and not in_use:
             try:
                 dead.append((old.stat().st_mtime, old))
             except OSError:  # removed meanwhile by another worker on this machine
                 continue
     return [path for _, path in sorted(dead, reverse=True)]
+
+
+def _this_process_started() -> float:
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def _git_line(repo: Path, *args: str) -> str:
@@ -202,6 +223,7 @@ def checkout(job: PointJob, log: Log) -> Iterator[Clone]:
         else:
             _run(["git", "clone", "-q", "--no-checkout", job.git_url, str(wd)], scratch, env)
             _run(["git", "checkout", "-q", "-B", "hydra-study", job.commit], wd, env)
+        (wd / ".git" / _OWNER).write_text(repr(_this_process_started()))
         for key, value in _IDENTITY.items():
             if subprocess.run(["git", "config", key], cwd=wd, capture_output=True).returncode:
                 _run(["git", "config", key, value], wd, env)

@@ -200,3 +200,30 @@ def test_a_clone_a_process_still_works_in_is_left_alone(tmp_path, monkeypatch):
     with checkout(job, lambda _: None) as clone:  # once it is gone, the clone is taken over
         assert clone.resumed is True
     assert not busy.exists()
+
+
+def test_a_pid_the_system_gave_to_another_process_does_not_keep_a_clone_alive(
+    tmp_path, monkeypatch
+):
+    """A clone records its maker's start time: after a restart, the pid in its name may name a
+    process started since, which is not its maker."""
+    import psutil
+
+    from flows.study.points import checkout
+
+    study = _study(tmp_path)
+    job, scratch = study["job"], study["scratch"]
+    monkeypatch.setenv("HYDRA_ENS_STUDY_SCRATCH", str(scratch))
+    scratch.mkdir()
+    pid = os.getpid()  # a live process: this one
+    ours = _left_by_a_killed_job(study["project"], scratch / f"tiny-{job.name}-{pid}-d", job.commit)
+    (ours / ".git" / "hydra-study-owner").write_text(repr(psutil.Process().create_time()))
+    reused = _left_by_a_killed_job(
+        study["project"], scratch / f"tiny-{job.name}-{pid}-e", job.commit
+    )
+    (reused / ".git" / "hydra-study-owner").write_text("1000000000.0")  # made in 2001
+    with checkout(job, lambda _: None) as clone:
+        assert clone.resumed is True  # the clone whose maker is gone
+        assert not reused.exists() and ours.is_dir()  # the live maker's clone is left alone
+        owner = float((clone.path / ".git" / "hydra-study-owner").read_text())
+        assert owner == psutil.Process().create_time()
