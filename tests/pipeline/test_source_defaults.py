@@ -222,3 +222,15 @@ def test_fashion_mnists_hydra_shares_three_of_four_layers_and_a_study_spec_can_p
         "default", sets={"data.name": "fashion-mnist", "merge.shared_layers": 2}
     )
     assert pinned.shared_layers == 2
+
+
+@pytest.mark.parametrize("source", ["bbc-news", "brown-genres"])
+def test_an_mpnet_run_builds_the_text_default_and_may_ship_its_twin(source):
+    """docs/study.md, "By model size": at 12 layers the paper's merge failed its gates at two
+    seeds of three on BBC News, so MPNet keeps the text default."""
+    mpnet = to_raw(resolve_params(sets={"model.family": "mpnet", "data.name": source}))
+    text = to_raw(resolve_params(sets={"data.name": source}))
+    assert mpnet["merge"]["shared_layers"] is None and mpnet["scoring"]["method"] == "taylor"
+    assert mpnet["promote"]["candidates"] == ["hydra", "naive_pruned"]
+    for section in ("scoring", "members", "merge", "promote", "gates"):
+        assert mpnet[section] == text[section], section
