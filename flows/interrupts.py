@@ -254,8 +254,7 @@ def track_run(root: Path, flow_run_id: Any) -> Path | None:
         marked = mark_abandoned_runs(root)
         if marked:
             log.warning("earlier runs marked Crashed (abandoned): %s", ", ".join(marked))
-        started = psutil.Process().create_time()
-        record = {"flow_run": str(flow_run_id), "pid": os.getpid(), "started": started}
+        record = {"flow_run": str(flow_run_id), "pid": os.getpid(), "started": process_started()}
         return write_json(root / ACTIVE_RUNS / f"{flow_run_id}.json", record)
     except (OSError, psutil.Error, httpx.HTTPError, PrefectException) as err:
         log.warning("could not track the run in %s: %s", ACTIVE_RUNS, err)
@@ -287,6 +286,13 @@ def mark_abandoned_runs(root: Path) -> list[str]:
                 marked.append(flow_run_id)
         path.unlink(missing_ok=True)
     return marked
+
+
+def process_started() -> float:
+    """This process's start time, as :func:`process_alive` compares it."""
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def process_alive(pid: int, started: float | None) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from flows import dvcops
-from flows.interrupts import process_alive
+from flows.interrupts import process_alive, process_started
 from tasks.runtime.dvcfiles import read_dvc_yaml
 from tasks.runtime.warm_client import SERVER_VARIABLE
 
@@ -121,7 +121,7 @@ def warm_stages(
         prefix=FOLDER_PREFIX, dir=base, ignore_cleanup_errors=True
     ) as tmp:
         folder = Path(tmp)
-        (folder / "owner").write_text(f"{os.getpid()} {_started()}\n")
+        (folder / "owner").write_text(f"{os.getpid()} {process_started()}\n")
         socket_path = folder / "stages.sock"
         shim = folder / "bin" / "python"
         shim.parent.mkdir()
@@ -184,12 +184,6 @@ def remove_abandoned(tmp: Path) -> list[Path]:
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
-
-
-def _started() -> float:
-    import psutil
-
-    return psutil.Process().create_time()
 
 
 def _stop(server: subprocess.Popen, errors: Path) -> str:

@@ -44,7 +44,7 @@ from flows.dvcops import (
     relay,
     subprocess_env,
 )
-from flows.interrupts import process_alive
+from flows.interrupts import process_alive, process_started
 from flows.study.report.results import OPTIONAL_FILES, POINT_FILES
 from flows.study.spec import POINT_TARGET, SHARED_STAGES, reusable_stages
 from flows.warm import warm_stages, worth_warming
@@ -147,12 +147,6 @@ def _dead_clones(scratch: Path, prefix: str) -> list[Path]:
     return [path for _, path in sorted(dead, reverse=True)]
 
 
-def _this_process_started() -> float:
-    import psutil
-
-    return psutil.Process().create_time()
-
-
 def _git_line(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else ""
@@ -223,7 +217,7 @@ def checkout(job: PointJob, log: Log) -> Iterator[Clone]:
         else:
             _run(["git", "clone", "-q", "--no-checkout", job.git_url, str(wd)], scratch, env)
             _run(["git", "checkout", "-q", "-B", "hydra-study", job.commit], wd, env)
-        (wd / ".git" / _OWNER).write_text(repr(_this_process_started()))
+        (wd / ".git" / _OWNER).write_text(repr(process_started()))
         for key, value in _IDENTITY.items():
             if subprocess.run(["git", "config", key], cwd=wd, capture_output=True).returncode:
                 _run(["git", "config", key, value], wd, env)
