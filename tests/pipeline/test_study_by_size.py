@@ -24,6 +24,7 @@ from flows.study.report.by_size import (
     by_size_figure,
     by_size_markdown,
     entry,
+    legend_grid,
     task_table,
 )
 
@@ -182,6 +183,20 @@ def test_the_figure_draws_the_twin_edge_alone(reports: dict[str, dict[str, Any]]
     assert by_size_figure({"BBC News": _entries(other)}) == first
     paired["naive_pruned"]["near_ood.auroc"]["mean"] += 0.05  # drawn
     assert by_size_figure({"BBC News": _entries(other)}) != first
+
+
+@pytest.mark.parametrize(
+    ("entries", "grid"), [(1, (1, 1)), (3, (1, 3)), (4, (2, 2)), (5, (2, 3)), (7, (3, 3))]
+)
+def test_a_wide_legend_wraps_into_even_rows(entries: int, grid: tuple[int, int]) -> None:
+    assert legend_grid(entries) == grid
+    rows, columns = grid
+    assert rows * columns >= entries > (rows - 1) * columns
+
+
+def test_a_legend_needs_an_entry() -> None:
+    with pytest.raises(ValueError, match="needs an entry"):
+        legend_grid(0)
 
 
 def test_parameters_from_the_user_where_the_study_has_none(

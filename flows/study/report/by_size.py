@@ -44,6 +44,10 @@ COLUMNS = ("model", "parameters", "baseline", *METRICS, "cost", "hydra_cost")
 DECIMALS = 3
 FIGSIZE = (12.0, 4.2)
 DPI = 100
+#: Legend entries per row at most; more wrap into rows of near-equal length.
+LEGEND_COLUMNS = 3
+#: The figure's height (as a fraction) each legend row after the first takes from the panels.
+LEGEND_ROW_HEIGHT = 0.06
 #: One colour and marker per task (colour-blind-safe Okabe-Ito colours), in the order given.
 TASK_STYLES = (
     ("#0072B2", "o"),
@@ -260,6 +264,15 @@ def _ticks(sizes: Mapping[str, Sequence[float]]) -> list[tuple[float, str]]:
     return [(g[0][0], " / ".join(m for _, m in g) + f"\n{g[0][0] / 1e6:.3g}M") for g in groups]
 
 
+def legend_grid(entries: int) -> tuple[int, int]:
+    """(rows, columns) of a legend of ``entries``: one row up to :data:`LEGEND_COLUMNS`, else
+    the fewest rows that fit, filled evenly (4 entries: 2 x 2, not 3 + 1)."""
+    if entries < 1:
+        raise ValueError(f"a legend needs an entry, got {entries}")
+    rows = math.ceil(entries / LEGEND_COLUMNS)
+    return rows, math.ceil(entries / rows)
+
+
 def by_size_figure(tasks: Mapping[str, Sequence[Entry]]) -> bytes:
     """PNG bytes: one panel per :data:`METRICS` metric, the Hydra minus its naive pruned twin
     (mean, 95% interval over the confirmation seeds) against the single model's parameter count
@@ -311,8 +324,10 @@ def by_size_figure(tasks: Mapping[str, Sequence[Entry]]) -> bytes:
         Line2D([], [], color=TASK_STYLES[i][0], marker=TASK_STYLES[i][1], label=task)
         for i, task in enumerate(tasks)
     ]
-    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.2, top=0.84, wspace=0.3)
+    rows, columns = legend_grid(len(handles))
+    fig.legend(handles=handles, loc="upper center", ncol=columns, fontsize=9)
+    top = 0.84 - LEGEND_ROW_HEIGHT * (rows - 1)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.2, top=top, wspace=0.3)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()
